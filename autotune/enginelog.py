@@ -1,0 +1,128 @@
+"""Read a vLLM server log: start-up figures and the reason a start failed.
+
+Pure functions over text, so they are tested on real log excerpts. Messages
+differ between releases; each pattern lists the spellings seen so far.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import asdict, dataclass
+
+# Failure reasons, stored on pruned trials and shown to users.
+OOM = "oom"
+KV_TOO_SMALL = "kv_too_small"
+INVALID_FLAG = "invalid_flag"
+PORT_IN_USE = "port_in_use"
+TIMEOUT = "timeout"
+CRASHED = "crashed"
+REASONS = (OOM, KV_TOO_SMALL, INVALID_FLAG, PORT_IN_USE, TIMEOUT, CRASHED)
+
+# First match wins: a KV-capacity error also mentions memory, and config
+# validation errors are wrapped in ValueError.
+_FAILURES: list[tuple[str, re.Pattern[str]]] = [
+    (PORT_IN_USE, re.compile(r"Address already in use|\[Errno 98\]")),
+    (KV_TOO_SMALL, re.compile(
+        r"larger than the available KV cache memory"
+        r"|larger than the maximum number of tokens that can be stored in KV cache"
+        r"|max_model_len \S+ is larger than")),
+    (OOM, re.compile(
+        r"No available memory for the cache blocks"
+        r"|CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError"
+        r"|is less than desired (?:GPU|CPU) memory utilization"
+        r"|is less than requested memory for kv"
+        r"|Cannot allocate memory")),
+    (INVALID_FLAG, re.compile(
+        r"unrecognized arguments|error: argument|invalid choice"
+        r"|Value error,|validation error|ValidationError|ValueError:|TypeError:.*argument")),
+]
+
+
+@dataclass(frozen=True)
+class StartupFigures:
+    """What the engine says about itself while starting; None where it did not say."""
+
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = None
+    num_blocks: int | None = None
+    block_size: int | None = None
+    weights_load_s: float | None = None
+    weights_gib: float | None = None
+    compile_s: float | None = None
+    graph_capture_s: float | None = None
+    engine_init_s: float | None = None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+_FIGURES: list[tuple[str, re.Pattern[str]]] = [
+    ("kv_cache_tokens", re.compile(r"KV cache size: ([\d,]+) tokens")),
+    ("max_concurrency", re.compile(
+        r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x")),
+    ("num_blocks", re.compile(r"# (?:GPU|CPU) blocks: ([\d,]+)|num_gpu_blocks(?:=|: )([\d,]+)")),
+    ("block_size", re.compile(r"block_size(?:=|: )(\d+)")),
+    ("weights_load", re.compile(
+        r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s")),
+    ("weights_load_s", re.compile(r"Loading weights took ([\d.]+) ?s")),
+    ("compile_s", re.compile(r"torch\.compile takes ([\d.]+) ?s in total")),
+    ("graph_capture_s", re.compile(r"Graph capturing finished in ([\d.]+) ?sec")),
+    ("engine_init_s", re.compile(
+        r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s")),
+]
+
+
+def parse_startup(log: str) -> StartupFigures:
+    """Start-up figures from a server log (the last value wins when repeated)."""
+    found: dict[str, float | int] = {}
+    for key, pattern in _FIGURES:
+        for m in pattern.finditer(log):
+            if key == "max_concurrency":
+                found["max_concurrency_tokens"] = int(_num(m.group(1)))
+                found["max_concurrency"] = _num(m.group(2))
+            elif key == "weights_load":
+                found["weights_gib"] = _num(m.group(1))
+                found["weights_load_s"] = _num(m.group(2))
+            elif key in ("kv_cache_tokens", "num_blocks", "block_size"):
+                found[key] = int(_num(next(g for g in m.groups() if g is not None)))
+            else:
+                found.setdefault(key, _num(m.group(1)))
+    return StartupFigures(**found)  # type: ignore[arg-type]
+
+
+def classify_failure(log: str, returncode: int | None) -> str:
+    """The reason a server that exited during start-up failed."""
+    for reason, pattern in _FAILURES:
+        if pattern.search(log):
+            return reason
+    # Killed by the kernel's OOM killer (or anyone) with SIGKILL: host memory.
+    if returncode is not None and returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return OOM
+    return CRASHED
+
+
+def error_summary(log: str, limit: int = 300) -> str:
+    """The most telling line of a failed start, for one-line reports."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for _, pattern in _FAILURES:
+        for line in reversed(lines):
+            if pattern.search(line):
+                return _shorten(line, limit)
+    for line in reversed(lines):
+        if re.search(r"Error|error|Exception", line):
+            return _shorten(line, limit)
+    return _shorten(lines[-1], limit) if lines else "no output"
+
+
+def _shorten(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def tail(log: str, lines: int = 40) -> str:
+    return "\n".join(log.splitlines()[-lines:])

@@ -1,0 +1,62 @@
+"""Turn a mapping of vLLM launch flags into command-line arguments.
+
+One pure function, so that the scenario file, the study database, the export
+formats and the launched command all agree on what a configuration means.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def flag_name(key: str) -> str:
+    """Canonical long-option spelling: `max_num_seqs` and `--max-num-seqs` -> `max-num-seqs`."""
+    return key.strip().lstrip("-").replace("_", "-")
+
+
+def normalize(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Flags keyed by canonical name, `None` values dropped, insertion order kept."""
+    out: dict[str, Any] = {}
+    for key, value in flags.items():
+        name = flag_name(key)
+        if not name:
+            raise ValueError(f"empty flag name in {dict(flags)!r}")
+        if name in out:
+            raise ValueError(f"flag --{name} given twice (as {key!r} and another spelling)")
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def to_args(flags: Mapping[str, Any]) -> list[str]:
+    """Arguments for `vllm serve`.
+
+    `True` -> `--x`, `False` -> `--no-x` (vLLM's BooleanOptionalAction), a dict
+    -> compact JSON (`--speculative-config`), a list -> the option followed by
+    each item, `None` -> omitted, anything else -> `str(value)`.
+    """
+    args: list[str] = []
+    for name, value in normalize(flags).items():
+        if value is True:
+            args.append(f"--{name}")
+        elif value is False:
+            args.append(f"--no-{name}")
+        elif isinstance(value, Mapping):
+            args += [f"--{name}", json.dumps(dict(value), separators=(",", ":"), sort_keys=True)]
+        elif isinstance(value, (list, tuple)):
+            if not value:
+                raise ValueError(f"flag --{name} has an empty list")
+            args += [f"--{name}", *(_scalar(name, v) for v in value)]
+        else:
+            args += [f"--{name}", _scalar(name, value)]
+    return args
+
+
+def _scalar(name: str, value: Any) -> str:
+    if isinstance(value, (Mapping, list, tuple)):
+        raise ValueError(f"flag --{name}: nested value {value!r} is not supported")
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
