@@ -4,13 +4,13 @@
 with a private API key, waits for it to answer a real completion while watching
 for it to die, writes the whole log to a file, and on exit by any path stops
 the whole process group (SIGTERM, then SIGKILL after a grace period) and waits
-until every process of it is gone. Processes are never found by name.
+until every process of it is gone. Processes are never found by name. If the
+tuner itself dies, `autotune.reaper` (the session leader) does the same.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import dataclasses
 import json
 import os
@@ -18,6 +18,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -57,14 +58,6 @@ def cpu_memory_default(flags: Mapping[str, Any], env: Mapping[str, str]) -> dict
     sized = "VLLM_CPU_KVCACHE_SPACE" in env or "VLLM_CPU_KVCACHE_SPACE" in os.environ
     sized = sized or any(f in flags for f in ("gpu-memory-utilization", "kv-cache-memory-bytes"))
     return {} if sized else {"VLLM_CPU_KVCACHE_SPACE": "1"}
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM if the tuner dies, even by SIGKILL (Linux only)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class Server:
@@ -139,9 +132,11 @@ class Server:
             log.write(f"$ {' '.join(self._shown_command())}\n".encode())
             log.flush()
             self._t0 = time.monotonic()
+            # The reaper leads the session and takes it down if this process dies.
+            reaper = [sys.executable, "-m", "autotune.reaper", str(self.stop_grace), "--"]
             self.proc = subprocess.Popen(
-                self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                [*reaper, *self.command], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True)
         _LIVE.add(self)
 
     def _shown_command(self) -> list[str]:
@@ -154,9 +149,11 @@ class Server:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 log = self.read_log()
-                reason = enginelog.classify_failure(log, self.proc.returncode)
-                raise EngineError(reason, f"exited with code {self.proc.returncode} during "
-                                  f"start-up: {enginelog.error_summary(log)}",
+                code = self.proc.returncode
+                how = (f"killed by {signal.Signals(-code).name}" if code < 0
+                       else f"exited with code {code}")
+                raise EngineError(enginelog.classify_failure(log, code),
+                                  f"{how} during start-up: {enginelog.error_summary(log)}",
                                   enginelog.tail(log), str(self.log_path))
             if time.monotonic() > deadline:
                 raise EngineError(enginelog.TIMEOUT,
