@@ -44,6 +44,12 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .benchcli import run_bench
+
+    return run_bench(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="autotune", description=(
         "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
@@ -63,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--refresh", action="store_true", help="re-read the engine's flags")
     p.set_defaults(func=_cmd_engine)
+
+    from .benchcli import add_bench_arguments
+
+    p = sub.add_parser("bench", help="benchmark a running server or one it launches",
+                       description="Benchmark a vLLM server like `vllm bench serve`. Pass vLLM "
+                       "flags for a launched server after `--`.")
+    add_bench_arguments(p)
+    p.set_defaults(func=_cmd_bench)
     return parser
 
 
@@ -74,7 +88,12 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        # Everything after `--` is passed to `vllm serve` untouched.
+        engine_args = argv[argv.index("--") + 1:] if "--" in argv else []
+        argv = argv[: argv.index("--")] if "--" in argv else argv
         args = build_parser().parse_args(argv)
+        args.engine_args = engine_args
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
     except AutotuneError as err:

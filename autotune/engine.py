@@ -66,13 +66,17 @@ class Server:
     def __init__(self, model: str, flags: Mapping[str, Any] | None = None, *,
                  env: Mapping[str, str] | None = None, log_path: str | Path | None = None,
                  startup_timeout: float = 600.0, stop_grace: float = 20.0,
-                 port_retries: int = 3):
+                 port_retries: int = 3, extra_args: list[str] | None = None):
         self.model = str(model)
         self.flags = flagmod.normalize(flags or {})
         clash = [f for f in self.flags if f in RESERVED or f"no-{f}" in RESERVED]
         if clash:
             raise ConfigError(f"flag --{clash[0]} is set by autotune itself; remove it")
         self.env = dict(env or {})
+        self.extra_args = list(extra_args or [])
+        clash = [a for a in self.extra_args if a.split("=")[0].lstrip("-") in RESERVED]
+        if clash:
+            raise ConfigError(f"argument {clash[0]} is set by autotune itself; remove it")
         self.log_path = Path(log_path) if log_path else Path(f"vllm-{os.getpid()}.log")
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
@@ -104,7 +108,7 @@ class Server:
 
     def serve_args(self) -> list[str]:
         """The user-visible flags, as `vllm serve MODEL <these>` takes them."""
-        return flagmod.to_args(self.flags)
+        return flagmod.to_args(self.flags) + self.extra_args
 
     def start(self) -> None:
         """Launch and wait until a completion succeeds; raise EngineError otherwise."""

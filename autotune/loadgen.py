@@ -1,0 +1,176 @@
+"""Streaming load generator for vLLM's OpenAI endpoints, timed like `vllm bench serve`.
+
+`send` makes one streaming request and never raises: HTTP errors, timeouts,
+broken streams and empty outputs become a `RequestResult` with `success=False`
+and an error string. `run` sends a workload's sessions with Poisson or gamma
+arrivals under a concurrency cap, through one aiohttp session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from .metrics import RequestResult
+from .workloads import Session, Turn, WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to send: base URL, served model name, auth headers."""
+
+    url: str
+    model: str
+    headers: dict[str, str]
+
+
+@dataclass
+class RunResult:
+    results: list[RequestResult]
+    duration_s: float
+    truncated: bool = False  # the duration cap stopped new requests
+
+
+async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, turn: Turn,
+               session: Session | None = None) -> RequestResult:
+    """One streaming request; the result records TTFT, ITLs and E2EL from perf_counter."""
+    body: dict[str, object] = {
+        "model": target.model, "max_tokens": turn.max_tokens, "temperature": spec.temperature,
+        "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": spec.ignore_eos,
+    }
+    if spec.api == "chat":
+        messages = []
+        if session is not None and session.system:
+            messages.append({"role": "system", "content": session.system})
+        messages += (session.history if session is not None else [])
+        messages.append({"role": "user", "content": turn.content})
+        body["messages"] = messages
+        path = "/v1/chat/completions"
+    else:
+        body["prompt"] = turn.content
+        path = "/v1/completions"
+    result = RequestResult(success=False, prompt_len=turn.prompt_len or 0, output_tokens=0,
+                           ttft=0.0, latency=0.0, start_time=time.perf_counter())
+    st = result.start_time
+    last = st
+    text: list[str] = []
+    try:
+        async with http.post(target.url + path, json=body, headers=target.headers) as resp:
+            if resp.status != 200:
+                detail = (await resp.text())[:200].replace("\n", " ")
+                result.error = f"HTTP {resp.status}: {detail}"
+                return result
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                now = time.perf_counter()
+                chunk = json.loads(data)
+                if choices := chunk.get("choices"):
+                    first = choices[0]
+                    piece = first.get("text") if spec.api != "chat" else (
+                        (first.get("delta") or {}).get("content"))
+                    if result.ttft == 0.0:
+                        result.ttft = now - st
+                    else:
+                        result.itl.append(now - last)
+                    last = now
+                    text.append(piece or "")
+                if usage := chunk.get("usage"):
+                    result.output_tokens = int(usage.get("completion_tokens") or 0)
+                    result.prompt_len = int(usage.get("prompt_tokens") or result.prompt_len)
+        result.generated_text = "".join(text)
+        if result.ttft == 0.0:
+            result.error = "no content received"
+        else:
+            result.success = True
+            result.latency = last - st
+    except asyncio.TimeoutError:
+        result.error = f"timeout after {spec.timeout_s:g} s"
+    except aiohttp.ClientPayloadError as err:
+        result.error = f"stream broken: {err}"
+    except (aiohttp.ClientError, OSError, ValueError) as err:
+        result.error = f"{type(err).__name__}: {err}"
+    return result
+
+
+def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
+    """Send times (s from the start), as `vllm bench serve` computes them.
+
+    Gamma intervals with shape `burstiness` (1 = Poisson), rescaled so the last
+    one falls at n / rate, which steadies throughput across seeds.
+    """
+    if math.isinf(rate):
+        return [0.0] * n
+    rng = np.random.default_rng(seed)
+    if math.isinf(burstiness):
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    offsets = np.cumsum(gaps)
+    if offsets[-1] > 0:
+        offsets *= (n / rate) / offsets[-1]
+    return [float(x) for x in offsets]
+
+
+async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
+              warmup: Sequence[Session] = (),
+              on_result: Callable[[RequestResult], None] | None = None) -> RunResult:
+    """Send the warm-up sessions (not counted), then the measured ones on schedule."""
+    limit = spec.max_concurrency or 0  # 0: aiohttp's "no limit", as vLLM's client
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                     trust_env=False) as http:
+        sem = asyncio.Semaphore(spec.max_concurrency or 1 << 30)
+        if warmup:
+            await asyncio.gather(*(_session(http, target, spec, s, sem, [], None, None)
+                                   for s in warmup))
+        results: list[RequestResult] = []
+        offsets = arrival_offsets(len(sessions), spec.request_rate, spec.burstiness, spec.seed)
+        t0 = time.perf_counter()
+        deadline = t0 + spec.max_duration_s if spec.max_duration_s else None
+        tasks = []
+        for session, offset in zip(sessions, offsets, strict=True):
+            if deadline is not None and t0 + offset >= deadline:
+                break
+            delay = t0 + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(
+                _session(http, target, spec, session, sem, results, deadline, on_result)))
+        await asyncio.gather(*tasks)
+        duration = time.perf_counter() - t0
+    planned = sum(len(s.turns) for s in sessions)
+    return RunResult(results, duration, truncated=len(results) < planned)
+
+
+async def _session(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec,
+                   session: Session, sem: asyncio.Semaphore, results: list[RequestResult],
+                   deadline: float | None,
+                   on_result: Callable[[RequestResult], None] | None) -> None:
+    """Send a session's turns in order; chat turns carry the replies received so far."""
+    history = list(session.history)
+    for turn in session.turns:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return
+        async with sem:
+            res = await send(http, target, spec,
+                             turn, Session([turn], session.system, history))
+        results.append(res)
+        if on_result is not None:
+            on_result(res)
+        if not res.success:
+            return  # a conversation cannot go on without the reply
+        history += [{"role": "user", "content": turn.content},
+                    {"role": "assistant", "content": res.generated_text}]
