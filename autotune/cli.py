@@ -50,6 +50,57 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import logging
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from . import config, study, views
+
+    scenario = config.load(args.scenario)
+    if args.study:
+        scenario.name = args.study
+    timeout = config.parse_duration(args.timeout) if args.timeout else (
+        config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
+    root = Path(args.studies_dir)
+    (root / str(scenario.name)).mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(root / str(scenario.name) / "tune.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger("autotune").addHandler(handler)
+    logging.getLogger("autotune").setLevel(logging.INFO)
+    console = Console()
+    url = study.storage_url(scenario, args.storage, root)
+    console.print(f"tuning {scenario.name}: results in {url}")
+
+    def on_progress(p: study.Progress) -> None:
+        line = views.progress_line(p)
+        console.print(line)
+        logging.getLogger("autotune").info(line)
+
+    with console.status("running trials (Ctrl-C stops cleanly; run again to resume)"):
+        result = study.tune(scenario, args.scenario, storage=args.storage, trials=args.trials,
+                            timeout_s=timeout, root=root, on_progress=on_progress)
+    from .show import summary
+
+    views.print_summary(summary(result), console)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import show, views
+
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    data = show.summary(st)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        views.print_summary(data)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="autotune", description=(
         "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
@@ -77,6 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "flags for a launched server after `--`.")
     add_bench_arguments(p)
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("tune", help="run (or resume) the study of a scenario")
+    p.add_argument("scenario", help="scenario YAML, e.g. search_spaces/cpu-smoke.yaml")
+    p.add_argument("--trials", type=int, help="trials to run now (default: budget.trials)")
+    p.add_argument("--timeout", help="stop starting trials after this long, e.g. 8h or 9m")
+    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///studies/NAME.db)")
+    p.add_argument("--study", help="study name (default: the scenario's name or file name)")
+    p.add_argument("--studies-dir", default="studies", help="databases and trial logs")
+    p.set_defaults(func=_cmd_tune)
+
+    p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_show)
     return parser
 
 

@@ -241,17 +241,25 @@ class Server:
             return
         procs = self.processes()
         self._signal(procs, signal.SIGTERM)
-        _, alive = psutil.wait_procs(procs, timeout=self.stop_grace)
-        # Children may have been forked after the first snapshot.
-        alive = [p for p in {*alive, *self.processes()} if _alive(p)]
-        if alive:
-            self._signal(alive, signal.SIGKILL)
-            psutil.wait_procs(alive, timeout=30)
+        try:
+            psutil.wait_procs(procs, timeout=self.stop_grace)
+        except KeyboardInterrupt:
+            # A second Ctrl-C while stopping: no more grace, but still no leftovers.
+            self._kill_all()
+            raise
+        self._kill_all()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
         _LIVE.discard(self)
+
+    def _kill_all(self) -> None:
+        """SIGKILL whatever is left of the group (children forked after any snapshot too)."""
+        alive = [p for p in self.processes() if _alive(p)]
+        if alive:
+            self._signal(alive, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=30)
 
     def _signal(self, procs: list[psutil.Process], sig: int) -> None:
         assert self.proc is not None

@@ -61,6 +61,7 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
     st = result.start_time
     last = st
     text: list[str] = []
+    done = False
     try:
         async with http.post(target.url + path, json=body, headers=target.headers) as resp:
             if resp.status != 200:
@@ -73,6 +74,7 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
                     continue
                 data = line[5:].strip()
                 if data == b"[DONE]":
+                    done = True
                     break
                 now = time.perf_counter()
                 chunk = json.loads(data)
@@ -90,7 +92,9 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
                     result.output_tokens = int(usage.get("completion_tokens") or 0)
                     result.prompt_len = int(usage.get("prompt_tokens") or result.prompt_len)
         result.generated_text = "".join(text)
-        if result.ttft == 0.0:
+        if not done:  # vLLM always ends a stream with [DONE]; without it the reply is cut
+            result.error = "stream ended before [DONE]"
+        elif result.ttft == 0.0:
             result.error = "no content received"
         else:
             result.success = True
@@ -141,36 +145,41 @@ async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
         t0 = time.perf_counter()
         deadline = t0 + spec.max_duration_s if spec.max_duration_s else None
         tasks = []
+        truncated = False
         for session, offset in zip(sessions, offsets, strict=True):
             if deadline is not None and t0 + offset >= deadline:
+                truncated = True
                 break
             delay = t0 + offset - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(
                 _session(http, target, spec, session, sem, results, deadline, on_result)))
-        await asyncio.gather(*tasks)
+        truncated = any(await asyncio.gather(*tasks)) or truncated
         duration = time.perf_counter() - t0
-    planned = sum(len(s.turns) for s in sessions)
-    return RunResult(results, duration, truncated=len(results) < planned)
+    return RunResult(results, duration, truncated=truncated)
 
 
 async def _session(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec,
                    session: Session, sem: asyncio.Semaphore, results: list[RequestResult],
                    deadline: float | None,
-                   on_result: Callable[[RequestResult], None] | None) -> None:
-    """Send a session's turns in order; chat turns carry the replies received so far."""
+                   on_result: Callable[[RequestResult], None] | None) -> bool:
+    """Send a session's turns in order; chat turns carry the replies received so far.
+
+    True when the deadline stopped it before its last turn.
+    """
     history = list(session.history)
     for turn in session.turns:
-        if deadline is not None and time.perf_counter() >= deadline:
-            return
-        async with sem:
+        async with sem:  # checked after the wait: queued requests must not start late
+            if deadline is not None and time.perf_counter() >= deadline:
+                return True
             res = await send(http, target, spec,
                              turn, Session([turn], session.system, history))
         results.append(res)
         if on_result is not None:
             on_result(res)
         if not res.success:
-            return  # a conversation cannot go on without the reply
+            return False  # a conversation cannot go on without the reply
         history += [{"role": "user", "content": turn.content},
                     {"role": "assistant", "content": res.generated_text}]
+    return False

@@ -166,6 +166,8 @@ def _read_jsonl(spec: WorkloadSpec) -> list[Session]:
         out = int(row.get("max_tokens") or row.get("output_len") or spec.output_len)
         if "prompt" in row:
             sessions.append(Session([Turn(str(row["prompt"]), out)]))
+        elif "messages" in row and spec.api != "chat":
+            raise ValueError(f"{path}:{number}: 'messages' rows need `api: chat`")
         elif "messages" in row:
             msgs = list(row["messages"])
             system = next((m["content"] for m in msgs if m.get("role") == "system"), None)

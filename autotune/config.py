@@ -1,0 +1,223 @@
+"""Scenario files: strict models of the YAML, and one-line errors naming file and key.
+
+A scenario says which model to serve, how to start the engine, which flags to
+search and over what ranges, what traffic to send, how to score, which
+configurations to measure first, and how long to spend.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+from .flags import flag_name
+from .workloads import WorkloadSpec
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+LATENCY_STATS = ("mean", "median", "p90", "p95", "p99")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Strict):
+    """Exactly one of `tiny` (a preset built on first use) or `path` (directory or HF id)."""
+
+    tiny: Literal["tiny", "qwen3-4b"] | None = None
+    path: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ModelSpec:
+        if (self.tiny is None) == (self.path is None):
+            raise ValueError("give exactly one of `tiny` or `path`")
+        return self
+
+
+class EngineSpec(_Strict):
+    flags: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(900.0, gt=0)
+
+
+class Param(_Strict):
+    """A flag's range (`low`/`high`, optional `step`/`log`) or its `choices`."""
+
+    choices: list[Any] | None = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    type: Literal["int", "float"] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> Param:
+        if self.choices is not None:
+            if self.low is not None or self.high is not None:
+                raise ValueError("give either `choices` or `low`/`high`, not both")
+            if not self.choices:
+                raise ValueError("`choices` is empty")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError("give `choices`, or both `low` and `high`")
+        if self.low > self.high:
+            raise ValueError(f"empty range: low {self.low:g} > high {self.high:g}")
+        if self.log and self.low <= 0:
+            raise ValueError("a log range needs low > 0")
+        if self.log and self.step is not None:
+            raise ValueError("a range is either `log` or has a `step`, not both")
+        if self.type is None:
+            ints = all(float(v).is_integer() for v in (self.low, self.high, self.step or 1))
+            self.type = "int" if ints else "float"
+        return self
+
+
+class Speculative(_Strict):
+    """Speculative decoding: `num_speculative_tokens` 0 means off; the method is chosen only
+    when it is on."""
+
+    methods: list[str] = Field(default_factory=lambda: ["ngram"], min_length=1)
+    num_speculative_tokens: Param = Field(default_factory=lambda: Param(low=0, high=5))
+    extra: dict[str, Any] = Field(default_factory=lambda: {"prompt_lookup_max": 4})
+
+
+class Objective(_Strict):
+    mode: Literal["weighted", "pareto"] = "weighted"
+    throughput: Literal["output_throughput", "request_throughput",
+                        "total_token_throughput"] = "output_throughput"
+    latency: str = "ttft_p95"
+    weights: dict[Literal["throughput", "latency", "memory"], float] = Field(
+        default_factory=lambda: {"throughput": 1.0, "latency": 1.0, "memory": 0.2})
+    slos: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("latency")
+    @classmethod
+    def _latency(cls, value: str) -> str:
+        latency_key(value)
+        return value
+
+    @field_validator("slos")
+    @classmethod
+    def _slos(cls, value: dict[str, float]) -> dict[str, float]:
+        for key, limit in value.items():
+            if not key.endswith("_ms"):
+                raise ValueError(f"SLO {key!r} must end in _ms (e.g. ttft_p95_ms)")
+            latency_key(key[:-3])
+            if not limit > 0:
+                raise ValueError(f"SLO {key} must be > 0")
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        if any(w < 0 for w in value.values()) or not any(w > 0 for w in value.values()):
+            raise ValueError("weights must be >= 0 with at least one > 0")
+        return value
+
+
+class Baseline(_Strict):
+    name: str
+    flags: dict[str, Any] = Field(default_factory=dict)
+
+
+class Budget(_Strict):
+    trials: int = Field(20, ge=1)
+    timeout: str | None = None  # e.g. "8h", "45m"
+    trial_timeout: str = "30m"
+
+    @field_validator("timeout", "trial_timeout")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+
+class SamplerSpec(_Strict):
+    name: Literal["tpe", "gp", "nsga2", "random", "grid"] = "tpe"
+    seed: int = 0
+
+
+class Scenario(_Strict):
+    name: str | None = None
+    model: ModelSpec
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    space: dict[str, Param] = Field(default_factory=dict)
+    speculative: Speculative | None = None
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    objective: Objective = Field(default_factory=Objective)
+    baselines: list[Baseline] = Field(default_factory=list)
+    budget: Budget = Field(default_factory=Budget)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+
+    @field_validator("space")
+    @classmethod
+    def _space_names(cls, value: dict[str, Param]) -> dict[str, Param]:
+        return {flag_name(k): v for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _relations(self) -> Scenario:
+        seqs, mbt = self.space.get("max-num-seqs"), self.space.get("max-num-batched-tokens")
+        if seqs is not None and mbt is not None and _lowest(seqs) > _highest(mbt):
+            raise ValueError("space: max-num-batched-tokens is below max-num-seqs everywhere "
+                             "(vLLM refuses every such configuration)")
+        return self
+
+
+def _lowest(p: Param) -> float:
+    return min(float(c) for c in p.choices) if p.choices else float(p.low or 0)
+
+
+def _highest(p: Param) -> float:
+    return max(float(c) for c in p.choices) if p.choices else float(p.high or 0)
+
+
+def latency_key(name: str) -> str:
+    """`ttft_p95` -> `p95_ttft_ms` (the `vllm bench serve` key)."""
+    m = re.fullmatch(r"([a-z0-9]+)_([a-z0-9]+)", name)
+    if not m or m.group(1) not in LATENCY_METRICS or m.group(2) not in LATENCY_STATS:
+        raise ValueError(f"unknown latency metric {name!r}; use METRIC_STAT with METRIC in "
+                         f"{', '.join(LATENCY_METRICS)} and STAT in {', '.join(LATENCY_STATS)}")
+    metric, stat = m.groups()
+    return f"{stat}_{metric}_ms"
+
+
+def parse_duration(text: str) -> float:
+    """'8h', '45m', '90s', '1h30m' or plain seconds -> seconds."""
+    text = str(text).strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"bad duration {text!r}; use e.g. 8h, 45m, 90s or 1h30m")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def load(path: str | Path) -> Scenario:
+    """Read and validate a scenario file; every problem is one ConfigError line."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a scenario is a mapping of sections")
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"] if not str(x).startswith("function-"))
+        msg = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            msg = "unknown key"
+        raise ConfigError(f"{path}: {where or 'scenario'}: {msg}") from None
+    if scenario.name is None:
+        scenario.name = path.stem
+    return scenario

@@ -1,0 +1,126 @@
+"""Read a study back: open it by file, name or URL, and tabulate its trials."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .errors import ConfigError
+from .flags import normalize
+from .objective import gain
+from .study import DEFAULTS
+
+
+def open_existing(target: str, study_name: str | None = None,
+                  root: Path = Path("studies")) -> optuna.Study:
+    """A study from a .db file, a study name under `root`, or a storage URL."""
+    if "://" in target:
+        url = target
+    else:
+        path = Path(target)
+        if not path.exists() and (root / f"{target}.db").exists():
+            path = root / f"{target}.db"
+            study_name = study_name or target
+        if not path.exists():
+            raise ConfigError(f"no study database {target!r} (nor {root / (target + '.db')})")
+        url = f"sqlite:///{path}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        names = optuna.get_all_study_names(storage=url)
+    except Exception as err:  # noqa: BLE001 - any storage error is the user's input here
+        raise ConfigError(f"cannot open study storage {url}: {err}") from None
+    if study_name is None:
+        if len(names) != 1:
+            raise ConfigError(f"{url} holds {len(names)} studies ({', '.join(names)}); "
+                              "choose one with --study")
+        study_name = names[0]
+    if study_name not in names:
+        raise ConfigError(f"no study {study_name!r} in {url}; it holds: {', '.join(names)}")
+    return optuna.load_study(study_name=study_name, storage=url)
+
+
+def outcome(t: FrozenTrial) -> str:
+    if t.state == TrialState.COMPLETE:
+        return "ok" if t.user_attrs.get("feasible", True) else "infeasible"
+    if t.state == TrialState.PRUNED:
+        return "pruned"
+    if t.state == TrialState.FAIL:
+        return t.user_attrs.get("outcome") or "fail"
+    return t.state.name.lower()
+
+
+def reason(t: FrozenTrial) -> str:
+    if t.user_attrs.get("duplicate_of") is not None:
+        return f"same as #{t.user_attrs['duplicate_of']}"
+    if outcome(t) == "infeasible":
+        scenario_slos = t.user_attrs.get("constraints") or []
+        return f"SLO missed ({sum(c > 0 for c in scenario_slos)})"
+    return str(t.user_attrs.get("reason") or "")
+
+
+def trial_row(t: FrozenTrial, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One trial as plain data: for the table and for `--json` (`fixed` flags left out)."""
+    m = t.user_attrs.get("measures") or {}
+    flags = t.user_attrs.get("flags") or {}
+    row: dict[str, Any] = {
+        "number": t.number,
+        "name": t.user_attrs.get("baseline") or "",
+        "outcome": outcome(t),
+        "reason": reason(t),
+        "flags": {k: v for k, v in flags.items() if k not in (fixed or {})},
+        "throughput": m.get("throughput"),
+        "latency_ms": m.get("latency_ms"),
+        "memory_mib": m.get("memory_mib"),
+        "values": t.values,
+        "gain": t.user_attrs.get("gain"),
+        "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
+        "detail": t.user_attrs.get("detail"),
+    }
+    return row
+
+
+def summary(study: optuna.Study) -> dict[str, Any]:
+    """Every trial, the baseline, and the best feasible trial or the feasible Pareto set."""
+    trials = study.get_trials(deepcopy=False)
+    fixed = normalize(((study.user_attrs.get("scenario") or {}).get("engine") or {})
+                      .get("flags") or {})
+    rows = [trial_row(t, fixed) for t in trials]
+    feasible = [t for t in trials if t.state == TrialState.COMPLETE
+                and t.user_attrs.get("feasible", True)]
+    base = next((r for r in rows if r["name"] == DEFAULTS and r["outcome"] != "pruned"), None)
+    out: dict[str, Any] = {"study": study.study_name, "directions":
+                           [d.name.lower() for d in study.directions], "trials": rows,
+                           "baseline": base}
+    if len(study.directions) == 1:
+        best = max(feasible, key=lambda t: t.values[0], default=None)
+        out["best"] = trial_row(best, fixed) if best else None
+        out["best_gain"] = gain(best.values[0]) if best else None
+    else:
+        out["pareto"] = [trial_row(t, fixed) for t in _pareto(feasible)]
+    out["fixed_flags"] = fixed
+    return out
+
+
+def _pareto(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Non-dominated trials for (max throughput, min latency, min memory)."""
+    def key(t: FrozenTrial) -> tuple[float, float, float]:
+        v = t.values
+        return (-v[0], v[1], v[2])
+
+    front = []
+    for t in trials:
+        kt = key(t)
+        if not any(all(a <= b for a, b in zip(key(o), kt, strict=True)) and key(o) != kt
+                   for o in trials):
+            front.append(t)
+    return front
+
+
+def fmt(value: Any, spec: str = ".1f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)

@@ -1,0 +1,212 @@
+"""The Optuna study: storage, baselines first, the ask/tell loop, resume.
+
+Each trial is asked of Optuna, run by `trial.run`, and told back with its
+state; everything measured goes into the trial's user attributes, so the study
+database alone explains itself. The first trial is vLLM's defaults, and the
+weighted score of every trial is relative to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from . import objective as obj
+from . import space, tinymodel
+from . import trial as trial_mod
+from .config import Scenario
+from .engineinfo import engine_info
+from .flags import normalize
+
+log = logging.getLogger("autotune")
+DEFAULTS = "vllm-defaults"
+
+
+@dataclass
+class Progress:
+    """What the live view shows after each trial."""
+
+    done: int
+    planned: int
+    elapsed_s: float
+    deadline_s: float | None
+    last: FrozenTrial | None
+    best: FrozenTrial | None
+
+
+def storage_url(scenario: Scenario, storage: str | None, root: Path) -> str:
+    if storage:
+        return storage
+    root.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{root / (scenario.name or 'study')}.db"
+
+
+def _constraints(t: FrozenTrial) -> list[float]:
+    return list(t.user_attrs.get("constraints") or [0.0])
+
+
+def make_sampler(scenario: Scenario) -> optuna.samplers.BaseSampler:
+    s = scenario.sampler
+    if s.name == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, constraints_func=_constraints)
+    if s.name == "gp":
+        return optuna.samplers.GPSampler(seed=s.seed, constraints_func=_constraints)
+    if s.name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=s.seed, constraints_func=_constraints)
+    if s.name == "grid":
+        return optuna.samplers.GridSampler(space.grid(scenario), seed=s.seed)
+    return optuna.samplers.RandomSampler(seed=s.seed)
+
+
+def open_study(scenario: Scenario, url: str) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=url, study_name=scenario.name,
+                                directions=obj.directions(scenario.objective),
+                                sampler=make_sampler(scenario), load_if_exists=True)
+    if not study.user_attrs.get("baselines_enqueued"):
+        # vLLM's defaults first, then the named baselines, before any search.
+        study.enqueue_trial({}, user_attrs={"baseline": DEFAULTS, "baseline_flags": {}})
+        for base in scenario.baselines:
+            study.enqueue_trial({}, user_attrs={"baseline": base.name,
+                                                "baseline_flags": normalize(base.flags)})
+        study.set_user_attr("baselines_enqueued", True)
+        study.set_user_attr("scenario", scenario.model_dump(mode="json"))
+    return study
+
+
+def recover_interrupted(study: optuna.Study, url: str) -> int:
+    """Trials left RUNNING by a killed tuner become FAIL and run again (SQLite: one worker)."""
+    if not url.startswith("sqlite"):
+        return 0
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        study.tell(t.number, state=TrialState.FAIL)
+        _requeue(study, t)
+    return len(stale)
+
+
+def _requeue(study: optuna.Study, t: FrozenTrial) -> None:
+    attrs = {k: v for k, v in t.user_attrs.items() if k in ("baseline", "baseline_flags")}
+    study.enqueue_trial(t.params, user_attrs=attrs, skip_if_exists=False)
+
+
+def resolve_model(scenario: Scenario) -> str:
+    if scenario.model.tiny:
+        return str(tinymodel.build(preset=scenario.model.tiny).path)
+    return str(scenario.model.path)
+
+
+def _key(flags: dict[str, Any]) -> str:
+    return json.dumps(normalize(flags), sort_keys=True, default=str)
+
+
+def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> FrozenTrial | None:
+    key = _key(flags)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.number != number and _key(t.user_attrs.get("flags") or {}) == key:
+            return t
+    return None
+
+
+def reference(study: optuna.Study, scenario: Scenario) -> obj.Measures | None:
+    """The baseline's measures: vLLM's defaults, else the first completed trial."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    trials.sort(key=lambda t: (t.user_attrs.get("baseline") != DEFAULTS, t.number))
+    for t in trials:
+        if "measures" in t.user_attrs:
+            return obj.Measures(**t.user_attrs["measures"])
+    return None
+
+
+def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path) -> FrozenTrial:
+    """Ask, run and tell one trial; a Ctrl-C marks it FAIL, queues it again and re-raises."""
+    trial = study.ask()
+    base = trial.user_attrs.get("baseline_flags")
+    # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
+    flags = {**normalize(scenario.engine.flags), **normalize(base)} if base is not None \
+        else space.suggest(trial, scenario)
+    n_slo = len(scenario.objective.slos) + 1
+    try:
+        dup = _duplicate(study, flags, trial.number)
+        if dup is not None:
+            outcome = trial_mod.Outcome(
+                trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
+                dup.user_attrs.get("reason", ""), dup.user_attrs.get("metrics", {}),
+                {k: v for k, v in dup.user_attrs.items() if k not in ("baseline",)})
+            outcome.attrs["duplicate_of"] = dup.number
+        else:
+            log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
+            outcome = trial_mod.run(scenario, model, flags, trials_root / str(trial.number))
+    except KeyboardInterrupt:
+        trial.set_user_attr("outcome", "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        _requeue(study, study.get_trials(deepcopy=False)[trial.number])
+        raise
+    for k, v in outcome.attrs.items():
+        trial.set_user_attr(k, v)
+    trial.set_user_attr("outcome", outcome.state)
+    trial.set_user_attr("reason", outcome.reason)
+    if outcome.state == trial_mod.PRUNED:
+        trial.set_user_attr("constraints", [1.0] * (n_slo + 1))
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        m = obj.measures(outcome.summary, scenario.objective)
+        base_m = reference(study, scenario)
+        values = obj.values(m, base_m, scenario.objective)
+        constraints = obj.constraints(outcome.summary, scenario.objective) + [0.0]
+        trial.set_user_attr("metrics", outcome.summary)
+        trial.set_user_attr("measures", m.as_dict())
+        trial.set_user_attr("constraints", constraints)
+        trial.set_user_attr("feasible", all(c <= 0 for c in constraints))
+        if scenario.objective.mode == "weighted":
+            trial.set_user_attr("gain", obj.gain(values[0]))
+        study.tell(trial, values)
+    return study.get_trials(deepcopy=False)[trial.number]
+
+
+def feasible_best(study: optuna.Study) -> FrozenTrial | None:
+    """The best feasible completed trial (weighted mode); None if there is none."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("feasible") and len(t.values or []) == 1]
+    return max(done, key=lambda t: t.values[0], default=None)
+
+
+def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None = None,
+         trials: int | None = None, timeout_s: float | None = None,
+         root: Path = Path("studies"),
+         on_progress: Callable[[Progress], None] | None = None) -> optuna.Study:
+    """Run up to `trials` more trials (or until `timeout_s`), resuming the study if it exists."""
+    info = engine_info()
+    space.check_against_engine(scenario, info, scenario_path)
+    url = storage_url(scenario, storage, root)
+    study = open_study(scenario, url)
+    if recovered := recover_interrupted(study, url):
+        log.info("%d interrupted trial(s) will run again", recovered)
+    model = resolve_model(scenario)
+    trials_root = root / (scenario.name or "study") / "trials"
+    planned = trials if trials is not None else scenario.budget.trials
+    t0 = time.monotonic()
+    longest = 0.0
+    last = None
+    for done in range(planned):
+        elapsed = time.monotonic() - t0
+        # Never start a trial that the time box cannot hold (the longest one so far).
+        if timeout_s is not None and elapsed + longest > timeout_s:
+            log.info("stopping: %.0f s left, a trial takes up to %.0f s",
+                     timeout_s - elapsed, longest)
+            break
+        start = time.monotonic()
+        last = run_one(study, scenario, model, trials_root)
+        longest = max(longest, time.monotonic() - start)
+        if on_progress is not None:
+            on_progress(Progress(done + 1, planned, time.monotonic() - t0, timeout_s, last,
+                                 feasible_best(study)))
+    return study

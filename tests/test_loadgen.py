@@ -1,0 +1,254 @@
+"""The streaming client against a fake server: faults, timing, chat bodies, scheduling.
+
+Faults and exactly known timings cannot be had from the real engine on demand, hence the
+fake (tests/fakeserver.py); the client against real vLLM is in test_bench_engine.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+from fakeserver import FakeServer, free_port
+
+from autotune import loadgen
+from autotune.loadgen import Target, arrival_offsets
+from autotune.metrics import RequestResult
+from autotune.workloads import Session, Turn, WorkloadSpec
+
+APIS = ["completions", "chat"]
+
+
+def run(url: str, sessions: list[Session], warmup: list[Session] | None = None,
+        **spec: object) -> loadgen.RunResult:
+    return asyncio.run(loadgen.run(Target(url, "fake-model", {}), WorkloadSpec(**spec),
+                                   sessions, warmup or ()))
+
+
+def one(url: str, prompt: str, max_tokens: int = 4, **spec: object) -> RequestResult:
+    result = run(url, [Session([Turn(prompt, max_tokens)])], **spec)
+    assert len(result.results) == 1 and not result.truncated
+    return result.results[0]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with FakeServer() as url:
+        yield url
+
+
+# -- faults: every request gives one result and none raises ------------------------------
+
+@pytest.mark.parametrize("api", APIS)
+def test_normal_stream_succeeds(server, api):
+    r = one(server, "hello there", max_tokens=5, api=api)
+    assert r.success and r.error == ""
+    assert r.generated_text == "tok0 tok1 tok2 tok3 tok4 "
+    assert r.output_tokens == 5 and r.prompt_len == 2  # from the usage event
+    assert len(r.itl) == (5 if api == "chat" else 4)  # chat: the role-only event comes first
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_connection_closed_midway_fails(server, api):
+    r = one(server, "fault:close", max_tokens=8, api=api)
+    assert not r.success and r.error.startswith("stream")  # broken, or ended before [DONE]
+    assert r.ttft > 0  # events came before the drop
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_http_500_fails_with_status_and_body(server, api):
+    r = one(server, "fault:500", api=api)
+    assert not r.success
+    assert "HTTP 500" in r.error and "engine died" in r.error
+
+
+@pytest.mark.parametrize("fault", ["stall", "stall-first"])
+def test_stall_past_the_timeout_fails(server, fault):
+    start = time.perf_counter()
+    r = one(server, f"fault:{fault}", timeout_s=0.3)
+    assert not r.success and "timeout" in r.error
+    assert time.perf_counter() - start < 5
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_stream_without_content_fails(server, api):
+    r = one(server, "fault:empty", api=api)
+    assert not r.success and r.error == "no content received"
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_stream_ending_before_done_fails(server, api):
+    r = one(server, "fault:nodone", api=api)
+    assert not r.success and r.error == "stream ended before [DONE]"
+    assert r.output_tokens == 4  # the usage event came; only [DONE] was missing
+
+
+def test_connection_refused_fails():
+    r = one(f"http://127.0.0.1:{free_port()}", "hello")
+    assert not r.success and r.error
+
+
+def test_mixed_run_gives_one_result_per_request(server):
+    prompts = ["good", "fault:close", "fault:500", "fault:stall", "good", "fault:empty",
+               "fault:nodone", "good"]
+    seen: list[RequestResult] = []
+    result = asyncio.run(loadgen.run(
+        Target(server, "fake-model", {}), WorkloadSpec(timeout_s=0.5),
+        [Session([Turn(p, 3)]) for p in prompts], on_result=seen.append))
+    assert len(result.results) == len(prompts) and seen == result.results
+    assert sum(r.success for r in result.results) == 3
+    kinds = ("HTTP 500", "timeout", "no content received", "stream")  # close, nodone: stream
+    errors = Counter(next(k for k in kinds if r.error.startswith(k)) for r in result.results
+                     if not r.success)
+    assert errors == {"HTTP 500": 1, "timeout": 1, "no content received": 1, "stream": 2}
+    assert not result.truncated
+
+
+# -- timing ------------------------------------------------------------------------------
+
+def test_timing_follows_the_server_intervals():
+    with FakeServer(first_delay=0.3, interval=0.1) as url:
+        r = one(url, "hi", max_tokens=6)
+    assert r.success
+    assert 0.28 <= r.ttft <= 0.8
+    assert len(r.itl) == 5
+    assert min(r.itl) >= 0.05 and max(r.itl) <= 0.4  # generous: 2 busy cores
+    assert 0.09 <= statistics.median(r.itl) <= 0.2
+    assert r.latency == pytest.approx(r.ttft + sum(r.itl))
+
+
+# -- request bodies ----------------------------------------------------------------------
+
+def test_completions_body():
+    (body,) = _bodies([Session([Turn("the prompt", 7)])], temperature=0.5)
+    assert body["prompt"] == "the prompt" and "messages" not in body
+    assert body["max_tokens"] == 7 and body["temperature"] == 0.5 and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True} and body["ignore_eos"] is True
+    assert body["model"] == "fake-model"
+
+
+def test_chat_sends_system_and_history():
+    history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "reply"}]
+    session = Session([Turn("now", 3)], system="be brief", history=history)
+    (body,) = _bodies([session], api="chat")
+    assert body["messages"] == [{"role": "system", "content": "be brief"}, *history,
+                                {"role": "user", "content": "now"}]
+    assert "prompt" not in body
+
+
+def test_chat_turns_carry_the_replies():
+    session = Session([Turn("first", 2), Turn("second", 2)], system="sys")
+    first, second = _bodies([session], api="chat")
+    assert first["messages"] == [{"role": "system", "content": "sys"},
+                                 {"role": "user", "content": "first"}]
+    assert second["messages"] == [*first["messages"],
+                                  {"role": "assistant", "content": "tok0 tok1 "},
+                                  {"role": "user", "content": "second"}]
+
+
+def test_failed_turn_ends_the_conversation_without_truncation(server):
+    session = Session([Turn("fault:500", 2), Turn("next", 2), Turn("last", 2)])
+    result = run(server, [session], api="chat")
+    assert len(result.results) == 1 and not result.results[0].success
+    assert not result.truncated  # only the duration cap truncates
+
+
+def test_warmup_is_sent_first_but_not_counted():
+    server = FakeServer()
+    with server as url:
+        result = run(url, [Session([Turn("a", 2)]), Session([Turn("b", 2)])],
+                     warmup=[Session([Turn("warm", 2)])])
+    assert len(result.results) == 2
+    assert [body["prompt"] for body in server.requests][0] == "warm"
+    assert len(server.requests) == 3
+
+
+def _bodies(sessions: list[Session], **spec: object) -> list[dict]:
+    """The JSON bodies a fresh fake server received for `sessions`."""
+    server = FakeServer()
+    with server as url:
+        result = run(url, sessions, **spec)
+    assert all(r.success for r in result.results)
+    return server.requests
+
+
+# -- concurrency and arrivals ------------------------------------------------------------
+
+@pytest.mark.parametrize("cap", [1, 3, None])
+def test_max_concurrency_is_the_peak_in_flight(cap):
+    server = FakeServer(first_delay=0.1, interval=0.01)  # all are in flight during the delay
+    with server as url:
+        result = run(url, [Session([Turn(f"r{i}", 3)]) for i in range(6)], max_concurrency=cap)
+    assert len(result.results) == 6 and all(r.success for r in result.results)
+    assert server.peak == (cap or 6)
+
+
+def test_infinite_rate_sends_everything_at_once():
+    assert arrival_offsets(5, float("inf"), 1.0, seed=0) == [0.0] * 5
+
+
+@pytest.mark.parametrize("burstiness", [0.5, 1.0, 4.0])
+def test_finite_rate_ends_at_n_over_rate(burstiness):
+    offsets = arrival_offsets(50, 10.0, burstiness, seed=3)
+    assert len(offsets) == 50
+    assert offsets[-1] == pytest.approx(5.0)
+    assert all(b >= a for a, b in zip(offsets, offsets[1:], strict=False))
+    assert offsets[0] > 0
+
+
+def test_arrivals_are_seeded():
+    assert arrival_offsets(20, 4.0, 1.0, seed=1) == arrival_offsets(20, 4.0, 1.0, seed=1)
+    assert arrival_offsets(20, 4.0, 1.0, seed=1) != arrival_offsets(20, 4.0, 1.0, seed=2)
+
+
+def test_infinite_burstiness_is_evenly_spaced():
+    offsets = arrival_offsets(8, 4.0, float("inf"), seed=0)
+    assert offsets == pytest.approx([0.25 * (i + 1) for i in range(8)])
+
+
+def test_lower_burstiness_is_burstier():
+    def spread(burstiness: float) -> float:
+        gaps = np.diff(arrival_offsets(2000, 10.0, burstiness, seed=0))
+        return float(np.std(gaps) / np.mean(gaps))
+
+    assert spread(0.25) > 1.5 > spread(1.0) > 0.8 > spread(16.0)
+
+
+def test_requests_leave_on_schedule(server):
+    result = run(server, [Session([Turn(f"r{i}", 1)]) for i in range(5)], request_rate=20.0,
+                 burstiness=float("inf"))
+    starts = sorted(r.start_time for r in result.results)
+    gaps = np.diff(starts)
+    assert len(starts) == 5 and all(0.03 <= g <= 0.2 for g in gaps)
+    assert result.duration_s >= 0.25
+
+
+# -- the duration cap --------------------------------------------------------------------
+
+def test_duration_cap_stops_scheduled_arrivals(server):
+    sessions = [Session([Turn(f"r{i}", 1)]) for i in range(20)]  # one every 0.1 s, to 2 s
+    result = run(server, sessions, request_rate=10.0, burstiness=float("inf"),
+                 max_duration_s=0.45)
+    assert result.truncated
+    assert 3 <= len(result.results) <= 5
+    assert result.duration_s < 1.5
+
+
+def test_duration_cap_stops_queued_requests():
+    sessions = [Session([Turn(f"r{i}", 4)]) for i in range(10)]  # ~0.15 s each, one at a time
+    with FakeServer(interval=0.05) as url:
+        start = time.perf_counter()
+        result = run(url, sessions, max_concurrency=1, max_duration_s=0.4)
+        elapsed = time.perf_counter() - start
+    assert result.truncated
+    assert 1 <= len(result.results) <= 4
+    assert elapsed < 1.5
+
+
+def test_without_cap_nothing_is_truncated(server):
+    result = run(server, [Session([Turn(f"r{i}", 2)]) for i in range(6)], max_duration_s=30)
+    assert len(result.results) == 6 and not result.truncated
