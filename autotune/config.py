@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
-from .flags import flag_name
+from .flags import flag_name, normalize
 from .workloads import WorkloadSpec
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -39,10 +39,20 @@ class ModelSpec(_Strict):
         return self
 
 
+def _one_spelling(flags: dict[str, Any]) -> dict[str, Any]:
+    normalize(flags)  # a flag given twice (`max_num_seqs` and `max-num-seqs`) is an error
+    return flags
+
+
 class EngineSpec(_Strict):
     flags: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: float = Field(900.0, gt=0)
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _one_spelling(value)
 
 
 class Param(_Strict):
@@ -65,6 +75,8 @@ class Param(_Strict):
             return self
         if self.low is None or self.high is None:
             raise ValueError("give `choices`, or both `low` and `high`")
+        if self.step is not None and not self.step > 0:
+            raise ValueError("`step` must be > 0")
         if self.low > self.high:
             raise ValueError(f"empty range: low {self.low:g} > high {self.high:g}")
         if self.log and self.low <= 0:
@@ -123,6 +135,11 @@ class Objective(_Strict):
 class Baseline(_Strict):
     name: str
     flags: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("flags")
+    @classmethod
+    def _flags(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _one_spelling(value)
 
 
 class Budget(_Strict):

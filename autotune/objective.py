@@ -84,8 +84,8 @@ def constraints(summary: Mapping[str, Any], objective: Objective) -> list[float]
     for key, limit in objective.slos.items():
         value = summary.get(latency_key(key.removesuffix("_ms")))
         out.append(1e9 if value is None else float(value) - limit)
-    if summary.get("failed"):
-        out.append(float(summary["failed"]))
+    # Always present, so every trial has as many constraints (GPSampler requires it).
+    out.append(float(summary.get("failed") or 0))
     return out
 
 

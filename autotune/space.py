@@ -7,6 +7,8 @@ start-up (so such configurations are pruned without paying for a launch).
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +57,9 @@ def grid(scenario: Scenario) -> dict[str, list[Any]]:
         else:
             assert p.low is not None and p.high is not None
             step = p.step or 1
-            n = int(round((p.high - p.low) / step)) + 1
-            values = [p.low + i * step for i in range(n)]
+            # Like Optuna's own ranges: the last value is the highest step not above `high`.
+            n = math.floor((p.high - p.low) / step + 1e-9) + 1
+            values = [round(p.low + i * step, 12) for i in range(n)]  # 0.3, not 0.300..04
             out[name] = [int(v) for v in values] if p.type == "int" else values
     if scenario.speculative is not None:
         raise ConfigError("speculative: the grid sampler does not take conditional parameters")
@@ -66,21 +69,31 @@ def grid(scenario: Scenario) -> dict[str, list[Any]]:
 def relation_violation(flags: dict[str, Any]) -> str | None:
     """Why vLLM would refuse this combination at start-up, or None."""
     seqs, mbt = flags.get("max-num-seqs"), flags.get("max-num-batched-tokens")
-    if seqs is not None and mbt is not None and int(mbt) < int(seqs):
+    mbt_tokens = None if mbt is None else _tokens(mbt)
+    if seqs is not None and mbt_tokens is not None and mbt_tokens < int(seqs):
         return f"max-num-batched-tokens {mbt} < max-num-seqs {seqs}"
     mml = flags.get("max-model-len")
-    if flags.get("enable-chunked-prefill") is False and mbt is not None and mml is not None \
-            and int(mbt) < _tokens(mml):
+    mml_tokens = None if mml is None else _tokens(mml)
+    if flags.get("enable-chunked-prefill") is False and mbt_tokens is not None \
+            and mml_tokens is not None and mbt_tokens < mml_tokens:
         return f"max-num-batched-tokens {mbt} < max-model-len {mml} without chunked prefill"
     return None
 
 
-def _tokens(value: Any) -> int:
-    text = str(value).strip().lower()
-    scale = {"k": 1000, "m": 1000**2}.get(text[-1:], 1)
-    if text[-1:] in "km" and text[:-1].replace(".", "").isdigit():
-        return int(float(text[:-1]) * scale)
-    return int(text)
+def _tokens(value: Any) -> int | None:
+    """A token count as vLLM's `human_readable_int` reads it (4k = 4000, 4K = 4096), or None
+    where it is not a count (`auto`) or vLLM itself would refuse it (`1.5K`)."""
+    text = str(value).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+        return int(number) * 1024 ** ("KMGT".index(suffix) + 1) if number.isdigit() else None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def check_against_engine(scenario: Scenario, info: EngineInfo, path: str | Path) -> None:

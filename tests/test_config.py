@@ -1,0 +1,340 @@
+"""Scenario files: the shipped example, the models' rules, one-line errors naming file and key."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from autotune.config import (
+    ModelSpec,
+    Objective,
+    Param,
+    Scenario,
+    latency_key,
+    load,
+    parse_duration,
+)
+from autotune.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_SMOKE = REPO / "search_spaces" / "cpu-smoke.yaml"
+
+
+def write(tmp_path: Path, text: str, name: str = "scenario.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load_error(tmp_path: Path, text: str) -> str:
+    """The one-line message of the ConfigError that loading `text` raises."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    return message
+
+
+# --- the shipped scenario and the name ---------------------------------------------------
+
+
+def test_shipped_cpu_smoke_loads():
+    scenario = load(CPU_SMOKE)
+    assert scenario.name == "cpu-smoke"
+    assert scenario.model.tiny == "tiny" and scenario.model.path is None
+    assert scenario.engine.flags == {"enforce-eager": True}
+    assert scenario.engine.env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert set(scenario.space) == {"max-num-seqs", "block-size", "enable-prefix-caching"}
+    assert scenario.space["max-num-seqs"].choices == [1, 4, 16]
+    assert scenario.objective.weights == {"throughput": 1.0, "latency": 0.5, "memory": 0.1}
+    assert scenario.objective.slos == {"ttft_p95_ms": 5000}
+    assert scenario.budget.trials == 5
+    assert parse_duration(scenario.budget.trial_timeout) == 300
+    assert scenario.sampler.name == "tpe"
+
+
+def test_name_defaults_to_file_stem(tmp_path):
+    path = write(tmp_path, "model: {tiny: tiny}\n", name="my-study.yaml")
+    assert load(path).name == "my-study"
+
+
+def test_explicit_name_wins_over_file_stem(tmp_path):
+    path = write(tmp_path, "name: given\nmodel: {tiny: tiny}\n", name="other.yaml")
+    assert load(path).name == "given"
+
+
+def test_space_keys_take_the_canonical_flag_spelling(tmp_path):
+    path = write(tmp_path, """\
+        model: {tiny: tiny}
+        space:
+          max_num_seqs: {choices: [1, 2]}
+          --block-size: {choices: [16]}
+        """)
+    assert set(load(path).space) == {"max-num-seqs", "block-size"}
+
+
+# --- Param -------------------------------------------------------------------------------
+
+
+def test_param_choices():
+    assert Param(choices=["auto", "fp8"]).choices == ["auto", "fp8"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"choices": [1, 2], "low": 1, "high": 2}, "either `choices` or `low`/`high`"),
+        ({"choices": []}, "`choices` is empty"),
+        ({"low": 1}, "both `low` and `high`"),
+        ({}, "both `low` and `high`"),
+        ({"low": 8, "high": 2}, "empty range: low 8 > high 2"),
+        ({"low": 0, "high": 1, "log": True}, "log range needs low > 0"),
+        ({"low": -1, "high": 1, "log": True}, "log range needs low > 0"),
+        ({"low": 1, "high": 64, "log": True, "step": 2}, "either `log` or has a `step`"),
+        ({"low": 1, "high": 4, "step": 0}, "`step` must be > 0"),
+        ({"low": 1, "high": 4, "step": -1}, "`step` must be > 0"),
+    ],
+)
+def test_param_shape_rules(kwargs, message):
+    with pytest.raises(ValidationError, match=message):
+        Param(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "inferred"),
+    [
+        ({"low": 1, "high": 256}, "int"),
+        ({"low": 1.0, "high": 8.0, "step": 2.0}, "int"),
+        ({"low": 1, "high": 256, "log": True}, "int"),
+        ({"low": 0.5, "high": 0.95}, "float"),
+        ({"low": 1, "high": 8, "step": 0.5}, "float"),
+        ({"low": 1, "high": 8, "type": "float"}, "float"),
+    ],
+)
+def test_param_type_inference(kwargs, inferred):
+    assert Param(**kwargs).type == inferred
+
+
+def test_low_equal_high_is_a_single_point_not_an_error():
+    assert Param(low=4, high=4).type == "int"
+
+
+# --- ModelSpec ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"tiny": "tiny", "path": "/models/x"}])
+def test_model_needs_exactly_one_of_tiny_or_path(kwargs):
+    with pytest.raises(ValidationError, match="exactly one of `tiny` or `path`"):
+        ModelSpec(**kwargs)
+
+
+def test_model_with_one_source():
+    assert ModelSpec(tiny="qwen3-4b").tiny == "qwen3-4b"
+    assert ModelSpec(path="Qwen/Qwen3-4B").path == "Qwen/Qwen3-4B"
+
+
+def test_unknown_tiny_preset_is_rejected():
+    with pytest.raises(ValidationError):
+        ModelSpec(tiny="huge")
+
+
+# --- Objective ---------------------------------------------------------------------------
+
+
+def test_objective_defaults():
+    objective = Objective()
+    assert objective.mode == "weighted"
+    assert objective.latency == "ttft_p95"
+    assert objective.weights == {"throughput": 1.0, "latency": 1.0, "memory": 0.2}
+
+
+@pytest.mark.parametrize("name", ["ttft_p95", "tpot_mean", "itl_median", "e2el_p99", "ttft_p90"])
+def test_known_latency_names(name):
+    assert Objective(latency=name).latency == name
+
+
+@pytest.mark.parametrize("name", ["ttft_p42", "foo_p95", "ttft", "TTFT_P95", "ttft_p95_ms"])
+def test_unknown_latency_names_list_the_allowed(name):
+    with pytest.raises(ValidationError) as err:
+        Objective(latency=name)
+    text = str(err.value)
+    assert f"unknown latency metric {name!r}" in text
+    assert "ttft, tpot, itl, e2el" in text
+    assert "mean, median, p90, p95, p99" in text
+
+
+def test_slos_keys_end_in_ms():
+    assert Objective(slos={"ttft_p95_ms": 500, "tpot_mean_ms": 50}).slos["ttft_p95_ms"] == 500
+    with pytest.raises(ValidationError, match="must end in _ms"):
+        Objective(slos={"ttft_p95": 500})
+
+
+def test_slo_key_names_a_known_latency():
+    with pytest.raises(ValidationError, match="unknown latency metric 'ttft_p42'"):
+        Objective(slos={"ttft_p42_ms": 500})
+
+
+@pytest.mark.parametrize("limit", [0, -5])
+def test_slo_limit_must_be_positive(limit):
+    with pytest.raises(ValidationError, match="must be > 0"):
+        Objective(slos={"ttft_p95_ms": limit})
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [{}, {"throughput": 0.0}, {"throughput": 1.0, "latency": -0.5}, {"latency": 0, "memory": 0}],
+)
+def test_weights_need_one_positive_and_none_negative(weights):
+    with pytest.raises(ValidationError, match="weights must be >= 0 with at least one > 0"):
+        Objective(weights=weights)
+
+
+def test_weights_accept_a_subset_and_zeros():
+    assert Objective(weights={"latency": 1.0, "memory": 0.0}).weights == {
+        "latency": 1.0, "memory": 0.0}
+
+
+def test_weights_reject_unknown_terms():
+    with pytest.raises(ValidationError, match="'throughput', 'latency' or 'memory'"):
+        Objective(weights={"speed": 1.0})
+
+
+# --- parse_duration and latency_key -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("8h", 28800), ("45m", 2700), ("90s", 90), ("1h30m", 5400), ("120", 120), ("1.5h", 5400),
+     (" 5m ", 300), ("2m30s", 150)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["abc", "8x", "", "h", "8h junk", "1h 30m", "-5m"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError, match="bad duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [("ttft_p95", "p95_ttft_ms"), ("tpot_mean", "mean_tpot_ms"), ("itl_median", "median_itl_ms"),
+     ("e2el_p99", "p99_e2el_ms")],
+)
+def test_latency_key(name, key):
+    assert latency_key(name) == key
+
+
+def test_latency_key_rejects_unknown():
+    with pytest.raises(ValueError, match="unknown latency metric 'foo_p95'"):
+        latency_key("foo_p95")
+
+
+# --- relations between flags --------------------------------------------------------------
+
+
+def test_batched_tokens_below_seqs_everywhere_is_rejected(tmp_path):
+    message = load_error(tmp_path, """\
+        model: {tiny: tiny}
+        space:
+          max-num-seqs: {choices: [64, 128]}
+          max-num-batched-tokens: {low: 16, high: 32}
+        """)
+    assert "max-num-batched-tokens is below max-num-seqs everywhere" in message
+
+
+@pytest.mark.parametrize(
+    ("seqs", "mbt"),
+    [
+        ("{choices: [64, 128]}", "{low: 16, high: 64}"),  # one point where they meet
+        ("{low: 1, high: 256}", "{choices: [32]}"),  # overlapping ranges
+        ("{choices: [8]}", "{choices: [8192]}"),
+    ],
+)
+def test_batched_tokens_overlapping_seqs_is_accepted(tmp_path, seqs, mbt):
+    path = write(tmp_path, f"""\
+        model: {{tiny: tiny}}
+        space:
+          max-num-seqs: {seqs}
+          max_num_batched_tokens: {mbt}
+        """)
+    assert set(load(path).space) == {"max-num-seqs", "max-num-batched-tokens"}
+
+
+# --- errors: file and key path in one line ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("model: {tiny: tiny}\nbogus: 1\n", "bogus: unknown key"),
+        ("model: {tiny: tiny}\nworkload: {foo: 1}\n", "workload.foo: unknown key"),
+        ("model: {tiny: tiny}\nspace: {x: {lo: 1, high: 2}}\n", "space.x.lo: unknown key"),
+        ("model: {tiny: tiny}\nobjective: {latncy: ttft_p95}\n", "objective.latncy: unknown key"),
+        ("model: {tiny: tiny}\nbaselines: [{name: a, flagz: {}}]\n",
+         "baselines.0.flagz: unknown key"),
+        ("model: {tiny: tiny, revision: main}\n", "model.revision: unknown key"),
+    ],
+)
+def test_unknown_keys_name_file_and_key_path(tmp_path, text, where):
+    assert load_error(tmp_path, text).endswith(where)
+
+
+def test_wrong_type_names_the_key(tmp_path):
+    message = load_error(tmp_path, "model: {tiny: tiny}\nbudget: {trials: many}\n")
+    assert ": budget.trials: " in message
+    assert "integer" in message
+
+
+def test_trials_must_be_positive(tmp_path):
+    assert ": budget.trials: " in load_error(tmp_path, "model: {tiny: tiny}\nbudget: {trials: 0}\n")
+
+
+def test_bad_duration_names_the_key(tmp_path):
+    message = load_error(tmp_path, "model: {tiny: tiny}\nbudget: {timeout: 8x}\n")
+    assert ": budget.timeout: bad duration '8x'" in message
+
+
+def test_empty_range_names_the_flag(tmp_path):
+    text = "model: {tiny: tiny}\nspace: {max-num-seqs: {low: 64, high: 8}}\n"
+    message = load_error(tmp_path, text)
+    assert message.endswith("space.max-num-seqs: empty range: low 64 > high 8")
+
+
+def test_missing_model_section(tmp_path):
+    assert load_error(tmp_path, "space: {}\n").endswith("model: Field required")
+
+
+def test_flag_given_twice_in_engine_flags(tmp_path):
+    message = load_error(tmp_path, """\
+        model: {tiny: tiny}
+        engine: {flags: {max_num_seqs: 1, max-num-seqs: 2}}
+        """)
+    assert ": engine.flags: flag --max-num-seqs given twice" in message
+
+
+def test_invalid_yaml(tmp_path):
+    message = load_error(tmp_path, "model: {tiny: tiny\nspace: [\n")
+    assert "not valid YAML" in message
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", ""])
+def test_a_scenario_must_be_a_mapping(tmp_path, text):
+    assert "a scenario is a mapping of sections" in load_error(tmp_path, text)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
+        load(path)
+
+
+def test_scenario_model_is_strict_on_its_own():
+    with pytest.raises(ValidationError):
+        Scenario.model_validate({"model": {"tiny": "tiny"}, "sampler": {"name": "cmaes"}})

