@@ -127,7 +127,7 @@ def test_jsonl_rows(tmp_path, model):
                   "",
                   json.dumps({"prompt": "three"}),
                   json.dumps({"messages": messages, "max_tokens": 3}))
-    spec = WorkloadSpec(kind="jsonl", path=str(path), num_requests=4, output_len=77)
+    spec = WorkloadSpec(kind="jsonl", api="chat", path=str(path), num_requests=4, output_len=77)
     sessions = {s.turns[0].content: s for s in build_sessions(spec, model)}
     assert set(sessions) == {"one", "two", "three", "u2"}  # each row once
     assert {k: s.turns[0].max_tokens for k, s in sessions.items()} == {
@@ -151,8 +151,14 @@ def test_jsonl_repeats_rows_for_more_requests(tmp_path, model):
 def test_jsonl_errors_name_file_and_line(tmp_path, model, bad, message):
     path = _jsonl(tmp_path, '{"prompt": "fine"}', bad)
     with pytest.raises(ValueError, match=message) as info:
-        build_sessions(WorkloadSpec(kind="jsonl", path=str(path)), model)
+        build_sessions(WorkloadSpec(kind="jsonl", api="chat", path=str(path)), model)
     assert f"{path}:2:" in str(info.value)
+
+
+def test_jsonl_messages_need_the_chat_api(tmp_path, model):
+    path = _jsonl(tmp_path, '{"messages": [{"role": "user", "content": "x"}]}')
+    with pytest.raises(ValueError, match="need `api: chat`"):
+        build_sessions(WorkloadSpec(kind="jsonl", path=str(path)), model)
 
 
 def test_empty_jsonl_is_rejected(tmp_path, model):
