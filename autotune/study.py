@@ -8,10 +8,13 @@ weighted score of every trial is relative to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +129,20 @@ def reference(study: optuna.Study, scenario: Scenario) -> obj.Measures | None:
     return None
 
 
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM for a few database writes (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path) -> FrozenTrial:
     """Ask, run and tell one trial; a Ctrl-C marks it FAIL, queues it again and re-raises."""
     trial = study.ask()
@@ -146,9 +163,10 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
             outcome = trial_mod.run(scenario, model, flags, trials_root / str(trial.number))
     except KeyboardInterrupt:
-        trial.set_user_attr("outcome", "interrupted")
-        study.tell(trial, state=TrialState.FAIL)
-        _requeue(study, study.get_trials(deepcopy=False)[trial.number])
+        with _no_interrupts():  # a further Ctrl-C must not leave the study half-written
+            trial.set_user_attr("outcome", "interrupted")
+            study.tell(trial, state=TrialState.FAIL)
+            _requeue(study, study.get_trials(deepcopy=False)[trial.number])
         raise
     for k, v in outcome.attrs.items():
         trial.set_user_attr(k, v)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,3 +59,39 @@ def _zombie(proc: psutil.Process) -> bool:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return True
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throwaway PostgreSQL server on loopback (the server binaries of the machine)."""
+    initdb = shutil.which("initdb") or next(iter(sorted(glob.glob(
+        "/usr/lib/postgresql/*/bin/initdb"))), None)
+    if initdb is None:
+        pytest.skip("PostgreSQL server binaries are not installed (Debian: postgresql)")
+    bindir = Path(initdb).resolve().parent
+    # Not under pytest's tmp dir: that is private to root, and postgres runs as its own user.
+    root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # postgres refuses to run as root
+        shutil.chown(root, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data = root / "data"
+    port = _free_port()
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                    "-U", "autotune"], check=True, capture_output=True)
+    subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l",
+                    str(root / "server.log"), "-w", "-o",
+                    f"-p {port} -h 127.0.0.1 -k {root}", "start"], check=True,
+                   capture_output=True)
+    try:
+        yield f"postgresql+psycopg://autotune@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop"], check=False, capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

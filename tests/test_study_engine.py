@@ -126,6 +126,8 @@ def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
     else:
         pytest.fail("no engine started")
     child.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)  # impatient: the second one skips the grace period
     _, err = child.communicate(timeout=120)
     assert child.returncode == 130, err
     assert "Traceback" not in err
@@ -148,3 +150,34 @@ def _ancestors(proc: psutil.Process) -> set[int]:
         return {p.pid for p in proc.parents()}
     except psutil.Error:
         return set()
+
+
+PG_SCENARIO = """
+name: on-postgres
+model: {tiny: tiny}
+engine: {flags: {enforce-eager: true}}
+space:
+  max-num-seqs: {choices: [2, 8]}
+workload: {kind: random, num_requests: 8, input_len: 32, output_len: 8, max_concurrency: 4}
+baselines:
+  # vLLM refuses this at start-up; autotune prunes it without launching
+  - {name: refused, flags: {max-num-seqs: 8, max-num-batched-tokens: 4}}
+budget: {trials: 1}
+sampler: {name: random, seed: 0}
+"""
+
+
+def test_study_on_postgresql(postgres_url, tmp_path):
+    path = tmp_path / "on-postgres.yaml"
+    path.write_text(PG_SCENARIO)
+    _tune(path, tmp_path, "--storage", postgres_url)
+    _tune(path, tmp_path, "--storage", postgres_url)  # resumes from the same database
+    study = optuna.load_study(study_name="on-postgres", storage=postgres_url)
+    defaults, refused = study.get_trials()
+    assert defaults.state == TrialState.COMPLETE
+    assert defaults.user_attrs["metrics"]["completed"] == 8
+    assert refused.state == TrialState.PRUNED
+    assert refused.user_attrs["reason"] == "invalid_combination"
+    shown = subprocess.run([sys.executable, "-m", "autotune", "show", postgres_url, "--json"],
+                           capture_output=True, text=True, check=True).stdout
+    assert [r["outcome"] for r in json.loads(shown)["trials"]] == ["ok", "pruned"]
