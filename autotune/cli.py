@@ -93,6 +93,15 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from . import show, views
 
     st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    if args.trial is not None:
+        trials = st.get_trials(deepcopy=False)
+        if not 0 <= args.trial < len(trials):
+            raise ConfigError(f"show: no trial {args.trial} (the study has {len(trials)})")
+        if args.json:
+            print(json.dumps(trials[args.trial].user_attrs, indent=2, default=str))
+        else:
+            views.print_trial(trials[args.trial])
+        return 0
     data = show.summary(st)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
@@ -142,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
     p.add_argument("--study", help="study name inside the storage")
     p.add_argument("--studies-dir", default="studies")
+    p.add_argument("--trial", type=int, help="one trial in full, with its quality figures")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
     return parser

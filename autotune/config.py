@@ -132,6 +132,19 @@ class Objective(_Strict):
         return value
 
 
+class GuardrailSpec(_Strict):
+    """Quality check of every trial against reference outputs (see autotune.guardrail)."""
+
+    enabled: bool = True
+    prompts: str | None = None  # JSONL of {"prompt": ...}; default: the shipped set
+    num_prompts: int = Field(16, ge=1)
+    max_tokens: int = Field(48, ge=1)
+    reference: str | None = None  # reuse (or create) this reference file across studies
+    noise_factor: float = Field(3.0, gt=0)
+    drift_threshold: float | None = Field(None, ge=0)  # nats; default from the noise floor
+    agreement_threshold: float | None = Field(None, ge=0, le=1)
+
+
 class Baseline(_Strict):
     name: str
     flags: dict[str, Any] = Field(default_factory=dict)
@@ -168,6 +181,7 @@ class Scenario(_Strict):
     speculative: Speculative | None = None
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     objective: Objective = Field(default_factory=Objective)
+    guardrail: GuardrailSpec = Field(default_factory=GuardrailSpec)
     baselines: list[Baseline] = Field(default_factory=list)
     budget: Budget = Field(default_factory=Budget)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)

@@ -57,8 +57,13 @@ def reason(t: FrozenTrial) -> str:
     if t.user_attrs.get("duplicate_of") is not None:
         return f"same as #{t.user_attrs['duplicate_of']}"
     if outcome(t) == "infeasible":
-        scenario_slos = t.user_attrs.get("constraints") or []
-        return f"SLO missed ({sum(c > 0 for c in scenario_slos)})"
+        why = []
+        q = t.user_attrs.get("quality") or {}
+        if q and not q.get("passed", True):
+            why.append(f"quality (drift {q.get('drift', 0):.3f})")
+        if (t.user_attrs.get("metrics") or {}).get("failed"):
+            why.append("failed requests")
+        return ", ".join(why) or "SLO missed"
     return str(t.user_attrs.get("reason") or "")
 
 
@@ -79,6 +84,8 @@ def trial_row(t: FrozenTrial, fixed: dict[str, Any] | None = None) -> dict[str, 
         "gain": t.user_attrs.get("gain"),
         "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
         "detail": t.user_attrs.get("detail"),
+        "quality": {k: (t.user_attrs.get("quality") or {}).get(k)
+                    for k in ("passed", "drift", "agreement")},
     }
     return row
 

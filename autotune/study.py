@@ -22,11 +22,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from . import guardrail, space, tinymodel
 from . import objective as obj
-from . import space, tinymodel
 from . import trial as trial_mod
 from .config import Scenario
 from .engineinfo import engine_info
+from .errors import ConfigError
 from .flags import normalize
 
 log = logging.getLogger("autotune")
@@ -143,14 +144,15 @@ def _no_interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path) -> FrozenTrial:
+def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path,
+            guard: trial_mod.Guard | None = None) -> FrozenTrial:
     """Ask, run and tell one trial; a Ctrl-C marks it FAIL, queues it again and re-raises."""
     trial = study.ask()
     base = trial.user_attrs.get("baseline_flags")
     # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
     flags = {**normalize(scenario.engine.flags), **normalize(base)} if base is not None \
         else space.suggest(trial, scenario)
-    n_slo = len(scenario.objective.slos) + 1
+    n_constraints = len(scenario.objective.slos) + 4  # SLOs, failures, 2 guardrail, start
     try:
         dup = _duplicate(study, flags, trial.number)
         if dup is not None:
@@ -161,7 +163,8 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             outcome.attrs["duplicate_of"] = dup.number
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
-            outcome = trial_mod.run(scenario, model, flags, trials_root / str(trial.number))
+            outcome = trial_mod.run(scenario, model, flags, trials_root / str(trial.number),
+                                    guard)
     except KeyboardInterrupt:
         with _no_interrupts():  # a further Ctrl-C must not leave the study half-written
             trial.set_user_attr("outcome", "interrupted")
@@ -173,13 +176,21 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
     trial.set_user_attr("outcome", outcome.state)
     trial.set_user_attr("reason", outcome.reason)
     if outcome.state == trial_mod.PRUNED:
-        trial.set_user_attr("constraints", [1.0] * (n_slo + 1))
+        trial.set_user_attr("constraints", [1.0] * n_constraints)
         study.tell(trial, state=TrialState.PRUNED)
     else:
         m = obj.measures(outcome.summary, scenario.objective)
         base_m = reference(study, scenario)
         values = obj.values(m, base_m, scenario.objective)
-        constraints = obj.constraints(outcome.summary, scenario.objective) + [0.0]
+        constraints = obj.constraints(outcome.summary, scenario.objective) \
+            + guardrail.constraints(outcome.quality) + [0.0]
+        if outcome.quality is not None:
+            trial.set_user_attr("quality", outcome.quality)
+        if outcome.new_reference is not None and guard is not None:
+            guard.reference = outcome.new_reference
+            path = reference_path(scenario, trials_root.parent)
+            outcome.new_reference.save(path)
+            study.set_user_attr("reference", {"path": str(path), "trial": trial.number})
         trial.set_user_attr("metrics", outcome.summary)
         trial.set_user_attr("measures", m.as_dict())
         trial.set_user_attr("constraints", constraints)
@@ -188,6 +199,38 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             trial.set_user_attr("gain", obj.gain(values[0]))
         study.tell(trial, values)
     return study.get_trials(deepcopy=False)[trial.number]
+
+
+def reference_path(scenario: Scenario, study_dir: Path) -> Path:
+    """Where the guardrail's reference lives: the scenario's file, else the study's folder."""
+    return Path(scenario.guardrail.reference) if scenario.guardrail.reference \
+        else study_dir / "reference.json"
+
+
+def make_guard(scenario: Scenario, study_dir: Path) -> trial_mod.Guard | None:
+    """The guardrail for this run: an existing reference is reused, else the first
+    completed trial (vLLM's defaults) makes it."""
+    spec = scenario.guardrail
+    if not spec.enabled:
+        return None
+    try:
+        prompts = guardrail.read_prompts(spec.prompts, spec.num_prompts)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"guardrail.prompts: cannot read {spec.prompts}: {err}") from None
+    path = reference_path(scenario, study_dir)
+    reference = None
+    if path.exists():
+        try:
+            reference = guardrail.Reference.load(path)
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise ConfigError(f"guardrail.reference: {path} is not a reference: {err}") from None
+        if reference.prompts != prompts or reference.max_tokens != spec.max_tokens:
+            raise ConfigError(f"guardrail.reference: {path} was made with other prompts or "
+                              "max_tokens; remove it or point `reference` elsewhere")
+        reference.thresholds = guardrail.thresholds(
+            reference.noise, spec.noise_factor, spec.drift_threshold, spec.agreement_threshold)
+        log.info("guardrail: reusing the reference in %s", path)
+    return trial_mod.Guard(spec, prompts, reference)
 
 
 def feasible_best(study: optuna.Study) -> FrozenTrial | None:
@@ -210,6 +253,7 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
         log.info("%d interrupted trial(s) will run again", recovered)
     model = resolve_model(scenario)
     trials_root = root / (scenario.name or "study") / "trials"
+    guard = make_guard(scenario, trials_root.parent)
     planned = trials if trials is not None else scenario.budget.trials
     t0 = time.monotonic()
     longest = 0.0
@@ -222,7 +266,7 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
                      timeout_s - elapsed, longest)
             break
         start = time.monotonic()
-        last = run_one(study, scenario, model, trials_root)
+        last = run_one(study, scenario, model, trials_root, guard)
         longest = max(longest, time.monotonic() - start)
         if on_progress is not None:
             on_progress(Progress(done + 1, planned, time.monotonic() - t0, timeout_s, last,

@@ -7,15 +7,18 @@ own propagates, and the study records the trial as FAIL.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gpu
+import aiohttp
+
+from . import gpu, guardrail
 from .bench import benchmark
-from .config import Scenario, parse_duration
+from .config import GuardrailSpec, Scenario, parse_duration
 from .engine import Server
 from .engineinfo import installed
 from .errors import EngineError
@@ -34,14 +37,26 @@ class Outcome:
     reason: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
+    quality: dict[str, Any] | None = None
+    new_reference: guardrail.Reference | None = None
+
+
+@dataclass
+class Guard:
+    """The guardrail's part in a trial: check against `reference`, or make it when None."""
+
+    spec: GuardrailSpec
+    prompts: list[str]
+    reference: guardrail.Reference | None = None
 
 
 def command_line(model: str, flags: dict[str, Any]) -> list[str]:
     return ["vllm", "serve", model, *to_args(flags)]
 
 
-def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path) -> Outcome:
-    """Launch `flags`, run the workload, stop the engine; timings and context in attrs."""
+def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
+        guard: Guard | None = None) -> Outcome:
+    """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs."""
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
     attrs: dict[str, Any] = {
@@ -68,10 +83,15 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path) 
             timings["startup_s"] = time.monotonic() - t0
             attrs["startup"] = srv.figures.as_dict()
             t1 = time.monotonic()
-            summary = benchmark(Target(srv.url, model, srv.headers), workload,
-                                tokenizer_model=model,
+            target = Target(srv.url, model, srv.headers)
+            summary = benchmark(target, workload, tokenizer_model=model,
                                 pids=lambda: [p.pid for p in srv.processes()])
             timings["benchmark_s"] = time.monotonic() - t1
+            quality, new_ref = None, None
+            if guard is not None and summary["completed"]:
+                t1 = time.monotonic()
+                quality, new_ref = _quality(target, guard, {**attrs, "model": model})
+                timings["guardrail_s"] = time.monotonic() - t1
             t2 = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t2
     except EngineError as err:
@@ -82,4 +102,22 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path) 
     (trial_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
     if not summary["completed"]:
         return Outcome(PRUNED, "no_successful_requests", summary, attrs)
-    return Outcome(COMPLETE, "", summary, attrs)
+    if quality is not None and "error" in quality:
+        return Outcome(PRUNED, "guardrail_error", summary, {**attrs, "detail": quality["error"]})
+    return Outcome(COMPLETE, "", summary, attrs, quality, new_ref)
+
+
+def _quality(target: Target, guard: Guard, context: dict[str, Any]
+             ) -> tuple[dict[str, Any], guardrail.Reference | None]:
+    """Check against the reference, or make the reference (with its noise floor)."""
+    spec = guard.spec
+    try:
+        if guard.reference is not None:
+            return guardrail.check(target, guard.reference), None
+        ref, report = guardrail.make_reference(
+            target, guard.prompts, spec.max_tokens, factor=spec.noise_factor,
+            drift=spec.drift_threshold, agreement=spec.agreement_threshold,
+            context={k: context.get(k) for k in ("model", "flags", "engine_version", "device")})
+        return {**guardrail.verdict(report, ref), "made_reference": True}, ref
+    except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:
+        return {"error": f"{type(err).__name__}: {err}"}, None

@@ -23,6 +23,16 @@ def tiny_model() -> Path:
     return tinymodel.build(preset="tiny").path
 
 
+@pytest.fixture(scope="session")
+def eager_server(tiny_model, tmp_path_factory):
+    """One engine with vLLM's defaults (plus --enforce-eager), shared by tests that only read."""
+    from autotune.engine import Server
+
+    log = tmp_path_factory.mktemp("eager") / "engine.log"
+    with Server(str(tiny_model), {"enforce-eager": True}, log_path=log) as srv:
+        yield srv
+
+
 def engine_processes() -> list[psutil.Process]:
     """Every vLLM process on the machine started by this test session's user."""
     found = []

@@ -20,11 +20,9 @@ pytestmark = [pytest.mark.engine]
 N, IN, OUT, CONC = 64, 64, 32, 8
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("bench") / "engine.log"
-    with Server(str(tiny_model), {"enforce-eager": True}, log_path=log) as srv:
-        yield srv
+@pytest.fixture
+def server(eager_server):
+    return eager_server
 
 
 def _vllm_bench(srv: Server, model: str, seed: int, monkeypatch) -> dict:

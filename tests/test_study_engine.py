@@ -75,6 +75,12 @@ def test_baselines_first_then_search_with_full_records(tuned):
     assert broken.user_attrs["reason"] == "kv_too_small"
     assert "larger than the available KV cache" in broken.user_attrs["detail"]
     assert searched.params and searched.state == TrialState.COMPLETE
+    # The guardrail is on by default: the defaults make the reference, later trials are checked.
+    assert defaults.user_attrs["quality"]["made_reference"] is True
+    assert (root / "engine-test" / "reference.json").exists()
+    quality = searched.user_attrs["quality"]
+    assert "made_reference" not in quality and quality["drift"] >= 0 and quality["passed"]
+    assert len(searched.user_attrs["constraints"]) == len(defaults.user_attrs["constraints"])
     assert (root / "engine-test" / "trials" / "0" / "engine.log").exists()
     assert "best: trial #" in proc.stdout
 
@@ -92,6 +98,10 @@ def test_show_explains_every_trial(tuned):
                            "--studies-dir", str(root)], capture_output=True, text=True,
                           check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
     assert "kv_too_small" in text and "over vLLM defaults" in text
+    one = subprocess.run([sys.executable, "-m", "autotune", "show", "engine-test", "--trial",
+                          "2", "--studies-dir", str(root)], capture_output=True, text=True,
+                         check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
+    assert "quality: passed" in one and "drift" in one and "reference:" in one
 
 
 def test_rerun_resumes_without_repeating(tuned):
@@ -164,12 +174,16 @@ baselines:
   - {name: refused, flags: {max-num-seqs: 8, max-num-batched-tokens: 4}}
 budget: {trials: 1}
 sampler: {name: random, seed: 0}
+guardrail: {reference: REFERENCE}
 """
 
 
-def test_study_on_postgresql(postgres_url, tmp_path):
+def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
+    _, root, _ = tuned
+    reference = root / "engine-test" / "reference.json"
+    made = reference.stat().st_mtime_ns
     path = tmp_path / "on-postgres.yaml"
-    path.write_text(PG_SCENARIO)
+    path.write_text(PG_SCENARIO.replace("REFERENCE", str(reference)))
     _tune(path, tmp_path, "--storage", postgres_url)
     _tune(path, tmp_path, "--storage", postgres_url)  # resumes from the same database
     study = optuna.load_study(study_name="on-postgres", storage=postgres_url)
@@ -178,6 +192,10 @@ def test_study_on_postgresql(postgres_url, tmp_path):
     assert defaults.user_attrs["metrics"]["completed"] == 8
     assert refused.state == TrialState.PRUNED
     assert refused.user_attrs["reason"] == "invalid_combination"
+    # The second study checked against the first study's reference instead of making one.
+    assert "made_reference" not in defaults.user_attrs["quality"]
+    assert defaults.user_attrs["quality"]["passed"]
+    assert reference.stat().st_mtime_ns == made
     shown = subprocess.run([sys.executable, "-m", "autotune", "show", postgres_url, "--json"],
                            capture_output=True, text=True, check=True).stdout
     assert [r["outcome"] for r in json.loads(shown)["trials"]] == ["ok", "pruned"]
