@@ -27,31 +27,55 @@ def prepare(spec: WorkloadSpec, tokenizer_model: str, *, offset: int = 0,
     return measured, warmup
 
 
-async def _run(target: loadgen.Target, spec: WorkloadSpec, measured: list[Session],
-               warmup: list[Session], pids: Callable[[], list[int]] | None,
-               probe_interval: float) -> tuple[loadgen.RunResult, probes.ProbeSummary]:
-    if warmup:
-        await loadgen.run(target, spec.model_copy(update={"request_rate": float("inf")}),
-                          warmup)
+async def _phase(target: loadgen.Target, spec: WorkloadSpec, sessions: list[Session],
+                 pids: Callable[[], list[int]] | None, probe_interval: float
+                 ) -> tuple[loadgen.RunResult, probes.ProbeSummary]:
     async with probes.Sampler(target.url, pids, probe_interval) as sampler:
-        run = await loadgen.run(target, spec, measured)
+        run = await loadgen.run(target, spec, sessions)
     return run, sampler.summary()
+
+
+def _summary(runs: list[tuple[loadgen.RunResult, probes.ProbeSummary]], spec: WorkloadSpec,
+             slos: Mapping[str, float] | None) -> dict[str, Any]:
+    results = [r for run, _ in runs for r in run.results]
+    summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
+    summary.update(probes=probes.merge([p for _, p in runs]).as_dict(),
+                   truncated=any(run.truncated for run, _ in runs),
+                   workload=spec.model_dump(mode="json"))
+    return summary
 
 
 def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: str,
               slos: Mapping[str, float] | None = None,
               pids: Callable[[], list[int]] | None = None, offset: int = 0,
-              probe_interval: float = 1.0) -> dict[str, Any]:
-    """Run `spec` against `target` and return the summary with probes."""
+              probe_interval: float = 1.0, probe_sessions: int = 0,
+              on_probe: Callable[[dict[str, Any]], str | None] | None = None
+              ) -> dict[str, Any]:
+    """Run `spec` against `target` and return the summary with probes.
+
+    With `probe_sessions`, the first sessions are a probe phase: `on_probe` sees its
+    summary and may return a reason to stop there (the summary then carries
+    `stopped_after_probe`); otherwise the rest is sent and everything is summarised.
+    """
     measured, warmup = prepare(spec, tokenizer_model, offset=offset)
-    run, probe = asyncio.run(_run(target, spec, measured, warmup, pids, probe_interval))
-    summary = metrics.summarize(run.results, run.duration_s, slos)
-    summary.update(
-        probes=probe.as_dict(),
-        truncated=run.truncated,
-        workload=spec.model_dump(mode="json"),
-    )
-    return summary
+
+    async def go() -> dict[str, Any]:
+        if warmup:
+            await loadgen.run(target, spec.model_copy(update={"request_rate": float("inf")}),
+                              warmup)
+        runs = []
+        rest = measured
+        if 0 < probe_sessions < len(measured) and on_probe is not None:
+            runs.append(await _phase(target, spec, measured[:probe_sessions], pids,
+                                     probe_interval))
+            probe = _summary(runs, spec, slos)
+            if reason := on_probe(probe):
+                return {**probe, "stopped_after_probe": reason}
+            rest = measured[probe_sessions:]
+        runs.append(await _phase(target, spec, rest, pids, probe_interval))
+        return _summary(runs, spec, slos)
+
+    return asyncio.run(go())
 
 
 _ROWS = [

@@ -145,6 +145,25 @@ class GuardrailSpec(_Strict):
     agreement_threshold: float | None = Field(None, ge=0, le=1)
 
 
+class PruneSpec(_Strict):
+    """Early pruning: before launch (memory model), at start-up, and in a probe phase."""
+
+    enabled: bool = True
+    memory_model: bool = True  # prune what cannot hold one max-model-len sequence
+    workload_fit: bool = False  # also prune what cannot hold max-num-seqs requests at once
+    probe_fraction: float = Field(0.25, ge=0, lt=1)  # share of the requests sent first
+    preemption_allowance: int = Field(0, ge=0)  # preemptions tolerated in the probe phase
+    min_success_rate: float = Field(1.0, ge=0, le=1)
+    pruner: Literal["median", "none"] = "median"  # stops trials behind earlier ones
+    gpu_release_timeout_s: float = Field(120.0, gt=0)
+
+
+class Hardware(_Strict):
+    """Emulate a smaller card: the engine gets the memory of `memory_gib` GiB."""
+
+    memory_gib: float | None = Field(None, gt=0)
+
+
 class Baseline(_Strict):
     name: str
     flags: dict[str, Any] = Field(default_factory=dict)
@@ -182,6 +201,8 @@ class Scenario(_Strict):
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     objective: Objective = Field(default_factory=Objective)
     guardrail: GuardrailSpec = Field(default_factory=GuardrailSpec)
+    prune: PruneSpec = Field(default_factory=PruneSpec)
+    hardware: Hardware = Field(default_factory=Hardware)
     baselines: list[Baseline] = Field(default_factory=list)
     budget: Budget = Field(default_factory=Budget)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)

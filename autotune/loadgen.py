@@ -21,6 +21,8 @@ import numpy as np
 from .metrics import RequestResult
 from .workloads import Session, Turn, WorkloadSpec
 
+KEEPALIVE_S = 2.0
+
 
 @dataclass(frozen=True)
 class Target:
@@ -75,7 +77,7 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     done = True
-                    break
+                    continue  # read to the end, so the connection can be reused
                 now = time.perf_counter()
                 chunk = json.loads(data)
                 if choices := chunk.get("choices"):
@@ -132,7 +134,11 @@ async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
               on_result: Callable[[RequestResult], None] | None = None) -> RunResult:
     """Send the warm-up sessions (not counted), then the measured ones on schedule."""
     limit = spec.max_concurrency or 0  # 0: aiohttp's "no limit", as vLLM's client
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False)
+    # vLLM's server closes idle keep-alive connections after 5 s
+    # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); a client that reuses one just then fails with
+    # "Can not write request body" (seen on a queueing CPU engine). Drop them sooner.
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False,
+                                     keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True)
     timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                      trust_env=False) as http:

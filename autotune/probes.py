@@ -149,6 +149,29 @@ class Sampler:
         )
 
 
+def merge(parts: list[ProbeSummary]) -> ProbeSummary:
+    """One summary for consecutive phases: counts add, peaks take the max."""
+    if len(parts) == 1:
+        return parts[0]
+    n = sum(p.samples for p in parts)
+    rates = [p.prefix_cache_hit_rate for p in parts if p.prefix_cache_hit_rate is not None]
+    peaks = {}
+    for key in ("gpu_memory_used_mib_max", "gpu_memory_engine_mib_max", "rss_mib_max"):
+        values = [getattr(p, key) for p in parts if getattr(p, key) is not None]
+        peaks[key] = max(values) if values else None
+    return ProbeSummary(
+        samples=n,
+        preemptions=sum(p.preemptions for p in parts),
+        kv_cache_usage_max=max(p.kv_cache_usage_max for p in parts),
+        kv_cache_usage_mean=sum(p.kv_cache_usage_mean * p.samples for p in parts) / n if n
+        else 0.0,
+        requests_waiting_max=max(p.requests_waiting_max for p in parts),
+        requests_running_max=max(p.requests_running_max for p in parts),
+        prefix_cache_hit_rate=sum(rates) / len(rates) if rates else None,
+        **peaks,
+    )
+
+
 def _max(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 

@@ -64,7 +64,8 @@ def reason(t: FrozenTrial) -> str:
         if (t.user_attrs.get("metrics") or {}).get("failed"):
             why.append("failed requests")
         return ", ".join(why) or "SLO missed"
-    return str(t.user_attrs.get("reason") or "")
+    text = str(t.user_attrs.get("reason") or "")
+    return f"{text} (not launched)" if t.user_attrs.get("launched") is False else text
 
 
 def trial_row(t: FrozenTrial, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -102,6 +103,18 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     out: dict[str, Any] = {"study": study.study_name, "directions":
                            [d.name.lower() for d in study.directions], "trials": rows,
                            "baseline": base}
+    errors = [t.user_attrs["memory_estimate"]["kv_capacity_tokens"]
+              / t.user_attrs["kv_capacity_reported"] - 1 for t in trials
+              if (t.user_attrs.get("memory_estimate") or {}).get("kv_capacity_tokens")
+              and t.user_attrs.get("kv_capacity_reported")
+              and t.user_attrs.get("duplicate_of") is None]
+    out["memory_model"] = {
+        "trials": len(errors),
+        "median_error": sorted(errors)[len(errors) // 2] if errors else None,
+        "max_abs_error": max((abs(e) for e in errors), default=None),
+        "not_launched": sum(1 for t in trials if t.user_attrs.get("launched") is False
+                            and t.user_attrs.get("duplicate_of") is None),
+    }
     if len(study.directions) == 1:
         best = max(feasible, key=lambda t: t.values[0], default=None)
         out["best"] = trial_row(best, fixed) if best else None

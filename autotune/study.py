@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import guardrail, space, tinymodel
+from . import gpu, guardrail, prune, space, tinymodel
 from . import objective as obj
 from . import trial as trial_mod
 from .config import Scenario
@@ -72,9 +72,13 @@ def make_sampler(scenario: Scenario) -> optuna.samplers.BaseSampler:
 
 def open_study(scenario: Scenario, url: str) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=3) \
+        if scenario.prune.enabled and scenario.prune.pruner == "median" \
+        else optuna.pruners.NopPruner()
     study = optuna.create_study(storage=url, study_name=scenario.name,
                                 directions=obj.directions(scenario.objective),
-                                sampler=make_sampler(scenario), load_if_exists=True)
+                                sampler=make_sampler(scenario), pruner=pruner,
+                                load_if_exists=True)
     if not study.user_attrs.get("baselines_enqueued"):
         # vLLM's defaults first, then the named baselines, before any search.
         study.enqueue_trial({}, user_attrs={"baseline": DEFAULTS, "baseline_flags": {}})
@@ -144,6 +148,24 @@ def _no_interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _pruner_hook(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
+                 baseline: dict[str, Any] | None) -> Callable[[dict[str, Any]], str | None] | None:
+    """Report the probe phase's score so Optuna's pruner can stop a trial that is behind
+    earlier ones at the same point (weighted mode; baselines always run to the end)."""
+    if scenario.objective.mode != "weighted" or baseline is not None:
+        return None
+
+    def hook(partial: dict[str, Any]) -> str | None:
+        ref = reference(study, scenario)
+        if ref is None or not partial.get("completed"):
+            return None
+        trial.report(obj.values(obj.measures(partial, scenario.objective), ref,
+                                scenario.objective)[0], step=0)
+        return prune.BEHIND if trial.should_prune() else None
+
+    return hook
+
+
 def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path,
             guard: trial_mod.Guard | None = None) -> FrozenTrial:
     """Ask, run and tell one trial; a Ctrl-C marks it FAIL, queues it again and re-raises."""
@@ -163,8 +185,9 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             outcome.attrs["duplicate_of"] = dup.number
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
-            outcome = trial_mod.run(scenario, model, flags, trials_root / str(trial.number),
-                                    guard)
+            outcome = trial_mod.run(scenario, model, flags, trial_dir=trials_root /
+                                    str(trial.number), guard=guard,
+                                    intermediate=_pruner_hook(study, trial, scenario, base))
     except KeyboardInterrupt:
         with _no_interrupts():  # a further Ctrl-C must not leave the study half-written
             trial.set_user_attr("outcome", "interrupted")
@@ -254,6 +277,7 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
     model = resolve_model(scenario)
     trials_root = root / (scenario.name or "study") / "trials"
     guard = make_guard(scenario, trials_root.parent)
+    idle_mib = gpu.Monitor().used_mib()  # None without a GPU
     planned = trials if trials is not None else scenario.budget.trials
     t0 = time.monotonic()
     longest = 0.0
@@ -265,6 +289,8 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
             log.info("stopping: %.0f s left, a trial takes up to %.0f s",
                      timeout_s - elapsed, longest)
             break
+        # The previous engine must have handed its GPU memory back before the next launch.
+        prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)
         start = time.monotonic()
         last = run_one(study, scenario, model, trials_root, guard)
         longest = max(longest, time.monotonic() - start)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from . import gpu, guardrail
+from . import gpu, guardrail, prune
 from .bench import benchmark
 from .config import GuardrailSpec, Scenario, parse_duration
 from .engine import Server
@@ -55,8 +57,13 @@ def command_line(model: str, flags: dict[str, Any]) -> list[str]:
 
 
 def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
-        guard: Guard | None = None) -> Outcome:
-    """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs."""
+        guard: Guard | None = None,
+        intermediate: Callable[[dict[str, Any]], str | None] | None = None) -> Outcome:
+    """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs.
+
+    `intermediate` sees the probe phase's summary and may return a reason to stop
+    (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
+    """
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
     attrs: dict[str, Any] = {
@@ -71,6 +78,15 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     why = relation_violation(flags)
     if why:
         return Outcome(PRUNED, "invalid_combination", attrs={**attrs, "detail": why})
+    spec = scenario.prune
+    estimate = prune.predict(scenario, model, flags, scenario.engine.env)
+    attrs["memory_estimate"] = asdict(estimate) if estimate else None
+    if why := prune.before_launch(estimate, spec):
+        reason, _, detail = why.partition(": ")
+        return Outcome(PRUNED, reason, attrs={**attrs, "detail": detail, "launched": False})
+    launch_flags = prune.emulate(flags, scenario.hardware, prune.device_bytes())
+    if launch_flags != flags:
+        attrs["launched_flags"] = launch_flags
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     workload = scenario.workload
@@ -78,17 +94,28 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     if workload.max_duration_s is None or workload.max_duration_s > cap:
         workload = workload.model_copy(update={"max_duration_s": cap})
     try:
-        with Server(model, flags, env=scenario.engine.env, log_path=trial_dir / "engine.log",
+        with Server(model, launch_flags, env=scenario.engine.env,
+                    log_path=trial_dir / "engine.log",
                     startup_timeout=scenario.engine.startup_timeout_s) as srv:
             timings["startup_s"] = time.monotonic() - t0
             attrs["startup"] = srv.figures.as_dict()
             t1 = time.monotonic()
             target = Target(srv.url, model, srv.headers)
+            probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
+                if spec.enabled and workload.kind != "chat" else 0
+
+            def on_probe(partial: dict[str, Any]) -> str | None:
+                return prune.probe_verdict(partial, spec) or (
+                    intermediate(partial) if intermediate else None)
+
             summary = benchmark(target, workload, tokenizer_model=model,
-                                pids=lambda: [p.pid for p in srv.processes()])
+                                pids=lambda: [p.pid for p in srv.processes()],
+                                probe_sessions=probe_n, on_probe=on_probe)
+            attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
             timings["benchmark_s"] = time.monotonic() - t1
             quality, new_ref = None, None
-            if guard is not None and summary["completed"]:
+            if guard is not None and summary["completed"] and \
+                    "stopped_after_probe" not in summary:
                 t1 = time.monotonic()
                 quality, new_ref = _quality(target, guard, {**attrs, "model": model})
                 timings["guardrail_s"] = time.monotonic() - t1
@@ -100,6 +127,8 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
         return Outcome(PRUNED, err.reason, attrs=attrs)
     attrs["timings"] = timings
     (trial_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
+    if "stopped_after_probe" in summary:
+        return Outcome(PRUNED, summary["stopped_after_probe"], summary, attrs)
     if not summary["completed"]:
         return Outcome(PRUNED, "no_successful_requests", summary, attrs)
     if quality is not None and "error" in quality:

@@ -55,6 +55,11 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
                       r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
                       fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"), last)
     console.print(table)
+    mm = data.get("memory_model") or {}
+    if mm.get("trials"):
+        console.print(f"memory model: KV capacity predicted within {mm['max_abs_error']:.1%} "
+                      f"(median {mm['median_error']:+.1%}) over {mm['trials']} launched trials; "
+                      f"{mm['not_launched']} configuration(s) pruned without launching")
     if weighted:
         best = data.get("best")
         if best is None:
