@@ -199,6 +199,8 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
     trial.set_user_attr("outcome", outcome.state)
     trial.set_user_attr("reason", outcome.reason)
     if outcome.state == trial_mod.PRUNED:
+        if outcome.summary:  # e.g. what the probe phase saw before it stopped the trial
+            trial.set_user_attr("metrics", outcome.summary)
         trial.set_user_attr("constraints", [1.0] * n_constraints)
         study.tell(trial, state=TrialState.PRUNED)
     else:

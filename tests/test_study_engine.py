@@ -33,6 +33,7 @@ baselines:
   - {name: too-small-kv, flags: {kv-cache-memory-bytes: 2000000}}
 budget: {trials: 3, trial_timeout: 5m}
 sampler: {name: random, seed: 1}
+prune: {memory_model: false}   # let the engine itself refuse the small cache
 """
 
 
