@@ -72,11 +72,31 @@ def read_prompts(path: str | None, limit: int) -> list[str]:
     if path is None:
         prompts = default_prompts()
     else:
-        prompts = [json.loads(line)["prompt"] for line in Path(path).read_text().splitlines()
-                   if line.strip()]
+        prompts = [row["prompt"] for row in _rows(path)]
     if not prompts:
         raise ValueError(f"{path}: no prompts")
     return prompts[:limit]
+
+
+def _rows(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def expected_reference(path: str, limit: int, max_tokens: int, tokenizer: Any,
+                       context: dict[str, Any]) -> Reference | None:
+    """A reference from the user's expected outputs (rows with "expected"), or None.
+
+    Only agreement can be measured against text someone wrote: drift needs the
+    reference configuration's own log-probabilities.
+    """
+    rows = _rows(path)[:limit]
+    if not rows or not all("expected" in r for r in rows):
+        return None
+    samples = [Sample(tokenizer.encode(r["prompt"]), tokenizer.encode(r["expected"])[:max_tokens],
+                      r["expected"], []) for r in rows]
+    noise = {"drift": 0.0, "agreement": 1.0}
+    return Reference([r["prompt"] for r in rows], max_tokens, samples, noise,
+                     thresholds(noise, 1.0, None, None), {**context, "expected_outputs": True})
 
 
 async def _post(http: aiohttp.ClientSession, target: Target, body: dict[str, Any]) -> dict:
@@ -121,7 +141,8 @@ async def _run(target: Target, prompts: list[str], max_tokens: int, batched: boo
             samples = [await _sample(http, target, p, max_tokens, own) for p in prompts]
         if reference is not None:  # also score the reference outputs under this config
             for s, ref in zip(samples, reference.samples, strict=True):
-                s.logprobs = await _score(http, target, ref.prompt_ids, ref.output_ids)
+                s.logprobs = await _score(http, target, ref.prompt_ids, ref.output_ids) \
+                    if ref.logprobs else []
     return list(samples)
 
 
@@ -140,7 +161,9 @@ def compare(reference: list[Sample], trial: list[Sample],
             prefix += 1
         similarity = difflib.SequenceMatcher(a=ref.output_ids, b=got.output_ids,
                                              autojunk=False).ratio() if n else 1.0
-        diffs = [abs(a - b) for a, b in zip(ref.logprobs, got.logprobs, strict=True)]
+        # Expected outputs written by a user carry no log-probs: drift is not measured.
+        diffs = [abs(a - b) for a, b in zip(ref.logprobs, got.logprobs, strict=True)] \
+            if ref.logprobs and got.logprobs else []
         rows.append({"prompt": i, "prefix_ratio": prefix / n if n else 1.0,
                      "similarity": similarity,
                      "drift": sum(diffs) / len(diffs) if diffs else 0.0,

@@ -244,7 +244,18 @@ def make_guard(scenario: Scenario, study_dir: Path) -> trial_mod.Guard | None:
         raise ConfigError(f"guardrail.prompts: cannot read {spec.prompts}: {err}") from None
     path = reference_path(scenario, study_dir)
     reference = None
-    if path.exists():
+    if spec.prompts and not path.exists():
+        from .workloads import Tokenizer
+
+        reference = guardrail.expected_reference(
+            spec.prompts, spec.num_prompts, spec.max_tokens, Tokenizer(resolve_model(scenario)),
+            {"model": resolve_model(scenario)})
+        if reference is not None:
+            reference.thresholds = guardrail.thresholds(
+                reference.noise, spec.noise_factor, spec.drift_threshold,
+                spec.agreement_threshold)
+            reference.save(path)
+    if path.exists() and reference is None:
         try:
             reference = guardrail.Reference.load(path)
         except (OSError, ValueError, TypeError, KeyError) as err:

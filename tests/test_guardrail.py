@@ -70,3 +70,28 @@ def test_shipped_prompts_cover_languages_and_kinds():
     assert sum(any("\u4e00" <= ch <= "\u9fff" for ch in p) for p in prompts) >= 4  # Chinese
     assert max(len(p) for p in prompts) > 1500  # long context
     assert guardrail.read_prompts(None, 5) == prompts[:5]
+
+
+class _Tok:
+    def encode(self, text):
+        return [ord(c) for c in text]
+
+
+def test_expected_outputs_make_an_agreement_only_reference(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ab", "expected": "xyz"}\n{"prompt": "c", "expected": "uv"}\n')
+    ref = guardrail.expected_reference(str(path), 10, 2, _Tok(), {"model": "m"})
+    assert ref is not None and ref.context["expected_outputs"]
+    assert [s.output_ids for s in ref.samples] == [[120, 121], [117, 118]]  # cut to max_tokens
+    assert ref.thresholds["agreement"] == 0.5
+    same = [Sample(s.prompt_ids, s.output_ids, s.text, []) for s in ref.samples]
+    report = guardrail.verdict(guardrail.compare(ref.samples, same, ref.prompts), ref)
+    assert report["passed"] and report["drift"] == 0.0 and report["agreement"] == 1.0
+    other = [Sample([1], [1, 2], "", []), Sample([1], [3, 4], "", [])]
+    assert not guardrail.verdict(guardrail.compare(ref.samples, other, ref.prompts), ref)["passed"]
+
+
+def test_prompts_without_expected_outputs_give_no_such_reference(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ab", "expected": "x"}\n{"prompt": "c"}\n')
+    assert guardrail.expected_reference(str(path), 10, 4, _Tok(), {}) is None

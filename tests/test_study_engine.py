@@ -117,8 +117,13 @@ def test_rerun_resumes_without_repeating(tuned):
 
 
 def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
-    path, root, _ = tuned
-    # A fresh study: its first trial (vLLM's defaults) always launches an engine.
+    _, root, _ = tuned
+    # A fresh study: its first trial (vLLM's defaults) always launches an engine. Its other
+    # baseline is refused without launching, which keeps the test short.
+    path = root / "ctrl-c.yaml"
+    path.write_text(SCENARIO.replace(
+        "{name: too-small-kv, flags: {kv-cache-memory-bytes: 2000000}}",
+        "{name: refused, flags: {max-num-seqs: 8, max-num-batched-tokens: 4}}"))
     child = subprocess.Popen([sys.executable, "-m", "autotune", "tune", str(path),
                               "--studies-dir", str(root), "--trials", "1", "--study", "ctrl-c"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

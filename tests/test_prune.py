@@ -1,0 +1,70 @@
+"""Pruning rules as pure functions: emulation, the memory model's verdict, the probe phase."""
+
+import pytest
+
+from autotune import prune
+from autotune.config import Hardware, PruneSpec, Scenario
+
+GiB = 2**30
+
+
+def _scenario(**extra):
+    return Scenario.model_validate({"model": {"tiny": "tiny"}, **extra})
+
+
+def test_emulation_rescales_gpu_memory_utilization():
+    h200 = 143_771 * 2**20
+    flags = prune.emulate({"gpu-memory-utilization": 0.9}, Hardware(memory_gib=24), h200)
+    # 0.9 of a 24 GiB card, as a share of the H200: 0.9 * 24 GiB / 140.4 GiB
+    assert flags["gpu-memory-utilization"] == pytest.approx(0.9 * 24 * GiB / h200, abs=1e-6)
+    default = prune.emulate({}, Hardware(memory_gib=24), h200)
+    assert default["gpu-memory-utilization"] == pytest.approx(0.92 * 24 * GiB / h200, abs=1e-6)
+    assert prune.emulate({"x": 1}, Hardware(), h200) == {"x": 1}  # no emulation asked
+    assert prune.emulate({"x": 1}, Hardware(memory_gib=24), None) == {"x": 1}  # no GPU
+
+
+def test_memory_model_verdict_on_the_cpu_engine(tiny_model):
+    scenario = _scenario(workload={"input_len": 256, "output_len": 256})
+    small = prune.predict(scenario, str(tiny_model),
+                          {"kv-cache-memory-bytes": 500_000, "max-model-len": 2048}, {})
+    assert small is not None and not small.fits_one_sequence
+    assert prune.before_launch(small, PruneSpec()).startswith("kv_too_small: ")
+    assert prune.before_launch(small, PruneSpec(memory_model=False)) is None
+    assert prune.before_launch(small, PruneSpec(enabled=False)) is None
+    ok = prune.predict(scenario, str(tiny_model),
+                       {"kv-cache-memory-bytes": 2_000_000, "max-model-len": 2048,
+                        "max-num-seqs": 16}, {})
+    assert ok.kv_capacity_tokens == 3840 and ok.fits_one_sequence
+    assert prune.before_launch(ok, PruneSpec()) is None
+    # 16 requests of 512 tokens do not fit in 3,840: only pruned when the scenario asks
+    assert ok.fits_workload is False
+    assert prune.before_launch(ok, PruneSpec(workload_fit=True)).startswith("workload_fit")
+    # unsized CPU engine: autotune gives it 1 GiB
+    unsized = prune.predict(scenario, str(tiny_model), {}, {})
+    assert unsized.kv_capacity_tokens == 2_097_152
+
+
+def test_no_estimate_for_a_hub_id():
+    assert prune.predict(_scenario(), "Qwen/Qwen3-4B-Instruct-2507", {}, {}) is None
+
+
+@pytest.mark.parametrize(("summary", "reason"), [
+    ({"completed": 10, "failed": 0, "probes": {"preemptions": 3}}, prune.PREEMPTION),
+    ({"completed": 10, "failed": 0,
+      "probes": {"kv_cache_usage_max": 1.0, "requests_waiting_max": 4}}, prune.KV_SATURATED),
+    ({"completed": 10, "failed": 0,
+      "probes": {"kv_cache_usage_max": 1.0, "requests_waiting_max": 0}}, None),
+    ({"completed": 9, "failed": 1, "probes": {}}, prune.FAILURES),
+    ({"completed": 10, "failed": 0, "probes": {"preemptions": 0}}, None),
+])
+def test_probe_verdict(summary, reason):
+    assert prune.probe_verdict(summary, PruneSpec()) == reason
+
+
+def test_allowances():
+    s = {"completed": 9, "failed": 1, "probes": {"preemptions": 2}}
+    assert prune.probe_verdict(s, PruneSpec(preemption_allowance=2, min_success_rate=0.9)) is None
+
+
+def test_gpu_release_wait_is_a_no_op_without_a_gpu():
+    assert prune.wait_gpu_released(None, 1.0) == 0.0
