@@ -22,8 +22,11 @@ def _clock(seconds: float) -> str:
 def progress_line(p: Progress) -> str:
     """`trial 3/5 | 4m12s elapsed, ~1h left | best #2 +12.3% | last #3 pruned (oom)`."""
     parts = [f"trial {p.done}/{p.planned}", f"{_clock(p.elapsed_s)} elapsed"]
+    left = p.elapsed_s / p.done * (p.planned - p.done) if p.done else 0.0
     if p.deadline_s is not None:
-        parts[-1] += f", {_clock(max(0.0, p.deadline_s - p.elapsed_s))} left"
+        left = min(left, max(0.0, p.deadline_s - p.elapsed_s))
+    if p.done < p.planned:
+        parts[-1] += f", ~{_clock(left)} left"
     if p.best is not None and p.best.user_attrs.get("gain") is not None:
         parts.append(f"best #{p.best.number} {p.best.user_attrs['gain']:+.1%} vs defaults")
     if p.last is not None:
