@@ -110,6 +110,41 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import export, show
+
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    try:
+        slos = _slo_pairs(args.slo)
+    except ValueError as err:
+        raise ConfigError(f"export: --slo: {err}") from None
+    trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
+    model = args.model or (trial.user_attrs.get("command") or ["", "", "MODEL"])[2]
+    text = export.render(st, trial, args.format, model, args.image)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"trial #{trial.number} written to {args.output} ({args.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _slo_pairs(specs: list[str]) -> dict[str, float]:
+    """`ttft_p95_ms=500` pairs (the scenario's SLO names)."""
+    out = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep:
+            raise ValueError(f"{spec!r} is not KEY=MS (e.g. ttft_p95_ms=500)")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"{spec!r}: {value!r} is not a number") from None
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="autotune", description=(
         "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
@@ -154,6 +189,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trial", type=int, help="one trial in full, with its quality figures")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("export", help="a feasible configuration as a deployment artifact")
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="this trial (must be feasible)")
+    which.add_argument("--policy", default="balanced",
+                       choices=["max-throughput", "min-latency", "balanced"])
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help="only trials meeting it, e.g. ttft_p95_ms=500 (repeatable)")
+    p.add_argument("--format", default="cli",
+                   choices=["cli", "vllm-yaml", "compose", "k8s", "json"])
+    p.add_argument("--model", help="model path or id in the artifact (default: as measured)")
+    p.add_argument("--image", help="container image (default: vllm/vllm-openai of the "
+                   "measured engine version)")
+    p.add_argument("-o", "--output", help="write here instead of stdout")
+    p.set_defaults(func=_cmd_export)
     return parser
 
 

@@ -205,3 +205,20 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
     shown = subprocess.run([sys.executable, "-m", "autotune", "show", postgres_url, "--json"],
                            capture_output=True, text=True, check=True).stdout
     assert [r["outcome"] for r in json.loads(shown)["trials"]] == ["ok", "pruned"]
+
+
+def test_exported_config_file_serves(tuned, tmp_path, tiny_model):
+    from autotune.engine import Server
+
+    _, root, _ = tuned
+    out = tmp_path / "best.yaml"
+    subprocess.run([sys.executable, "-m", "autotune", "export", "engine-test", "--studies-dir",
+                    str(root), "--format", "vllm-yaml", "-o", str(out)], check=True,
+                   capture_output=True)
+    exported = out.read_text()
+    assert exported.startswith("# autotune: study engine-test, trial ")
+    assert "enforce-eager: true" in exported
+    with Server(str(tiny_model), extra_args=["--config", str(out)],
+                log_path=tmp_path / "e.log") as srv:
+        assert srv.get_text("/v1/models")
+    assert "'enforce_eager': True" in (tmp_path / "e.log").read_text()

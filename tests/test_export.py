@@ -1,0 +1,84 @@
+"""Choosing and rendering exports from a hand-built study database."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+import yaml
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from autotune import export
+from autotune.errors import ConfigError
+
+
+def _trial(value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, flags=None, ttft=100.0):
+    attrs = {"feasible": feasible, "flags": flags or {"max-num-seqs": 64},
+             "measures": {"throughput": thr, "latency_ms": lat, "memory_mib": 1000.0},
+             "metrics": {"output_throughput": thr, "p95_ttft_ms": ttft, "median_ttft_ms": 50.0},
+             "engine_version": "vllm-0.26.0", "device": {"name": "NVIDIA H200"},
+             "command": ["vllm", "serve", "/models/q", "--max-num-seqs", "64"],
+             "gain": value, "timings": {"startup_s": 90.0}, "env": {"A": "1"},
+             "quality": {"drift": 0.01, "passed": True}}
+    return create_trial(state=state, values=[value] if state == TrialState.COMPLETE else None,
+                        params={"max-num-seqs": 64},
+                        distributions={"max-num-seqs": CategoricalDistribution([64])},
+                        user_attrs=attrs)
+
+
+@pytest.fixture
+def study():
+    st = optuna.create_study(study_name="s", direction="maximize")
+    st.add_trial(_trial(0.0, 100.0, 50.0))                       # 0: defaults
+    st.add_trial(_trial(0.3, 200.0, 80.0, ttft=400.0))           # 1: fastest
+    st.add_trial(_trial(0.2, 150.0, 30.0))                       # 2: lowest latency
+    st.add_trial(_trial(0.9, 900.0, 10.0, feasible=False))       # 3: infeasible, never chosen
+    st.add_trial(_trial(0.0, 0, 0, state=TrialState.PRUNED))     # 4: pruned
+    return st
+
+
+def test_policies_choose_among_feasible_trials(study):
+    assert export.choose(study, policy="max-throughput").number == 1
+    assert export.choose(study, policy="min-latency").number == 2
+    assert export.choose(study, policy="balanced").number == 1  # best weighted score
+    assert export.choose(study, policy="max-throughput",
+                         slos={"ttft_p95_ms": 200}).number == 2  # trial 1 misses the SLO
+
+
+def test_only_feasible_trials_ship(study):
+    for number in (3, 4):
+        with pytest.raises(ConfigError, match="not a feasible completed trial"):
+            export.choose(study, trial=number)
+    with pytest.raises(ConfigError, match="no trial 9"):
+        export.choose(study, trial=9)
+    with pytest.raises(ConfigError, match="meets ttft_p95_ms<=1"):
+        export.choose(study, slos={"ttft_p95_ms": 1})
+
+
+def test_every_format_carries_the_figures_and_origin(study):
+    t = export.choose(study, trial=1)
+    cli = export.render(study, t, "cli", "/models/q")
+    assert "study s, trial 1" in cli and "200.0 output tok/s" in cli
+    assert "A=1 vllm serve /models/q \\\n    --max-num-seqs 64" in cli
+    cfg = export.render(study, t, "vllm-yaml", "/models/q")
+    assert yaml.safe_load(cfg) == {"max-num-seqs": 64} and cfg.startswith("# autotune:")
+    data = json.loads(export.render(study, t, "json", "/models/q"))
+    assert data["trial"] == 1 and data["command"][-2:] == ["--max-num-seqs", "64"]
+    compose = yaml.safe_load(export.render(study, t, "compose", "/models/q"))
+    svc = compose["services"]["vllm"]
+    assert svc["image"] == "vllm/vllm-openai:v0.26.0"
+    assert svc["command"][-2:] == ["--max-num-seqs", "64"]
+    assert "/health" in svc["healthcheck"]["test"][-1]
+    docs = list(yaml.safe_load_all(export.render(study, t, "k8s", "/models/q")))
+    deployment, service = docs
+    c = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert c["startupProbe"]["failureThreshold"] * 10 >= 180  # twice the measured start-up
+    assert deployment["metadata"]["labels"]["autotune/trial"] == "1"
+    assert service["spec"]["ports"][0]["port"] == 8000
+    with pytest.raises(ConfigError, match="unknown format"):
+        export.render(study, t, "helm", "/models/q")
