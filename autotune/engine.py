@@ -181,8 +181,9 @@ class Server:
 
     def get_text(self, path: str, timeout: float = 5.0) -> str | None:
         """GET a path of the server; None when it does not answer 200."""
+        req = urllib.request.Request(self.url + path, headers=self.headers)
         try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.read().decode(errors="replace") if resp.status == 200 else None
         except (urllib.error.URLError, OSError):
             return None

@@ -181,7 +181,8 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             outcome = trial_mod.Outcome(
                 trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
                 dup.user_attrs.get("reason", ""), dup.user_attrs.get("metrics", {}),
-                {k: v for k, v in dup.user_attrs.items() if k not in ("baseline",)})
+                {k: v for k, v in dup.user_attrs.items() if k not in ("baseline",)},
+                quality=dup.user_attrs.get("quality"))  # a rejected twin stays rejected
             outcome.attrs["duplicate_of"] = dup.number
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
