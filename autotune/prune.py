@@ -16,6 +16,7 @@ from typing import Any
 
 from . import gpu, memory
 from .config import Hardware, PruneSpec, Scenario
+from .engine import cpu_memory_default
 from .errors import AutotuneError
 
 PREEMPTION, KV_SATURATED, FAILURES, BEHIND = "preemption", "kv_saturated", "failures", "behind"
@@ -60,12 +61,12 @@ def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
     device = device_bytes()
     if scenario.hardware.memory_gib is not None and device is not None:
         device = int(scenario.hardware.memory_gib * 2**30)
-    cpu_space = env.get("VLLM_CPU_KVCACHE_SPACE") or os.environ.get("VLLM_CPU_KVCACHE_SPACE")
     kv_bytes = _int(flags.get("kv-cache-memory-bytes"))
+    # The same environment the launcher gives the engine (1 GiB for an unsized CPU build).
+    launch_env = {**os.environ, **env, **cpu_memory_default(flags, env)}
+    cpu_space = launch_env.get("VLLM_CPU_KVCACHE_SPACE")
     if device is None and cpu_space is None and kv_bytes is None:
-        if "gpu-memory-utilization" in flags:
-            return None  # a share of an unknown host's memory
-        cpu_space = "1"  # what autotune.engine gives an unsized CPU engine
+        return None  # a share of an unknown host's memory
     w = scenario.workload
     try:
         return memory.estimate(
