@@ -7,14 +7,23 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
 
 from autotune import tinymodel
+
+
+class StudyRun(NamedTuple):
+    scenario: Path  # the scenario file
+    root: Path  # the --studies-dir: engine-test.db and engine-test/
+    proc: subprocess.CompletedProcess
+
 
 
 @pytest.fixture(scope="session")
@@ -105,3 +114,50 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+SCENARIO = """
+name: engine-test
+model: {tiny: tiny}
+engine:
+  flags: {enforce-eager: true}
+  startup_timeout_s: 600
+space:
+  max-num-seqs: {choices: [2, 8]}
+  block-size: {choices: [32, 128]}
+workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16, max_concurrency: 4}
+objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 60000}}
+baselines:
+  # default max-model-len (8192) cannot fit in a 3,904-token KV cache: vLLM refuses to start
+  - {name: too-small-kv, flags: {kv-cache-memory-bytes: 2000000}}
+budget: {trials: 3, trial_timeout: 5m}
+sampler: {name: random, seed: 1}
+prune: {memory_model: false}   # let the engine itself refuse the small cache
+"""
+
+
+def run_tune(path, root, *extra, check=True) -> subprocess.CompletedProcess:
+    """`autotune tune` in a child process, as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--studies-dir",
+                           str(root), *extra], capture_output=True, text=True, timeout=900,
+                          check=False)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="session")
+def cpu_study(tmp_path_factory) -> StudyRun:
+    """A real 3-trial study on the CPU engine (defaults, a refused baseline, one searched
+    trial), run once per session. Tests that add trials work on `copy_study` of it."""
+    root = tmp_path_factory.mktemp("studies")
+    path = root / "engine-test.yaml"
+    path.write_text(SCENARIO)
+    proc = run_tune(path, root)
+    return StudyRun(path, root, proc)
+
+
+def copy_study(run: StudyRun, dest: Path) -> StudyRun:
+    """A private copy of a study run (database, reference, trial logs, scenario)."""
+    shutil.copytree(run.root, dest, dirs_exist_ok=True)
+    return StudyRun(dest / run.scenario.name, dest, run.proc)

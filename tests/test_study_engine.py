@@ -13,37 +13,12 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import engine_processes
+from tests.conftest import SCENARIO, copy_study, engine_processes, run_tune
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
-SCENARIO = """
-name: engine-test
-model: {tiny: tiny}
-engine:
-  flags: {enforce-eager: true}
-  startup_timeout_s: 600
-space:
-  max-num-seqs: {choices: [2, 8]}
-  block-size: {choices: [32, 128]}
-workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16, max_concurrency: 4}
-objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 60000}}
-baselines:
-  # default max-model-len (8192) cannot fit in a 3,904-token KV cache: vLLM refuses to start
-  - {name: too-small-kv, flags: {kv-cache-memory-bytes: 2000000}}
-budget: {trials: 3, trial_timeout: 5m}
-sampler: {name: random, seed: 1}
-prune: {memory_model: false}   # let the engine itself refuse the small cache
-"""
-
-
 def _tune(path, root, *extra, check=True):
-    proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--studies-dir",
-                           str(root), *extra], capture_output=True, text=True, timeout=900,
-                          check=False)
-    if check:
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
+    return run_tune(path, root, *extra, check=check)
 
 
 def _study(root, name="engine-test"):
@@ -51,12 +26,9 @@ def _study(root, name="engine-test"):
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
-    root = tmp_path_factory.mktemp("studies")
-    path = root / "engine-test.yaml"
-    path.write_text(SCENARIO)
-    proc = _tune(path, root)
-    return path, root, proc
+def tuned(cpu_study, tmp_path_factory):
+    """This module's own copy of the session's study (these tests add trials to it)."""
+    return copy_study(cpu_study, tmp_path_factory.mktemp("studies"))
 
 
 def test_baselines_first_then_search_with_full_records(tuned):
