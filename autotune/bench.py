@@ -49,15 +49,15 @@ def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: st
               slos: Mapping[str, float] | None = None,
               pids: Callable[[], list[int]] | None = None, offset: int = 0,
               probe_interval: float = 1.0, probe_sessions: int = 0,
-              on_probe: Callable[[dict[str, Any]], str | None] | None = None
-              ) -> dict[str, Any]:
+              on_probe: Callable[[dict[str, Any]], str | None] | None = None,
+              tokenizer: Tokenizer | None = None) -> dict[str, Any]:
     """Run `spec` against `target` and return the summary with probes.
 
     With `probe_sessions`, the first sessions are a probe phase: `on_probe` sees its
     summary and may return a reason to stop there (the summary then carries
     `stopped_after_probe`); otherwise the rest is sent and everything is summarised.
     """
-    measured, warmup = prepare(spec, tokenizer_model, offset=offset)
+    measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
 
     async def go() -> dict[str, Any]:
         if warmup:

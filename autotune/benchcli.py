@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from . import gpu, metrics
+from . import capacity, gpu, metrics
 from .bench import benchmark, summary_rows
+from .config import latency_key
 from .engine import Server
 from .engineinfo import installed
 from .errors import ConfigError
 from .loadgen import Target
-from .workloads import WorkloadSpec
+from .workloads import CapacitySpec, WorkloadSpec
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +47,19 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-duration", type=float, default=None, help="seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
-                   help="e.g. ttft_ms=500 (repeatable): adds goodput")
+                   help="e.g. ttft_ms=500 (per request: goodput) or ttft_p95_ms=500 (a percentile: "
+                   "with --capacity); repeatable")
+    cap = p.add_argument_group("capacity at SLO")
+    cap.add_argument("--capacity", action="store_true",
+                     help="find the highest request rate that meets the percentile SLOs "
+                          "(--slo ttft_p95_ms=500 ...): a burst, then bisection")
+    cap.add_argument("--tolerance", type=float, default=0.05,
+                     help="stop when the bracket is this narrow (relative)")
+    cap.add_argument("--max-steps", type=int, default=8, help="steps in all, burst included")
+    cap.add_argument("--repeats", type=int, default=2, help="runs at the final rate (spread)")
+    cap.add_argument("--min-step-s", type=float, default=0.0,
+                     help="a step sends at least rate x this many requests")
+    cap.add_argument("--min-success-rate", type=float, default=1.0)
     p.add_argument("--json", type=Path, help="write the result here")
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--log", type=Path, default=None, help="engine log (with --model)")
@@ -59,26 +73,62 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
             prefix_len=args.prefix_len, path=args.path, conversations=args.conversations,
             turns=args.turns, system_len=args.system_len, request_rate=args.request_rate,
             burstiness=args.burstiness, max_concurrency=args.concurrency,
-            warmup_requests=args.warmup, max_duration_s=args.max_duration, seed=args.seed)
+            warmup_requests=args.warmup, max_duration_s=args.max_duration, seed=args.seed,
+            mode="capacity" if args.capacity else "fixed",
+            capacity=CapacitySpec(tolerance=args.tolerance, max_steps=args.max_steps,
+                                  repeats=args.repeats, min_step_s=args.min_step_s,
+                                  min_success_rate=args.min_success_rate))
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "workload"
         raise ConfigError(f"bench: {where}: {first['msg']}") from None
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    spec = _spec(args)
+def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(goodput SLOs like ttft_ms=500, percentile SLOs like ttft_p95_ms=500)."""
+    goodput, percentile = [], {}
+    for spec in specs:
+        name, _, value = spec.replace(":", "=", 1).partition("=")
+        key = name.strip().removesuffix("_ms")
+        if "_" in key:
+            try:
+                latency_key(key)
+                limit = float(value)
+            except ValueError as err:
+                raise ConfigError(f"bench: --slo {spec}: {err}") from None
+            if not limit > 0:
+                raise ConfigError(f"bench: --slo {spec}: the limit must be > 0 ms")
+            percentile[f"{key}_ms"] = limit
+        else:
+            goodput.append(spec)
     try:
-        slos = metrics.goodput_slos(args.slo)
+        return metrics.goodput_slos(goodput), percentile
     except ValueError as err:
         raise ConfigError(f"bench: --slo: {err}") from None
+
+
+def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[str, float],
+             percentile: dict[str, float], pids: Callable[[], list[int]] | None = None
+             ) -> dict:
+    if spec.mode == "capacity":
+        return capacity.search(target, spec, tokenizer_model=tokenizer, slos=percentile,
+                               pids=pids)
+    return benchmark(target, spec, tokenizer_model=tokenizer, slos=goodput, pids=pids)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    slos, percentile = _split_slos(args.slo)
+    if percentile and not args.capacity:
+        raise ConfigError(f"bench: --slo {next(iter(percentile))}: percentile SLOs need "
+                          "--capacity (plain runs take per-request SLOs such as ttft_ms=500)")
     if args.url:
         if args.engine_args:
             raise ConfigError("bench: vLLM flags after `--` need --model, not --url")
         headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
         name = args.served_model_name or _first_model(args.url, headers)
         target = Target(args.url.rstrip("/"), name, headers)
-        result = benchmark(target, spec, tokenizer_model=args.tokenizer or name, slos=slos)
+        result = _measure(target, spec, args.tokenizer or name, slos, percentile)
     else:
         log = args.log or Path(f"autotune-bench-{Path(args.model).name}.log")
         extra = list(args.engine_args)
@@ -88,8 +138,8 @@ def run_bench(args: argparse.Namespace) -> int:
                     startup_timeout=args.startup_timeout) as srv:
             target = Target(srv.url, args.served_model_name or args.model, srv.headers)
             pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
-            result = benchmark(target, spec, tokenizer_model=args.tokenizer or args.model,
-                               slos=slos, pids=pids)
+            result = _measure(target, spec, args.tokenizer or args.model, slos, percentile,
+                              pids)
             result["engine"] = {"command": ["vllm", "serve", args.model, *srv.serve_args()],
                                 "startup_s": srv.startup_s, **srv.figures.as_dict(),
                                 "version": "-".join(installed()), "log": str(log)}
@@ -123,3 +173,9 @@ def _print(result: dict) -> None:
     for label, value in summary_rows(result):
         table.add_row(label, value)
     Console().print(table)
+    if result.get("capacity"):
+        from .views import print_capacity
+
+        cap = result["capacity"]
+        print_capacity(cap, [k for k in cap["steps"][0]["figures"] if k.endswith("_ms")],
+                       Console())

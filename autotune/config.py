@@ -155,6 +155,8 @@ class PruneSpec(_Strict):
     preemption_allowance: int = Field(0, ge=0)  # preemptions tolerated in the probe phase
     min_success_rate: float = Field(1.0, ge=0, le=1)
     pruner: Literal["median", "none"] = "median"  # stops trials behind earlier ones
+    # capacity mode: stop a search once its capacity is below the best trial's lower bound
+    capacity_early_stop: bool = True
     gpu_release_timeout_s: float = Field(120.0, gt=0)
 
 
@@ -214,6 +216,8 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _relations(self) -> Scenario:
+        if self.workload.mode is None:  # capacity at SLO is the default when SLOs are given
+            self.workload.mode = "capacity" if self.objective.slos else "fixed"
         seqs, mbt = self.space.get("max-num-seqs"), self.space.get("max-num-batched-tokens")
         if seqs is not None and mbt is not None and _lowest(seqs) > _highest(mbt):
             raise ValueError("space: max-num-batched-tokens is below max-num-seqs everywhere "

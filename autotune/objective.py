@@ -42,7 +42,10 @@ def memory_mib(summary: Mapping[str, Any]) -> float | None:
 
 
 def measures(summary: Mapping[str, Any], objective: Objective) -> Measures:
-    return Measures(float(summary[objective.throughput]),
+    """Throughput, latency and memory; in capacity mode the throughput at capacity (the
+    latency is read at that rate, since `summary` is the step at capacity)."""
+    source = summary.get("capacity") or summary
+    return Measures(float(source[objective.throughput]),
                     float(summary[latency_key(objective.latency)]), memory_mib(summary))
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import gpu, guardrail, prune, space, tinymodel
+from . import capacity, gpu, guardrail, prune, space, tinymodel
 from . import objective as obj
 from . import trial as trial_mod
 from .config import Scenario
@@ -188,7 +188,9 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
             outcome = trial_mod.run(scenario, model, flags, trial_dir=trials_root /
                                     str(trial.number), guard=guard,
-                                    intermediate=_pruner_hook(study, trial, scenario, base))
+                                    intermediate=_pruner_hook(study, trial, scenario, base),
+                                    capacity_floor=None if base is not None
+                                    else capacity_floor(study, scenario))
     except KeyboardInterrupt:
         with _no_interrupts():  # a further Ctrl-C must not leave the study half-written
             trial.set_user_attr("outcome", "interrupted")
@@ -270,11 +272,31 @@ def make_guard(scenario: Scenario, study_dir: Path) -> trial_mod.Guard | None:
     return trial_mod.Guard(spec, prompts, reference)
 
 
+def fixed_flags(study: optuna.Study) -> dict[str, Any]:
+    """The scenario's fixed engine flags (set for every trial, so not an override)."""
+    return normalize(((study.user_attrs.get("scenario") or {}).get("engine") or {})
+                     .get("flags") or {})
+
+
 def feasible_best(study: optuna.Study) -> FrozenTrial | None:
-    """The best feasible completed trial (weighted mode); None if there is none."""
+    """The best feasible completed trial (weighted mode); None if there is none. Capacities
+    within each other's noise are ties, won by the configuration with fewer overrides."""
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.user_attrs.get("feasible") and len(t.values or []) == 1]
-    return max(done, key=lambda t: t.values[0], default=None)
+    return capacity.pick(done, lambda t: t.values[0], fixed_flags(study))
+
+
+def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
+    """The best feasible trial's capacity lower bound (requests/s), below which a capacity
+    search can stop: only where the objective is weighted and throughput counts."""
+    if scenario.workload.mode != "capacity" or not scenario.prune.enabled \
+            or not scenario.prune.capacity_early_stop or scenario.objective.mode != "weighted" \
+            or not scenario.objective.weights.get("throughput"):
+        return None
+    lows = [capacity.interval(c)[0] for t in study.get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("feasible") and (c := capacity.of(t))]
+    return max(lows, default=None) or None
 
 
 def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None = None,

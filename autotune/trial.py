@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from . import gpu, guardrail, prune
+from . import capacity, gpu, guardrail, prune
 from .bench import benchmark
 from .config import GuardrailSpec, Scenario, parse_duration
 from .engine import Server
@@ -58,11 +58,14 @@ def command_line(model: str, flags: dict[str, Any]) -> list[str]:
 
 def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
         guard: Guard | None = None,
-        intermediate: Callable[[dict[str, Any]], str | None] | None = None) -> Outcome:
+        intermediate: Callable[[dict[str, Any]], str | None] | None = None,
+        capacity_floor: float | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs.
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
+    In capacity mode the search stops once the capacity is known to lie below
+    `capacity_floor` (the best trial's lower bound, requests/s).
     """
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
@@ -108,9 +111,16 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
                 return prune.probe_verdict(partial, spec) or (
                     intermediate(partial) if intermediate else None)
 
-            summary = benchmark(target, workload, tokenizer_model=model,
-                                pids=lambda: [p.pid for p in srv.processes()],
-                                probe_sessions=probe_n, on_probe=on_probe)
+            pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
+            if workload.mode == "capacity":
+                summary = capacity.search(target, workload, tokenizer_model=model,
+                                          slos=scenario.objective.slos, pids=pids,
+                                          should_stop=_below(capacity_floor))
+                if summary["capacity"]["stopped"] == capacity.BELOW_BEST:
+                    summary["stopped_after_probe"] = capacity.BELOW_BEST
+            else:
+                summary = benchmark(target, workload, tokenizer_model=model, pids=pids,
+                                    probe_sessions=probe_n, on_probe=on_probe)
             attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
             timings["benchmark_s"] = time.monotonic() - t1
             quality, new_ref = None, None
@@ -134,6 +144,17 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     if quality is not None and "error" in quality:
         return Outcome(PRUNED, "guardrail_error", summary, {**attrs, "detail": quality["error"]})
     return Outcome(COMPLETE, "", summary, attrs, quality, new_ref)
+
+
+def _below(floor: float | None) -> capacity.StopRule | None:
+    """Stop a capacity search whose failing rate is already at or under `floor`."""
+    if not floor:
+        return None
+
+    def rule(low: float | None, high: float | None) -> str | None:
+        return capacity.BELOW_BEST if high is not None and high <= floor else None
+
+    return rule
 
 
 def _quality(target: Target, guard: Guard, context: dict[str, Any]

@@ -21,6 +21,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Kind = Literal["random", "jsonl", "sharegpt", "chat"]
 
 
+class CapacitySpec(BaseModel):
+    """How the capacity search runs (see autotune.capacity)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tolerance: float = Field(0.05, gt=0, lt=1, description="stop when (high-low)/high is this")
+    max_steps: int = Field(8, ge=1, description="every step counts: burst, bisection, repeats")
+    repeats: int = Field(2, ge=1, description="measurements at the final rate (spread)")
+    min_success_rate: float = Field(1.0, ge=0, le=1)
+    min_step_s: float = Field(0.0, ge=0, description="a step sends >= rate x this many requests")
+    max_step_s: float = Field(60.0, gt=0, description="a step sends <= rate x this (>= 4)")
+    min_rate_fraction: float = Field(1 / 32, gt=0, lt=1,
+                                     description="give up below this share of the burst's rate")
+    idle_timeout_s: float = Field(120.0, gt=0, description="wait for an idle engine per step")
+
+
 class WorkloadSpec(BaseModel):
     """The traffic to send. Unknown keys are errors."""
 
@@ -48,6 +64,10 @@ class WorkloadSpec(BaseModel):
     temperature: float = Field(0.0, ge=0)
     timeout_s: float = Field(600.0, gt=0)
     seed: int = 0
+    # fixed: send the workload as described; capacity: find the highest request rate that
+    # meets the SLOs (None: capacity when the objective has SLOs, else fixed)
+    mode: Literal["fixed", "capacity"] | None = None
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec)
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadSpec:

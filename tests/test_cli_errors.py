@@ -97,3 +97,15 @@ def test_bench_with_an_unknown_slo(tmp_path):
 def test_unknown_option_is_one_line_too(tmp_path):
     proc, _ = autotune("tune", "x.yaml", "--trails", "3", cwd=tmp_path)
     assert_one_line_error(proc, "--trails")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--slo", "ttft_p95_ms=500"], ["--capacity", "ttft_p95_ms"]),
+    (["--capacity", "--slo", "ttft_p42_ms=500"], ["ttft_p42", "p95"]),
+    (["--capacity", "--slo", "tpot_p99_ms=0"], ["tpot_p99_ms", "> 0"]),
+    (["--capacity", "--tolerance", "2"], ["tolerance"]),
+])
+def test_bench_capacity_options(tmp_path, args, words):
+    proc, seconds = autotune("bench", "--url", "http://127.0.0.1:1", *args, cwd=tmp_path)
+    assert_one_line_error(proc, *words)
+    assert seconds < QUICK_S

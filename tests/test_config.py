@@ -338,3 +338,30 @@ def test_missing_file(tmp_path):
 def test_scenario_model_is_strict_on_its_own():
     with pytest.raises(ValidationError):
         Scenario.model_validate({"model": {"tiny": "tiny"}, "sampler": {"name": "cmaes"}})
+
+
+# --- capacity mode ----------------------------------------------------------------------
+
+
+def test_capacity_is_the_default_mode_when_slos_are_given(tmp_path):
+    base = """
+    model: {tiny: tiny}
+    objective: {slos: {ttft_p95_ms: 500}}
+    """
+    assert load(write(tmp_path, base)).workload.mode == "capacity"
+    assert load(write(tmp_path, "model: {tiny: tiny}\n")).workload.mode == "fixed"
+    fixed = load(write(tmp_path, base + "workload: {mode: fixed}\n"))
+    assert fixed.workload.mode == "fixed"
+
+
+def test_capacity_options_are_checked(tmp_path):
+    message = load_error(tmp_path, """
+    model: {tiny: tiny}
+    workload: {mode: capacity, capacity: {tolerance: 0}}
+    """)
+    assert "workload.capacity.tolerance" in message
+    message = load_error(tmp_path, """
+    model: {tiny: tiny}
+    workload: {mode: burst}
+    """)
+    assert "workload.mode" in message and "capacity" in message

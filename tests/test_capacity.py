@@ -1,0 +1,153 @@
+"""The capacity search over a simulated engine: bracket, budget, repeats, early stop, ties."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState
+
+from autotune import capacity
+from autotune.capacity import Step
+from autotune.workloads import CapacitySpec, WorkloadSpec
+
+
+class Engine:
+    """Passes every rate up to `cap` req/s; the burst achieves `peak` req/s."""
+
+    def __init__(self, cap: float, peak: float, flaky: set[int] = frozenset()):
+        self.cap, self.peak, self.flaky = cap, peak, flaky
+        self.calls: list[tuple[str, float | None]] = []
+
+    def __call__(self, kind: str, rate: float | None, index: int) -> Step:
+        self.calls.append((kind, rate))
+        load = self.peak if rate is None else rate
+        ok = load <= self.cap and index not in self.flaky
+        summary = {"completed": 10, "total_output_tokens": 320, "total_input_tokens": 640,
+                   "request_throughput": min(load, self.peak)}
+        return Step(index, kind, rate, ok, min(load, self.peak), 32 * min(load, self.peak),
+                    [] if ok else ["ttft_p95_ms 900>500"], 10, summary=summary)
+
+
+@pytest.mark.parametrize("cap", [1.0, 7.3, 12.9, 19.9])
+def test_bisection_brackets_the_capacity_within_tolerance(cap):
+    engine = Engine(cap, peak=20.0)
+    spec = CapacitySpec(tolerance=0.05, max_steps=12, repeats=1)
+    r = capacity.plan(engine, spec)
+    assert r.low <= cap < r.high
+    assert (r.high - r.low) / r.high <= 0.05
+    assert r.request_rate == r.low and r.best.passed and r.best.load == r.low
+    assert engine.calls[0] == ("burst", None)  # the saturating burst comes first
+    assert len(r.steps) <= spec.max_steps
+
+
+@pytest.mark.parametrize("max_steps", range(1, 10))
+def test_the_step_budget_counts_every_step(max_steps):
+    engine = Engine(9.0, peak=20.0)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.001, max_steps=max_steps, repeats=2))
+    assert len(engine.calls) == len(r.steps) <= max_steps
+    if r.low:  # whatever passed is below the capacity, whatever failed above it
+        assert r.low <= 9.0 < r.high
+
+
+def test_a_burst_within_the_slos_is_the_capacity():
+    engine = Engine(100.0, peak=20.0)
+    r = capacity.plan(engine, CapacitySpec(repeats=3))
+    assert r.request_rate == 20.0 and r.high is None and r.bracket == 0.0
+    assert [k for k, _ in engine.calls] == ["burst", "repeat", "repeat"]
+    assert r.spread == 0.0 and r.uncertainty == 0.0
+
+
+def test_nothing_passes_gives_zero_with_an_upper_bound():
+    engine = Engine(0.001, peak=20.0)
+    r = capacity.plan(engine, CapacitySpec(max_steps=5, repeats=2))
+    assert r.request_rate == 0.0 and r.best is None
+    assert r.high == pytest.approx(20.0 / 16)
+    assert len(r.steps) == 5
+
+
+def test_a_failed_repeat_moves_the_capacity_below_that_rate():
+    # Step 4 (the repeat of the best rate) fails: that rate cannot be reported.
+    engine = Engine(10.0, peak=20.0, flaky={4})
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.3, max_steps=8, repeats=2))
+    kinds = [k for k, _ in engine.calls]
+    assert kinds[:5] == ["burst", "bisect", "bisect", "bisect", "repeat"]
+    assert r.high <= engine.calls[4][1]  # the flaky rate now counts as failing
+    assert r.low < engine.calls[4][1] and r.best.passed
+    assert all(s.passed for s in r.steps if s.load == r.low)
+
+
+def test_early_stop_below_the_best_lower_bound():
+    engine = Engine(3.0, peak=20.0)
+    floor = 8.0
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.01, max_steps=10),
+                      lambda low, high: "below" if high is not None and high <= floor else None)
+    assert r.stopped == "below"
+    assert [rate for _, rate in engine.calls] == [None, 10.0, 5.0]  # stops at 5 < 8
+    assert len(r.steps) == 3
+
+
+def test_violations_name_each_broken_slo():
+    summary = {"completed": 9, "failed": 1, "p95_ttft_ms": 812.4, "p99_tpot_ms": 20.0}
+    out = capacity.violations(summary, {"ttft_p95_ms": 500, "tpot_p99_ms": 25}, 1.0)
+    assert out == ["success_rate 0.900<1", "ttft_p95_ms 812.4>500"]
+    assert capacity.violations(summary, {"tpot_p99_ms": 25}, 0.9) == []
+    assert capacity.violations({"completed": 3, "failed": 0}, {"e2el_p90_ms": 1}, 1) \
+        == ["e2el_p90_ms None>1"]
+
+
+def test_record_gives_throughputs_at_capacity():
+    engine = Engine(7.3, peak=20.0)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.05, max_steps=12, repeats=1))
+    rec = capacity.record(r, WorkloadSpec())
+    assert rec["request_throughput"] == r.low
+    assert rec["output_throughput"] == pytest.approx(r.low * 32)  # 320 tokens / 10 requests
+    assert rec["total_token_throughput"] == pytest.approx(r.low * 96)
+    assert rec["max_request_throughput"] == 20.0 and not rec["saturated"]
+    assert len(rec["steps"]) == len(r.steps) and "summary" not in rec["steps"][0]
+    lo, hi = capacity.interval(rec)
+    assert lo == r.low and hi == r.high
+    assert "req/s" in capacity.describe(rec)
+
+
+def _trial(number, value, cap, flags):
+    lo, hi = cap
+    return optuna.trial.create_trial(
+        state=TrialState.COMPLETE, values=[value],
+        params={"x": number}, distributions={"x": CategoricalDistribution(list(range(9)))},
+        user_attrs={"flags": flags, "metrics": {"capacity": {
+            "request_throughput": lo, "low": lo, "high": hi, "spread": None}}})
+
+
+def test_ties_prefer_fewer_overrides_of_the_defaults():
+    fixed = {"enforce-eager": True}
+    defaults = _trial(0, 0.0, (10.0, 10.4), {"enforce-eager": True})
+    tuned = _trial(1, 0.02, (10.2, 10.6), {"enforce-eager": True, "max-num-seqs": 8,
+                                           "block-size": 32})
+    clear = _trial(2, 0.30, (13.0, 13.5), {"enforce-eager": True, "max-num-seqs": 64})
+    score = lambda t: t.values[0]  # noqa: E731
+    assert capacity.overrides(tuned, fixed) == 2 and capacity.overrides(defaults, fixed) == 0
+    # 10.2-10.6 overlaps 10.0-10.4: a tie, which the configuration with no overrides wins
+    assert capacity.pick([defaults, tuned], score, fixed) is defaults
+    # a capacity clear of the noise wins despite its override
+    assert capacity.pick([defaults, tuned, clear], score, fixed) is clear
+    assert capacity.pick([], score, fixed) is None
+    assert not math.isnan(capacity.interval({"low": 1.0, "high": None, "spread": 0.1})[1])
+
+
+def test_halving_gives_up_when_even_low_load_misses_the_slos():
+    engine = Engine(0.0, peak=20.0)
+    r = capacity.plan(engine, CapacitySpec(max_steps=20, min_rate_fraction=1 / 8))
+    assert [rate for _, rate in engine.calls] == [None, 10.0, 5.0, 2.5]  # 1.25 < 20/8
+    assert r.request_rate == 0.0 and r.stopped == capacity.UNREACHABLE
+
+
+def test_early_stop_right_after_the_burst():
+    from autotune.trial import _below
+
+    engine = Engine(3.0, peak=6.0)
+    r = capacity.plan(engine, CapacitySpec(), _below(7.5))  # the burst peaks under 7.5
+    assert r.stopped == capacity.BELOW_BEST and len(r.steps) == 1
+    assert _below(None) is None and _below(7.5)(None, 8.0) is None
