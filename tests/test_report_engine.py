@@ -1,0 +1,72 @@
+"""`autotune report` of the real CPU study, opened in a real headless Chromium (Debian's
+package, driven over the DevTools Protocol): every plot is drawn with as many points as the
+study database holds, no JavaScript error, nothing fetched from the network."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from browser import load
+
+from autotune import report, show
+from autotune.cli import main
+
+pytestmark = [pytest.mark.engine]
+
+# Per plot: its traces, drawn SVG markers and bars, parallel-coordinate axes, and how many
+# pixels its WebGL canvases painted (plotly draws parallel coordinates with WebGL).
+PROBE = """(() => {
+  const painted = c => {
+    const o = document.createElement('canvas'); o.width = c.width; o.height = c.height;
+    const ctx = o.getContext('2d'); ctx.drawImage(c, 0, 0);
+    const d = ctx.getImageData(0, 0, o.width, o.height).data; let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+    return n;
+  };
+  const plots = [...document.querySelectorAll('.js-plotly-plot')].map(gd => ({
+    id: gd.id,
+    traces: gd._fullData.map(t => t.name),
+    markers: gd.querySelectorAll('.scatterlayer .point').length,
+    bars: gd.querySelectorAll('.barlayer .point').length,
+    axes: gd.querySelectorAll('.parcoords .y-axis').length,
+    painted: [...gd.querySelectorAll('canvas')].reduce((n, c) => n + painted(c), 0),
+  }));
+  return {plots, notes: [...document.querySelectorAll('p.note')].map(p => p.textContent),
+          rows: document.querySelectorAll('#trials tbody tr').length};
+})()"""
+
+
+def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
+    db = cpu_study.root / "engine-test.db"
+    page = tmp_path / "report.html"
+    assert main(["report", str(db), "-o", str(page)]) == 0
+    assert f"written to {page}" in capsys.readouterr().err
+    st = show.open_existing(str(db))
+    shot = tmp_path / "report.png"
+    run = load(page, PROBE, screenshot=shot)
+
+    assert run.errors == []
+    assert all(url.startswith("file://") for url in run.requests), run.requests  # offline
+    plots = {p["id"]: p for p in run.probe["plots"]}
+    measured = report.points(st)[0]
+    checked = [t for t in st.trials if "drift" in (t.user_attrs.get("quality") or {})]
+    assert len(measured) >= 2 and checked  # the defaults and the searched trial
+    assert plots["pareto"]["markers"] == len(measured)
+    assert "baselines" in plots["pareto"]["traces"]
+    assert plots["history"]["markers"] == len([p for p in measured if p.gain is not None])
+    (parallel,) = report.parallel_figure(st).data
+    assert plots["parallel"]["axes"] == len(parallel.dimensions)
+    assert plots["parallel"]["painted"] > 1000  # the lines themselves, drawn by WebGL
+    assert plots["guardrail"]["bars"] == 2 * len(checked)
+    imp = report.importances(st)
+    if isinstance(imp, str):  # one searched trial: a note instead of a plot, not a crash
+        assert set(plots) == {"pareto", "history", "parallel", "guardrail"}
+        assert imp in run.probe["notes"]
+    else:
+        assert plots["importances"]["bars"] == len(imp)
+    assert run.probe["rows"] == len(st.trials)
+    png = shot.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width == 1400 and height > 2000  # the whole page, not one screen
