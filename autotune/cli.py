@@ -110,6 +110,18 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import reportpage, show
+
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"))
+    print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
+          file=sys.stderr)
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -128,6 +140,32 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"trial #{trial.number} written to {args.output} ({args.format})", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from . import show, validate, views
+
+    console = Console()
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    if args.repeats < 1:
+        raise ConfigError(f"validate: --repeats must be at least 1 (got {args.repeats})")
+    candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
+                                       against=args.against)
+    console.print(f"validating trial #{candidate.number} against #{against.number}: "
+                  f"{args.repeats} pair(s) of fresh engine launches, alternating")
+    if candidate.number == against.number:
+        console.print("the candidate is the baseline itself: an A/A run, it measures the noise")
+    with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
+        result = validate.run(st, candidate, against, args.repeats,
+                              validate.study_dir(args.study_or_db, st.study_name,
+                                                 Path(args.studies_dir)),
+                              on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
+    views.print_validation(result, console)
     return 0
 
 
@@ -190,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
 
+    p = sub.add_parser("report", help="one self-contained HTML file: Pareto front, history, "
+                       "importances, guardrail, every trial")
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+    p.add_argument("-o", "--output", help="the HTML file (default: STUDY-report.html)")
+    p.set_defaults(func=_cmd_report)
+
     p = sub.add_parser("export", help="a feasible configuration as a deployment artifact")
     p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
     p.add_argument("--study", help="study name inside the storage")
@@ -207,6 +253,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "measured engine version)")
     p.add_argument("-o", "--output", help="write here instead of stdout")
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("validate", help="re-run a configuration and the baseline, alternating, "
+                       "and report the gain with a 95%% confidence interval")
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="this trial (must be feasible)")
+    which.add_argument("--policy", default="balanced",
+                       choices=["max-throughput", "min-latency", "balanced"],
+                       help="pick the trial as `export` does (default: balanced)")
+    p.add_argument("--against", type=int, help="baseline trial (default: vLLM's defaults)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each (default 3)")
+    p.set_defaults(func=_cmd_validate)
     return parser
 
 

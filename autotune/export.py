@@ -17,9 +17,11 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from . import capacity, paired
 from .config import latency_key
 from .errors import ConfigError
 from .flags import to_args
+from .study import fixed_flags
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
@@ -51,12 +53,14 @@ def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "bala
         raise ConfigError("export: no feasible completed trial meets "
                           + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
                              or "the study's constraints"))
+    fixed = fixed_flags(study)  # capacities within noise are ties: fewer overrides win
     if policy == "max-throughput":
-        return max(candidates, key=lambda t: t.user_attrs["measures"]["throughput"])
+        return capacity.pick(candidates, lambda t: t.user_attrs["measures"]["throughput"],
+                             fixed)
     if policy == "min-latency":
         return min(candidates, key=lambda t: t.user_attrs["measures"]["latency_ms"])
     if len(study.directions) == 1:
-        return max(candidates, key=lambda t: t.values[0])
+        return capacity.pick(candidates, lambda t: t.values[0], fixed)
     # Pareto studies: the best throughput per unit of latency.
     return max(candidates, key=lambda t: math.log(t.user_attrs["measures"]["throughput"])
                - math.log(t.user_attrs["measures"]["latency_ms"]))
@@ -91,6 +95,8 @@ def facts(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         "memory_mib": (t.user_attrs.get("measures") or {}).get("memory_mib"),
         "quality_drift": q.get("drift"), "quality_passed": q.get("passed"),
         "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
+        "validation": paired.compact(t.user_attrs.get("validation")),
+        "capacity": capacity.describe(m["capacity"]) if m.get("capacity") else None,
     }
 
 
@@ -109,7 +115,8 @@ def _comment(f: Mapping[str, Any]) -> list[str]:
         f"gain over vLLM defaults {num(f['gain_over_defaults'], '+.1%')}; quality drift "
         f"{num(f['quality_drift'], '.4f')} nats ("
         + ("passed" if f["quality_passed"] else "not checked") + ")",
-    ]
+    ] + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
+      + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else [])
 
 
 def render(study: optuna.Study, t: FrozenTrial, fmt: str, model: str,

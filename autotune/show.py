@@ -9,9 +9,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from . import capacity
 from .errors import ConfigError
 from .flags import normalize
 from .objective import gain
+from .paired import compact
 from .study import DEFAULTS
 
 
@@ -84,11 +86,38 @@ def trial_row(t: FrozenTrial, fixed: dict[str, Any] | None = None) -> dict[str, 
         "values": t.values,
         "gain": t.user_attrs.get("gain"),
         "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
+        "capacity": _capacity(t),
         "detail": t.user_attrs.get("detail"),
         "quality": {k: (t.user_attrs.get("quality") or {}).get(k)
                     for k in ("passed", "drift", "agreement")},
+        "validation": compact(t.user_attrs.get("validation")),
     }
     return row
+
+
+def _capacity(t: FrozenTrial) -> dict[str, Any] | None:
+    """Capacity at SLO, its interval and its uncertainty (capacity mode only)."""
+    cap = capacity.of(t)
+    if cap is None:
+        return None
+    lo, hi = capacity.interval(cap)
+    return {k: cap.get(k) for k in ("request_throughput", "output_throughput", "low", "high",
+                                    "uncertainty", "saturated", "stopped")} | {
+        "interval": [lo, hi], "steps": len(cap.get("steps") or []),
+        "text": capacity.describe(cap)}
+
+
+def ranking(trials: list[FrozenTrial], fixed: dict[str, Any]) -> list[dict[str, Any]]:
+    """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
+    the leader's noise, and `overrides` counts flags beyond the scenario's fixed ones."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE
+            and t.user_attrs.get("feasible", True) and capacity.of(t)
+            and t.user_attrs.get("duplicate_of") is None]
+    done.sort(key=lambda t: -capacity.of(t)["request_throughput"])
+    return [{"number": t.number, "name": t.user_attrs.get("baseline") or "",
+             "overrides": capacity.overrides(t, fixed),
+             "tied": capacity.tied(capacity.of(t), capacity.of(done[0])),
+             **(_capacity(t) or {})} for t in done]
 
 
 def summary(study: optuna.Study) -> dict[str, Any]:
@@ -116,11 +145,12 @@ def summary(study: optuna.Study) -> dict[str, Any]:
                             and t.user_attrs.get("duplicate_of") is None),
     }
     if len(study.directions) == 1:
-        best = max(feasible, key=lambda t: t.values[0], default=None)
+        best = capacity.pick(feasible, lambda t: t.values[0], fixed)
         out["best"] = trial_row(best, fixed) if best else None
         out["best_gain"] = gain(best.values[0]) if best else None
     else:
         out["pareto"] = [trial_row(t, fixed) for t in _pareto(feasible)]
+    out["ranking"] = ranking(trials, fixed)
     out["fixed_flags"] = fixed
     return out
 

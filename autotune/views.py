@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
+from . import capacity
+from .paired import one_line
 from .show import fmt, outcome, reason
 from .study import Progress
 
@@ -58,6 +61,8 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
                       r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
                       fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"), last)
     console.print(table)
+    if data.get("ranking"):
+        print_ranking(data["ranking"], console)
     mm = data.get("memory_model") or {}
     if mm.get("trials"):
         console.print(f"memory model: KV capacity predicted within {mm['max_abs_error']:.1%} "
@@ -74,6 +79,40 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     else:
         nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
+    for r in data["trials"]:
+        if r.get("validation"):
+            console.print(f"validated: trial #{r['number']} {one_line(r['validation'])}")
+
+
+def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
+    """Feasible trials by capacity at SLO; `=` marks capacities within the leader's noise."""
+    table = Table(title="capacity at SLO (feasible trials)")
+    for col in ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s", "overrides",
+                "steps"):
+        table.add_column(col)
+    for i, r in enumerate(ranking, 1):
+        lo, hi = r["interval"]
+        table.add_row(f"{i}{' =' if r['tied'] and i > 1 else ''}", str(r["number"]), r["name"],
+                      fmt(r["request_throughput"], ".3g"), f"{lo:.3g}-{hi:.3g}",
+                      fmt(r["uncertainty"], ".1%"), fmt(r["output_throughput"]),
+                      str(r["overrides"]), str(r["steps"]))
+    console.print(table)
+    if sum(r["tied"] for r in ranking) > 1:
+        console.print("= : within the leader's noise (a tie); among ties the configuration "
+                      "with the fewest overrides of vLLM's defaults is preferred")
+
+
+def print_capacity(cap: dict[str, Any], slo_keys: list[str], console: Console) -> None:
+    """The capacity line and the table of its search steps."""
+    console.print(f"capacity at SLO: {capacity.describe(cap)}; "
+                  f"{fmt(cap.get('output_throughput'))} output tok/s at that rate")
+    table = Table(title="capacity search steps")
+    for col in ("step", "kind", "offered req/s", "achieved req/s", "out tok/s", *slo_keys,
+                "preempt", "verdict"):
+        table.add_column(col, justify="right")
+    for row in capacity.step_rows(cap, slo_keys):
+        table.add_row(*row)
+    console.print(table)
 
 
 def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
@@ -97,6 +136,18 @@ def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
                       f"{fmt(m.get('median_ttft_ms'))}/{fmt(m.get('p95_ttft_ms'))} ms; TPOT p50 "
                       f"{fmt(m.get('median_tpot_ms'), '.2f')} ms; completed {m.get('completed')}"
                       f", failed {m.get('failed')}")
+    if m.get("capacity"):
+        print_capacity(m["capacity"], [k for k in m["capacity"]["steps"][0]["figures"]
+                                       if k.endswith("_ms")], console)
+    v = a.get("validation")
+    if v:
+        console.print(f"validation: {one_line(v)}; {v.get('when')}, {v.get('engine_version')}")
+        for name, m in (v.get("per_metric") or {}).items():
+            if name != "score":
+                ci = "no CI" if m["ci_low"] is None else \
+                    f"95% CI {_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
+                console.print(f"  {m['key']}: {_ratio(m['ratio'])} of #{v['against']} ({ci}, "
+                              f"{m['better']} is better)")
     q = a.get("quality")
     if q and "drift" in q:
         th = q.get("thresholds") or {}
@@ -111,3 +162,45 @@ def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
                           f"token {w['diverges_at']}")
             console.print(f"    reference: {w['reference'][:120]!r}")
             console.print(f"    this run:  {w['output'][:120]!r}")
+
+
+def validation_run(i: int, n: int, r: dict[str, Any]) -> str:
+    """`run 3/6: trial #0 (baseline): throughput 410.2, latency 88.1 ms, start-up 27.4 s`."""
+    return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): throughput "
+            f"{fmt(r['throughput'])}, latency {fmt(r['latency_ms'])} ms, start-up "
+            f"{fmt(r.get('startup_s'))} s")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}x"
+
+
+def print_validation(v: dict[str, Any], console: Console | None = None) -> None:
+    """The runs of a validation, the candidate/baseline ratio of each metric with its 95 %
+    CI, and the headline gain."""
+    console = console or Console()
+    keys = {name: m["key"] for name, m in v["per_metric"].items()}
+    runs = Table(title=f"validation: trial #{v['candidate']} against #{v['against']}, "
+                 f"{v['repeats']} pair(s), alternating, a fresh engine each run")
+    for col in ("run", "trial", "role", keys.get("throughput", "throughput"),
+                keys.get("latency_ms", "latency ms"), "mem MiB", "start-up s"):
+        runs.add_column(col, overflow="fold")
+    for i, r in enumerate(v["runs"], 1):
+        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r["throughput"]),
+                     fmt(r["latency_ms"]), fmt(r.get("memory_mib"), ".0f"),
+                     fmt(r.get("startup_s")))
+    console.print(runs)
+    gains = Table(title="candidate / baseline (geometric mean over the pairs)")
+    for col in ("metric", "baseline", "candidate", "ratio", "95% CI", "better"):
+        gains.add_column(col, overflow="fold")
+    for m in v["per_metric"].values():
+        if m["key"] == "weighted score":  # a mean log-ratio: exp() is its ratio
+            m = {**m, "ratio": math.exp(m["mean"]),
+                 **{k: None if m[k] is None else math.exp(m[k]) for k in ("ci_low", "ci_high")}}
+        ci = "-" if m["ci_low"] is None else f"{_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
+        gains.add_row(m["key"], fmt(m.get("baseline_mean")), fmt(m.get("candidate_mean")),
+                      _ratio(m["ratio"]), ci, m["better"])
+    console.print(gains)
+    if v["ci_low"] is None:
+        console.print("one pair: no confidence interval (use --repeats 2 or more)")
+    console.print(f"validated gain of trial #{v['candidate']}: {one_line(v)}")

@@ -1,0 +1,63 @@
+"""Paired-run statistics: t quantiles, log-ratio intervals, gains and their wording."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune import paired
+
+
+def test_t_quantiles_match_the_tables():
+    assert paired.t975(1) == pytest.approx(12.706, abs=1e-3)
+    assert paired.t975(2) == pytest.approx(4.303, abs=1e-3)
+    assert paired.t975(30) == pytest.approx(2.042, abs=1e-3)
+    # beyond the table the expansion takes over smoothly, and tends to the normal quantile
+    assert paired.t975(31) == pytest.approx(2.0395, abs=2e-4)
+    assert paired.t975(60) == pytest.approx(2.0003, abs=2e-4)
+    assert paired.t975(10_000) == pytest.approx(1.960, abs=1e-3)
+    values = [paired.t975(df) for df in range(1, 100)]
+    assert values == sorted(values, reverse=True)
+    with pytest.raises(ValueError):
+        paired.t975(0)
+
+
+def test_log_interval_is_a_t_interval():
+    iv = paired.log_interval([0.1, 0.2, 0.3])
+    half = 4.3027 * 0.1 / math.sqrt(3)
+    assert (iv.mean, iv.n) == (pytest.approx(0.2), 3)
+    assert iv.low == pytest.approx(0.2 - half) and iv.high == pytest.approx(0.2 + half)
+    one = paired.log_interval([0.4])
+    assert (one.mean, one.low, one.high) == (0.4, None, None)
+
+
+def test_ratios_are_geometric_means_of_the_pairs():
+    logs = paired.log_ratios([110.0, 242.0], [100.0, 200.0])  # x1.1 and x1.21
+    assert logs == pytest.approx([math.log(1.1), math.log(1.21)])
+    r = paired.ratio(logs, "higher")
+    assert r["ratio"] == pytest.approx(math.sqrt(1.1 * 1.21))
+    assert r["ci_low"] < r["ratio"] < r["ci_high"] and r["better"] == "higher"
+    same = paired.ratio(paired.log_ratios([90.0, 45.0], [100.0, 50.0]), "lower")
+    assert same["ratio"] == pytest.approx(0.9) and same["ci_low"] == pytest.approx(0.9)
+    assert paired.log_ratios([1.0, None], [1.0, 1.0]) is None
+    assert paired.log_ratios([1.0, 0.0], [1.0, 1.0]) is None
+
+
+def test_gain_is_relative_and_the_verdict_reads_the_interval():
+    g = paired.gain([0.1, 0.1, 0.1])
+    assert g["gain"] == pytest.approx(math.exp(0.1) - 1) == g["ci_low"] == g["ci_high"]
+    assert paired.verdict(g) == "gain"
+    assert paired.verdict(paired.gain([-0.2, -0.21, -0.19])) == "loss"
+    assert paired.verdict(paired.gain([-0.1, 0.2])) == "within noise"
+    assert paired.verdict(paired.gain([0.1])) == "no CI"
+
+
+def test_one_line_says_when_there_is_no_interval():
+    v = {**paired.gain([0.05, 0.10, 0.15]), "metric": "weighted score", "against": 0,
+         "repeats": 3}
+    line = paired.one_line(v)
+    assert line.startswith("+10.5% weighted score (95% CI ") and "vs #0, 3 paired runs" in line
+    assert "no CI with 1 pair" in paired.one_line({**paired.gain([0.1]), "against": 0,
+                                                    "repeats": 1})
+    assert paired.compact(None) is None
