@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# scripts/gpu/box.sh SCENARIO [autotune tune options: --trials N, --timeout 8m, --study NAME]
+#
+# ONE `run` call on the lent H200 machine: one time box of an autotune study.
+# The same command serves every call; only the carried paths differ (docs/gpu.md):
+#   1. install.sh stashes the carried part(s) of the pack (scripts/gpu/pack.sh)
+#      and, once all are on the machine, unpacks them to /tmp/at-site;
+#   2. builds the random-weight model (`autotune tiny-model`, reused when there);
+#   3. if the pack is complete: restores the carried compile cache on a fresh
+#      machine, runs `autotune tune SCENARIO --studies-dir studies ...` under a
+#      hard deadline (SIGTERM: autotune stops the engine, marks the trial
+#      interrupted and queues it again), and copies to $OUT what the next box and
+#      this checkout need: the SQLite database, the box's trial folders with
+#      tune.log and reference.json, the compile cache when it is small, the box's
+#      log and a JSON of its figures. scripts/gpu/fetch-back.sh puts them in place.
+# The study database travels to the device as part of the working tree
+# (studies/NAME.db is not git-ignored), so the next box resumes it.
+#
+# Env: BOX_LIMIT_S (default 570: the whole command ends by then; keep it under
+# the call's timeout_s), BOX_MODEL (default qwen3-4b; none to skip the build);
+# for a dry run elsewhere, BOX_PARTS (default .gpu-pack/parts) and BOX_SITE
+# (default /tmp/at-site).
+# Exit: tune's code (0, or 130 when the deadline interrupted a trial), 0 after a
+# call that only stashed a part, 3 on a fresh machine that got no first part.
+set -uo pipefail
+# Script variables are lower case: an assignment to a name the image already
+# exports (CC, seen) would change it for every engine and compiler below.
+t0=$(date +%s)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo" || exit 1
+scen=${1:?usage: box.sh SCENARIO [autotune tune options]}
+shift
+args=("$@")
+for a in "${args[@]}"; do
+  case $a in --studies-dir*|--storage*)
+    echo "box.sh: $a is fixed here (studies/, SQLite)" >&2; exit 2 ;;
+  esac
+done
+limit=${BOX_LIMIT_S:-570}
+site=${BOX_SITE:-/tmp/at-site}
+cache=/tmp/at-cache
+outd=${OUT:-/tmp/at-out}
+mkdir -p "$outd" "$cache" /tmp/at-backup
+log=$outd/box.log
+: > "$log"
+say() { echo "[box +$(( $(date +%s) - t0 ))s] $*" | tee -a "$log"; }
+
+export PYTHONPATH=$site:$repo PYTHONUNBUFFERED=1
+export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+# One cache folder for every engine of the box (and of later boxes on this
+# machine): vLLM's torch.compile artifacts, Triton and Inductor kernels, and
+# autotune's own (the engine's flag list, the model under autotune/models).
+export VLLM_CACHE_ROOT=$cache/vllm TRITON_CACHE_DIR=$cache/triton
+export TORCHINDUCTOR_CACHE_DIR=$cache/inductor AUTOTUNE_CACHE=$cache/autotune
+
+say "$(nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version \
+      --format=csv,noheader 2>&1 | head -1); $(nproc) cores; $(python3 -V 2>&1); CC=${CC:-unset}"
+
+# 1. the pack
+t=$(date +%s)
+inst=$(bash scripts/gpu/install.sh "${BOX_PARTS:-.gpu-pack/parts}" "$site" 2>&1); rc=$?
+say "$inst"
+install_s=$(( $(date +%s) - t ))
+[ $rc -eq 0 ] || exit "$rc"
+
+# 2. the model (torch, transformers and tokenizers are in the image)
+model_s=0
+if [ "${BOX_MODEL:-qwen3-4b}" != none ]; then
+  t=$(date +%s)
+  # not `autotune tiny-model`: the CLI imports pydantic, which the pack brings
+  python3 -c 'import sys; from autotune import tinymodel as t; b = t.build(preset=sys.argv[1],
+device="cuda"); print(b.path, b.params, "reused" if b.reused else f"built in {b.seconds:.1f} s")' \
+    "${BOX_MODEL:-qwen3-4b}" 2>&1 | grep -v Warning | tee -a "$log"
+  model_s=$(( $(date +%s) - t ))
+  say "model ready in $model_s s"
+fi
+case $inst in STASHED*)
+  say "pack incomplete: carry the missing part(s) in the next call (docs/gpu.md)"
+  exit 0 ;;
+esac
+
+# 3a. the compile cache of an earlier box, on a fresh machine
+cctar=.gpu-pack/cache/compile-cache.tar.gz
+if [ ! -d "$cache/vllm" ] && [ -f "$cctar" ]; then
+  tar -xzf "$cctar" -C "$cache" && say "compile cache restored ($(du -sh "$cache/vllm" | cut -f1))"
+fi
+
+# 3b. the study database: the carried one, unless this machine holds a newer copy
+name=$(python3 scripts/gpu/boxtool.py name "$scen" "${args[@]}") || exit 2
+db=studies/$name.db
+mkdir -p studies
+carried=$(python3 scripts/gpu/boxtool.py count "$db")
+kept=$(python3 scripts/gpu/boxtool.py count "/tmp/at-backup/$name.db")
+if [ "$kept" -gt "$carried" ]; then
+  say "WARNING: carried $db has $carried trials, this machine's copy $kept:" \
+      "using the machine's (was fetch-back.sh run after the last box?)"
+  cp -f "/tmp/at-backup/$name.db" "$db"
+  [ -f "$db" ] && carried=$kept
+fi
+say "study $name: $carried trial(s) so far"
+stamp=$(mktemp /tmp/at-stamp.XXXX)
+
+# 3c. the time box
+copy_margin=45  # autotune stops its engine within 20 s of SIGTERM; then the copies
+budget=$(( limit - ($(date +%s) - t0) - copy_margin ))
+say "autotune tune $scen --studies-dir studies ${args[*]} (hard stop in $budget s)"
+t=$(date +%s)
+timeout -s TERM -k 40 "$budget" \
+  python3 -m autotune tune "$scen" --studies-dir studies "${args[@]}" 2>&1 | tee -a "$log"
+tune_rc=${PIPESTATUS[0]}
+tune_s=$(( $(date +%s) - t ))
+say "tune exited with $tune_rc after $tune_s s"
+
+# 4. what comes back ($OUT: at most 8 files of 16 MiB)
+t=$(date +%s)
+if [ -f "$db" ]; then
+  cp -f "$db" "/tmp/at-backup/$name.db"
+  cp -f "$db" "$outd/$name.db"
+fi
+list=$(mktemp)
+{ find "studies/$name" -type f -newer "$stamp" 2>/dev/null
+  for f in tune.log reference.json; do [ -f "studies/$name/$f" ] && echo "studies/$name/$f"; done
+} | sed 's|^studies/||' | sort -u > "$list"
+tar -czf "/tmp/at-files.tar.gz" -C studies -T "$list"
+rm -f "$outd/$name"-files.tar.gz*
+if [ "$(stat -c %s /tmp/at-files.tar.gz)" -gt $(( 15 * 1048576 )) ]; then
+  split -b 15M -d -a 1 /tmp/at-files.tar.gz "$outd/$name-files.tar.gz.part"
+else
+  cp /tmp/at-files.tar.gz "$outd/$name-files.tar.gz"
+fi
+say "trial files: $(wc -l < "$list") file(s), $(du -h /tmp/at-files.tar.gz | cut -f1) gzipped"
+cache_mb=$(du -sm --exclude=models "$cache" | cut -f1)
+if [ -n "$(find "$cache" -path "$cache/autotune/models" -prune -o -type f -newer "$stamp" \
+      -print -quit)" ] && [ "$cache_mb" -le 400 ]; then
+  tar -czf /tmp/at-cache.tar.gz -C "$cache" --exclude=./autotune/models .
+  cc=$(stat -c %s /tmp/at-cache.tar.gz)
+  if [ "$cc" -le $(( 15 * 1048576 )) ]; then
+    cp /tmp/at-cache.tar.gz "$outd/compile-cache.tar.gz"
+    say "compile cache: $cache_mb MB, $(( cc / 1048576 )) MiB gzipped, returned"
+  else
+    say "compile cache: $cache_mb MB, $(( cc / 1048576 )) MiB gzipped: too large to return"
+  fi
+else
+  say "compile cache: $cache_mb MB, unchanged or too large: not returned"
+fi
+copy_s=$(( $(date +%s) - t ))
+[ -f "$db" ] && python3 scripts/gpu/boxtool.py report "$db" "$name" --since "$carried" \
+  --json "$outd/box-summary.json" --set "install_s=$install_s" --set "model_s=$model_s" \
+  --set "tune_s=$tune_s" --set "tune_rc=$tune_rc" --set "copy_s=$copy_s" \
+  --set "cache_mb=$cache_mb" --set "box_s=$(( $(date +%s) - t0 ))" 2>&1 | tee -a "$log"
+say "BOX DONE rc=$tune_rc: fetch the files, then scripts/gpu/fetch-back.sh FILES_AT"
+exit "$tune_rc"
