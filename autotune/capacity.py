@@ -224,10 +224,11 @@ def of(t: FrozenTrial) -> dict[str, Any] | None:
     return (t.user_attrs.get("metrics") or {}).get("capacity")
 
 
-def overrides(t: FrozenTrial, fixed: Mapping[str, Any]) -> int:
-    """How many flags the trial sets beyond the scenario's fixed ones (0: vLLM's defaults)."""
+def overrides(t: FrozenTrial, defaults: Mapping[str, Any]) -> int:
+    """How many flags the trial sets to other than `defaults` (vLLM's own defaults and the
+    scenario's fixed flags): 0 for vLLM's defaults."""
     return sum(1 for k, v in (t.user_attrs.get("flags") or {}).items()
-               if k not in fixed or fixed[k] != v)
+               if k not in defaults or defaults[k] != v)
 
 
 def tied(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -237,14 +238,14 @@ def tied(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def pick(candidates: Sequence[FrozenTrial], score: Callable[[FrozenTrial], float],
-         fixed: Mapping[str, Any]) -> FrozenTrial | None:
+         defaults: Mapping[str, Any]) -> FrozenTrial | None:
     """The best by `score`, except that among trials whose capacity is tied with the best's,
     the one with the fewest overrides of vLLM's defaults wins (then the higher score)."""
     best = max(candidates, key=score, default=None)
     if best is None or of(best) is None:
         return best
     ties = [t for t in candidates if of(t) is not None and tied(of(t), of(best))]
-    return min(ties, key=lambda t: (overrides(t, fixed), -score(t)))
+    return min(ties, key=lambda t: (overrides(t, defaults), -score(t)))
 
 
 def summary_of(result: Result) -> dict[str, Any]:

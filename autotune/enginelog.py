@@ -71,7 +71,7 @@ _FIGURES: list[tuple[str, re.Pattern[str]]] = [
     ("weights_load", re.compile(
         r"Model loading took ([\d.]+) ?GiB(?: memory)? and ([\d.]+) ?s")),
     ("weights_load_s", re.compile(r"Loading weights took ([\d.]+) ?s")),
-    ("compile_s", re.compile(r"torch\.compile takes ([\d.]+) ?s in total")),
+    ("compile_s", re.compile(r"torch\.compile t(?:akes|ook) ([\d.]+) ?s in total")),
     ("graph_capture_s", re.compile(r"Graph capturing finished in ([\d.]+) ?sec")),
     ("engine_init_s", re.compile(
         r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s")),

@@ -21,7 +21,7 @@ from . import capacity, paired
 from .config import latency_key
 from .errors import ConfigError
 from .flags import to_args
-from .study import fixed_flags
+from .study import not_overrides
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
@@ -53,7 +53,7 @@ def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "bala
         raise ConfigError("export: no feasible completed trial meets "
                           + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
                              or "the study's constraints"))
-    fixed = fixed_flags(study)  # capacities within noise are ties: fewer overrides win
+    fixed = not_overrides(study)  # capacities within noise are ties: fewer overrides win
     if policy == "max-throughput":
         return capacity.pick(candidates, lambda t: t.user_attrs["measures"]["throughput"],
                              fixed)

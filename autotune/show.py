@@ -14,7 +14,7 @@ from .errors import ConfigError
 from .flags import normalize
 from .objective import gain
 from .paired import compact
-from .study import DEFAULTS
+from .study import DEFAULTS, not_overrides
 
 
 def open_existing(target: str, study_name: str | None = None,
@@ -107,15 +107,16 @@ def _capacity(t: FrozenTrial) -> dict[str, Any] | None:
         "text": capacity.describe(cap)}
 
 
-def ranking(trials: list[FrozenTrial], fixed: dict[str, Any]) -> list[dict[str, Any]]:
+def ranking(trials: list[FrozenTrial], defaults: dict[str, Any]) -> list[dict[str, Any]]:
     """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
-    the leader's noise, and `overrides` counts flags beyond the scenario's fixed ones."""
+    the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
+    parser defaults and the scenario's fixed flags)."""
     done = [t for t in trials if t.state == TrialState.COMPLETE
             and t.user_attrs.get("feasible", True) and capacity.of(t)
             and t.user_attrs.get("duplicate_of") is None]
     done.sort(key=lambda t: -capacity.of(t)["request_throughput"])
     return [{"number": t.number, "name": t.user_attrs.get("baseline") or "",
-             "overrides": capacity.overrides(t, fixed),
+             "overrides": capacity.overrides(t, defaults),
              "tied": capacity.tied(capacity.of(t), capacity.of(done[0])),
              **(_capacity(t) or {})} for t in done]
 
@@ -145,12 +146,12 @@ def summary(study: optuna.Study) -> dict[str, Any]:
                             and t.user_attrs.get("duplicate_of") is None),
     }
     if len(study.directions) == 1:
-        best = capacity.pick(feasible, lambda t: t.values[0], fixed)
+        best = capacity.pick(feasible, lambda t: t.values[0], not_overrides(study))
         out["best"] = trial_row(best, fixed) if best else None
         out["best_gain"] = gain(best.values[0]) if best else None
     else:
         out["pareto"] = [trial_row(t, fixed) for t in _pareto(feasible)]
-    out["ranking"] = ranking(trials, fixed)
+    out["ranking"] = ranking(trials, not_overrides(study))
     out["fixed_flags"] = fixed
     return out
 

@@ -278,12 +278,30 @@ def fixed_flags(study: optuna.Study) -> dict[str, Any]:
                      .get("flags") or {})
 
 
+def not_overrides(study: optuna.Study) -> dict[str, Any]:
+    """Flag values that do not count as overriding vLLM's defaults: the engine parser's own
+    defaults (recorded when the study started) and the scenario's fixed flags."""
+    return {**(study.user_attrs.get("engine_defaults") or {}), **fixed_flags(study)}
+
+
+def record_engine_defaults(study: optuna.Study, scenario: Scenario, info: Any) -> None:
+    """Keep the installed engine's defaults of the flags this study sets, once."""
+    if "engine_defaults" in study.user_attrs:
+        return
+    names = set(scenario.space) | set(normalize(scenario.engine.flags))
+    for base in scenario.baselines:
+        names |= set(normalize(base.flags))
+    defaults = {n: info.flags[n].default for n in sorted(names)
+                if n in info.flags and info.flags[n].default is not None}
+    study.set_user_attr("engine_defaults", defaults)
+
+
 def feasible_best(study: optuna.Study) -> FrozenTrial | None:
     """The best feasible completed trial (weighted mode); None if there is none. Capacities
     within each other's noise are ties, won by the configuration with fewer overrides."""
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
             if t.user_attrs.get("feasible") and len(t.values or []) == 1]
-    return capacity.pick(done, lambda t: t.values[0], fixed_flags(study))
+    return capacity.pick(done, lambda t: t.values[0], not_overrides(study))
 
 
 def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
@@ -308,6 +326,7 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
     space.check_against_engine(scenario, info, scenario_path)
     url = storage_url(scenario, storage, root)
     study = open_study(scenario, url)
+    record_engine_defaults(study, scenario, info)
     if recovered := recover_interrupted(study, url):
         log.info("%d interrupted trial(s) will run again", recovered)
     model = resolve_model(scenario)

@@ -77,3 +77,9 @@ def test_startup_figures_gpu_spellings():
 def test_empty_log():
     assert enginelog.parse_startup("") == enginelog.StartupFigures()
     assert enginelog.error_summary("") == "no output"
+
+
+def test_compile_time_as_vllm_0_26_writes_it():
+    line = ("(EngineCore pid=889) INFO 11-29 20:46:48 [monitor.py:53] torch.compile took "
+            "29.24 s in total")  # seen on the H200
+    assert enginelog.parse_startup(line).compile_s == 29.24
