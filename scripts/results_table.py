@@ -1,0 +1,222 @@
+"""Markdown tables of a capacity-at-SLO study for docs/results-h200.md.
+
+    .venv/bin/python scripts/results_table.py [studies/qwen3-4b-h200.db]
+
+Everything is read from the study database (user_attrs of each trial) and, for the
+start-up split, from the engine logs under studies/<name>/trials/<n>/engine.log.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+HBM_BPS = 4.8e12  # H200 HBM3e, bytes/s
+PROMPT, OUTPUT = 1024 + 256, 128  # tokens per request of the scenario
+
+
+def _f(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _row(cells: list[Any]) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    return "\n".join([_row(head), _row(["---"] * len(head)), *(_row(r) for r in rows)])
+
+
+def _label(t: optuna.trial.FrozenTrial) -> str:
+    return f"#{t.number} {t.user_attrs.get('baseline') or ''}".strip()
+
+
+def _overrides(t: optuna.trial.FrozenTrial) -> str:
+    flags = t.user_attrs.get("flags") or {}
+    return " ".join(f"{k}={v}" for k, v in flags.items()) or "(defaults)"
+
+
+def _capacity(t: optuna.trial.FrozenTrial) -> float:
+    return float(t.user_attrs["metrics"]["capacity"]["request_throughput"])
+
+
+def results(trials: list[optuna.trial.FrozenTrial]) -> str:
+    """Baselines and searched trials that completed: figures at the capacity rate."""
+    base = trials[0]
+    art = [t for t in trials if str(t.user_attrs.get("baseline", "")).startswith("article")]
+    best_art = max((t for t in art if t.user_attrs.get("feasible")), key=lambda t: t.values[0])
+    rows = []
+    for t in trials:
+        ua = t.user_attrs
+        if ua.get("outcome") != "complete":
+            continue
+        m, c, q = ua["metrics"], ua["metrics"]["capacity"], ua.get("quality") or {}
+        lo, hi = c["low"] * (1 - c["spread"]), c["high"] * (1 + c["spread"])
+        cap = c["request_throughput"]
+        rows.append([
+            _label(t), f"{cap:.1f} ({lo:.1f}-{hi:.1f}, ±{c['uncertainty']:.1%})",
+            f"{c['output_throughput']:.0f}", f"{m['output_throughput']:.0f}",
+            _f(m.get("request_goodput")), f"{m['p50_ttft_ms']:.0f} / {m['p95_ttft_ms']:.0f}",
+            f"{m['p50_tpot_ms']:.1f} / {m['p95_tpot_ms']:.1f}",
+            f"{ua['measures']['memory_mib']:.0f}",
+            f"{q.get('drift', 0):.3f} {'pass' if q.get('passed') else 'FAIL'}",
+            len(ua.get("flags") or {}),
+            f"{cap / _capacity(base):.3f}", f"{math.exp(t.values[0]) - 1:+.1%}",
+            f"{cap / _capacity(best_art):.3f}",
+            f"{math.exp(t.values[0] - best_art.values[0]) - 1:+.1%}",
+        ])
+    head = ["trial", "capacity req/s (interval, ±)", "out tok/s (rate×128)", "out tok/s (in step)",
+            "goodput", "TTFT p50/p95 ms", "TPOT p50/p95 ms", "peak MiB", "drift, guardrail",
+            "overrides", "cap. ÷ defaults", "score gain vs defaults",
+            f"cap. ÷ #{best_art.number}", f"score gain vs #{best_art.number}"]
+    return _table(head, rows)
+
+
+def flags(trials: list[optuna.trial.FrozenTrial]) -> str:
+    """Every trial: flags, outcome, the burst's maximum throughput and the capacity."""
+    rows = []
+    for t in trials:
+        ua = t.user_attrs
+        c = (ua.get("metrics") or {}).get("capacity") or {}
+        steps = c.get("steps") or []
+        burst = steps[0]["achieved_rps"] if steps else None
+        why = ua.get("reason") or ""
+        if ua.get("duplicate_of") is not None:
+            why = f"duplicate of #{ua['duplicate_of']} (not launched)"
+        rows.append([_label(t), _overrides(t), f"{t.state.name.lower()} {why}".strip(),
+                     _f(burst), _f(c.get("request_throughput") or None), len(steps)])
+    return _table(["trial", "flags", "state", "burst req/s", "capacity req/s", "steps"], rows)
+
+
+def timings(trials: list[optuna.trial.FrozenTrial]) -> str:
+    rows = []
+    for t in trials:
+        tm, wall = t.user_attrs.get("timings") or {}, _wall(t)
+        if t.user_attrs.get("duplicate_of") is not None:
+            rows.append([_label(t), "-", "-", "-", "-", f"{wall:.1f}", "copied, not launched"])
+            continue
+        rows.append([_label(t), *(_f(tm.get(k)) for k in
+                                  ("startup_s", "benchmark_s", "guardrail_s", "teardown_s")),
+                     f"{wall:.1f}", t.user_attrs.get("reason") or t.user_attrs.get("outcome")])
+    return _table(["trial", "start-up s", "benchmark s", "guardrail s", "teardown s", "wall s",
+                   "outcome"], rows)
+
+
+def _wall(t: optuna.trial.FrozenTrial) -> float:
+    assert t.datetime_start and t.datetime_complete
+    return (t.datetime_complete - t.datetime_start).total_seconds()
+
+
+EVENTS = [  # (name, regex on an engine log line); vLLM timestamps have 1 s resolution
+    ("banner", r"version 0\.\d+"), ("config", r"Resolved architecture"),
+    ("core", r"Initializing a V1 LLM engine"), ("weights", r"Model loading took"),
+    ("compiled", r"torch\.compile took"), ("kv", r"GPU KV cache size"),
+    ("graphs", r"Graph capturing finished"), ("init", r"init engine \("),
+    ("serving", r"Starting vLLM server"),
+]
+TS = re.compile(r" (\d\d-\d\d \d\d:\d\d:\d\d) \[")
+
+
+def _events(log: Path, year: int) -> dict[str, datetime]:
+    found: dict[str, datetime] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        ts = TS.search(line)
+        for name, rx in EVENTS:
+            if ts and name not in found and re.search(rx, line):
+                found[name] = datetime.strptime(f"{year}-{ts.group(1)}", "%Y-%m-%d %H:%M:%S")
+    return found
+
+
+def startup(trials: list[optuna.trial.FrozenTrial], root: Path) -> str:
+    """Start-up split from the engine log's timestamps (1 s resolution)."""
+    rows = []
+    for t in trials:
+        log = root / "trials" / str(t.number) / "engine.log"
+        if not log.exists() or t.datetime_start is None:
+            continue
+        ev, st = _events(log, t.datetime_start.year), t.user_attrs.get("startup") or {}
+        start = t.datetime_start.replace(microsecond=0)
+        end = t.datetime_start + _td(t.user_attrs["timings"]["startup_s"])
+        comp = re.search(r"torch\.compile took ([\d.]+) s", log.read_text(errors="replace"))
+
+        def gap(a: str, b: str, ev: dict[str, datetime] = ev) -> str:
+            return f"{(ev[b] - ev[a]).total_seconds():.0f}" if a in ev and b in ev else "-"
+
+        ev["start"] = start
+        after = "graphs" if "graphs" in ev else "kv"
+        rows.append([
+            _label(t), gap("start", "banner"), gap("banner", "config"), gap("config", "core"),
+            gap("core", "weights"),
+            comp.group(1) if comp else "- (eager)", gap("compiled" if comp else "weights", "kv"),
+            _f(st.get("graph_capture_s"), "{:.0f}"), gap(after, "init"), gap("init", "serving"),
+            f"{(end - ev['serving']).total_seconds():.0f}" if "serving" in ev else "-",
+            f"{t.user_attrs['timings']['startup_s']:.1f}"])
+    head = ["trial", "API-server spawn + imports", "model config", "engine-core spawn + imports",
+            "device init + weights", "torch.compile s (vLLM)", "profiling + KV cache",
+            "CUDA graphs", "warm-up after capture", "API ready", "to /health OK", "start-up s"]
+    return _table(head, rows)
+
+
+def _td(s: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=s)
+
+
+def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float) -> str:
+    """Decode roofline at the batch implied by Little's law at the capacity rate."""
+    rows = []
+    for t in trials:
+        ua = t.user_attrs
+        if ua.get("outcome") != "complete" or not ua.get("feasible"):
+            continue
+        m = ua["metrics"]
+        rate = m["capacity"]["request_throughput"]
+        batch = rate * (m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 1000  # sequences decoding
+        kv_tok = 2 * 36 * 8 * 128 * (1 if ua["flags"].get("kv-cache-dtype") == "fp8" else 2)
+        ctx = PROMPT + OUTPUT / 2
+        step_bytes = weights_bytes + batch * ctx * kv_tok
+        roof = batch / (step_bytes / HBM_BPS)
+        out = m["capacity"]["output_throughput"]
+        rows.append([_label(t), f"{rate:.1f}", f"{m['mean_e2el_ms']:.0f}",
+                     f"{m['mean_ttft_ms']:.0f}", f"{batch:.1f}", f"{step_bytes / 1e9:.2f}",
+                     f"{step_bytes / HBM_BPS * 1e3:.2f}", f"{roof:.0f}", f"{out:.0f}",
+                     f"{out / roof:.1%}", f"{m['mean_tpot_ms']:.2f}"])
+    head = ["trial", "rate req/s", "mean E2E ms", "mean TTFT ms", "decoding seqs B",
+            "GB read / step", "roofline step ms", "roofline tok/s", "measured out tok/s",
+            "fraction", "measured mean TPOT ms"]
+    return _table(head, rows)
+
+
+def main(db: str) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+    trials = study.trials
+    root = Path(db).with_suffix("")
+    counts: dict[str, int] = {}
+    for t in trials:
+        kind = "duplicate" if t.user_attrs.get("duplicate_of") is not None else (
+            "infeasible" if t.user_attrs.get("feasible") is False else t.state.name.lower())
+        counts[kind] = counts.get(kind, 0) + 1
+    first = trials[0].user_attrs
+    print(f"study {study.study_name}: {len(trials)} trials {counts}; "
+          f"engine {first['engine_version']}; device {first['device']}; "
+          f"trial wall time {sum(_wall(t) for t in trials):.0f} s\n")
+    for title, text in [
+        ("Completed trials at their capacity rate", results(trials)),
+        ("All trials", flags(trials)),
+        ("Wall-time split per trial", timings(trials)),
+        ("Start-up split from the engine logs (s)", startup(trials, root)),
+        ("Decode roofline", roofline(trials, first["memory_estimate"]["weights_bytes"])),
+    ]:
+        print(f"### {title}\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "studies/qwen3-4b-h200.db")
