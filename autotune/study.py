@@ -14,6 +14,7 @@ import logging
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ from .flags import normalize
 
 log = logging.getLogger("autotune")
 DEFAULTS = "vllm-defaults"
+# Optuna 5 deprecates `constraints_func` for `Trial.set_constraint`, which only the
+# ask-and-tell path could use before `tell`; the samplers still honour it until Optuna 7.
+warnings.filterwarnings("ignore", message=r"`constraints_func` has been deprecated",
+                        category=FutureWarning)
 
 
 @dataclass
