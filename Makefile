@@ -46,7 +46,7 @@ $(CHROMIUM):
 	$(APT) install -y -q chromium
 
 test: setup
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 
 # The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
 report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)

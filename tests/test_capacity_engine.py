@@ -2,7 +2,8 @@
 
 Measured on 2 cores (E2EL p95 SLO, 32-request steps of >= 3 s): two searches on the
 same engine gave 19.4 and 18.0 req/s, a 400 ms SLO 6.9 req/s against 800 ms, and
-max-num-seqs 1 3.6 req/s against 8. Each search takes 25-50 s.
+max-num-seqs 1 3.6 req/s against 8 (its burst alone peaks at about 5 req/s). Each search
+takes 25-50 s.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from autotune.workloads import CapacitySpec, WorkloadSpec
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
 CAP = CapacitySpec(tolerance=0.1, max_steps=7, repeats=2, min_step_s=3, max_step_s=8)
+# A fresh engine's first requests are slow: without a warm-up the first search on an engine
+# came out at 14.1 req/s against 24 for the next one (CI, 2 cores).
 SPEC = WorkloadSpec(kind="random", num_requests=32, input_len=64, output_len=32,
-                    mode="capacity", capacity=CAP)
+                    warmup_requests=8, mode="capacity", capacity=CAP)
 LOOSE, STRICT = {"e2el_p95_ms": 800.0}, {"e2el_p95_ms": 400.0}
 
 
@@ -34,9 +37,10 @@ def eight(tiny_model, tmp_path_factory):
         yield srv
 
 
-def _search(srv: Server, model, slos) -> dict:
+def _search(srv: Server, model, slos, should_stop=None) -> dict:
     return capacity.search(Target(srv.url, str(model), srv.headers), SPEC,
-                           tokenizer_model=str(model), slos=slos)["capacity"]
+                           tokenizer_model=str(model), slos=slos,
+                           should_stop=should_stop)["capacity"]
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +66,19 @@ def test_bench_capacity_agrees_with_a_second_search(eight, loose, tmp_path):
         [sys.executable, "-m", "autotune", "bench", "--url", eight.url, "--api-key",
          eight.headers["Authorization"].split()[-1], "--capacity", "--slo", "e2el_p95_ms=800",
          "--num-requests", "32", "--input-len", "64", "--output-len", "32", "--tolerance",
-         "0.1", "--max-steps", "7", "--min-step-s", "3", "--json", str(out)],
+         "0.1", "--max-steps", "7", "--min-step-s", "3", "--warmup", "8", "--json", str(out)],
         capture_output=True, text=True, timeout=600, env={"COLUMNS": "160", "PATH": ""},
         check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "capacity at SLO:" in proc.stdout and "capacity search steps" in proc.stdout
     again = json.loads(out.read_text())["capacity"]
     assert len(again["steps"]) <= 7 and all("figures" in s for s in again["steps"])
-    # Two searches agree within their stated uncertainty (bracket and repeat spread).
-    assert capacity.tied(loose, again), (capacity.describe(loose), capacity.describe(again))
+    # Two searches agree within their stated uncertainty (bracket and repeat spread) widened
+    # by the search's tolerance.
+    (alo, ahi), (blo, bhi) = capacity.interval(loose), capacity.interval(again)
+    tol = CAP.tolerance
+    assert alo * (1 - tol) <= bhi * (1 + tol) and blo * (1 - tol) <= ahi * (1 + tol), \
+        (capacity.describe(loose), capacity.describe(again))
 
 
 def test_a_stricter_slo_gives_a_lower_capacity(eight, tiny_model, loose):
@@ -79,9 +87,14 @@ def test_a_stricter_slo_gives_a_lower_capacity(eight, tiny_model, loose):
     assert len(strict["steps"]) <= CAP.max_steps
 
 
-def test_one_sequence_at_a_time_carries_less(tiny_model, tmp_path, loose):
+def test_one_sequence_at_a_time_carries_less_and_stops_early(tiny_model, tmp_path, loose):
+    from autotune.trial import _below
+
+    floor = capacity.interval(loose)[0]  # as a study passes the best trial's lower bound
     with Server(str(tiny_model), {"enforce-eager": True, "max-num-seqs": 1},
                 log_path=tmp_path / "engine.log") as srv:
-        one = _search(srv, tiny_model, LOOSE)
+        one = _search(srv, tiny_model, LOOSE, should_stop=_below(floor))
+    # Its burst alone peaks below the floor: the search stops there, as a study's would.
+    assert one["max_request_throughput"] < floor
+    assert one["stopped"] == capacity.BELOW_BEST and len(one["steps"]) == 1
     assert one["request_throughput"] < loose["request_throughput"]
-    assert one["max_request_throughput"] < loose["max_request_throughput"]
