@@ -183,6 +183,13 @@ def _slo_pairs(specs: list[str]) -> dict[str, float]:
     return out
 
 
+def _study_arguments(p: argparse.ArgumentParser) -> None:
+    """How `show`, `report`, `export` and `validate` name an existing study."""
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(prog="autotune", description=(
         "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
@@ -221,25 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
-    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
-    p.add_argument("--study", help="study name inside the storage")
-    p.add_argument("--studies-dir", default="studies")
+    _study_arguments(p)
     p.add_argument("--trial", type=int, help="one trial in full, with its quality figures")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
 
     p = sub.add_parser("report", help="one self-contained HTML file: Pareto front, history, "
                        "importances, guardrail, every trial")
-    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
-    p.add_argument("--study", help="study name inside the storage")
-    p.add_argument("--studies-dir", default="studies")
+    _study_arguments(p)
     p.add_argument("-o", "--output", help="the HTML file (default: STUDY-report.html)")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("export", help="a feasible configuration as a deployment artifact")
-    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
-    p.add_argument("--study", help="study name inside the storage")
-    p.add_argument("--studies-dir", default="studies")
+    _study_arguments(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="this trial (must be feasible)")
     which.add_argument("--policy", default="balanced",
@@ -256,9 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="re-run a configuration and the baseline, alternating, "
                        "and report the gain with a 95%% confidence interval")
-    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
-    p.add_argument("--study", help="study name inside the storage")
-    p.add_argument("--studies-dir", default="studies")
+    _study_arguments(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", type=int, help="this trial (must be feasible)")
     which.add_argument("--policy", default="balanced",

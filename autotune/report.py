@@ -23,9 +23,8 @@ from . import objective as obj
 from .config import latency_key
 from .errors import ConfigError
 from .export import choose
-from .flags import normalize
 from .show import outcome, reason
-from .study import DEFAULTS
+from .study import DEFAULTS, fixed_flags
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
 HEIGHT = 520
@@ -52,12 +51,6 @@ class Axes:
     def latency_label(self) -> str:
         metric, _, stat = self.latency.partition("_")
         return f"{metric.upper()} {stat} (ms)"
-
-
-def fixed_flags(study: optuna.Study) -> dict[str, Any]:
-    """The scenario's fixed engine flags: set for every trial, so not worth repeating."""
-    return normalize(((study.user_attrs.get("scenario") or {}).get("engine") or {})
-                     .get("flags") or {})
 
 
 def axes(study: optuna.Study) -> Axes:

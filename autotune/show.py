@@ -11,10 +11,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from . import capacity
 from .errors import ConfigError
-from .flags import normalize
 from .objective import gain
 from .paired import compact
-from .study import DEFAULTS, not_overrides
+from .study import DEFAULTS, fixed_flags, not_overrides
 
 
 def open_existing(target: str, study_name: str | None = None,
@@ -124,8 +123,7 @@ def ranking(trials: list[FrozenTrial], defaults: dict[str, Any]) -> list[dict[st
 def summary(study: optuna.Study) -> dict[str, Any]:
     """Every trial, the baseline, and the best feasible trial or the feasible Pareto set."""
     trials = study.get_trials(deepcopy=False)
-    fixed = normalize(((study.user_attrs.get("scenario") or {}).get("engine") or {})
-                      .get("flags") or {})
+    fixed = fixed_flags(study)
     rows = [trial_row(t, fixed) for t in trials]
     feasible = [t for t in trials if t.state == TrialState.COMPLETE
                 and t.user_attrs.get("feasible", True)]
