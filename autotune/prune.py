@@ -16,6 +16,7 @@ from typing import Any
 
 from . import gpu, memory
 from .config import Hardware, PruneSpec, Scenario
+from .workloads import WorkloadSpec
 from .engine import cpu_memory_default
 from .errors import AutotuneError
 
@@ -83,6 +84,32 @@ def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
             max_num_batched_tokens=_int(flags.get("max-num-batched-tokens")))
     except ValueError:
         return None
+
+
+def longest_request(workload: WorkloadSpec) -> int | None:
+    """Tokens of the workload's longest request (prompt + output), where the spec says.
+
+    Only `random` prompts have lengths known before sending; chat histories and files
+    are measured by the engine itself.
+    """
+    if workload.kind != "random":
+        return None
+    r = workload.range_ratio
+    return (workload.prefix_len + max(1, int(workload.input_len * (1 + r)))
+            + max(1, int(workload.output_len * (1 + r))))
+
+
+def too_short(flags: Mapping[str, Any], workload: WorkloadSpec) -> str | None:
+    """Why an explicit --max-model-len cannot serve the workload, or None.
+
+    vLLM rejects every request longer than max-model-len with HTTP 400: launching such
+    a configuration only measures failures, after a full start-up.
+    """
+    mml, longest = _int(flags.get("max-model-len")), longest_request(workload)
+    if mml is None or longest is None or mml >= longest:
+        return None
+    return (f"max_model_len_too_short: max-model-len {mml} is below the workload's "
+            f"longest request ({longest} tokens)")
 
 
 def before_launch(estimate: memory.Estimate | None, spec: PruneSpec) -> str | None:

@@ -84,7 +84,8 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     spec = scenario.prune
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
     attrs["memory_estimate"] = asdict(estimate) if estimate else None
-    if why := prune.before_launch(estimate, spec):
+    if why := (spec.enabled and prune.too_short(flags, scenario.workload)) or \
+            prune.before_launch(estimate, spec):
         reason, _, detail = why.partition(": ")
         return Outcome(PRUNED, reason, attrs={**attrs, "detail": detail, "launched": False})
     launch_flags = prune.emulate(flags, scenario.hardware, prune.device_bytes())

@@ -68,3 +68,25 @@ def test_allowances():
 
 def test_gpu_release_wait_is_a_no_op_without_a_gpu():
     assert prune.wait_gpu_released(None, 1.0) == 0.0
+
+
+def test_max_model_len_below_the_longest_request_is_not_launched(tiny_model, tmp_path):
+    from autotune import trial
+
+    w = _scenario(workload={"prefix_len": 100, "input_len": 1000, "output_len": 200,
+                            "range_ratio": 0.5}).workload
+    assert prune.longest_request(w) == 100 + 1500 + 300
+    assert prune.too_short({"max-model-len": 1899}, w).startswith(
+        "max_model_len_too_short: max-model-len 1899 is below the workload's longest "
+        "request (1900 tokens)")
+    assert prune.too_short({"max-model-len": 1900}, w) is None
+    assert prune.too_short({}, w) is None  # the model's own length: the memory model decides
+    chat = _scenario(workload={"kind": "chat"}).workload
+    assert prune.longest_request(chat) is None and prune.too_short({"max-model-len": 1}, chat) \
+        is None
+    # a trial with such flags ends before any engine starts
+    scenario = _scenario(workload={"input_len": 600, "output_len": 100})
+    out = trial.run(scenario, str(tiny_model), {"max-model-len": 512}, tmp_path / "t")
+    assert (out.state, out.reason, out.attrs["launched"]) == (
+        trial.PRUNED, "max_model_len_too_short", False)
+    assert not (tmp_path / "t" / "engine.log").exists()

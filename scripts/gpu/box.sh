@@ -18,6 +18,8 @@
 #
 # Env: BOX_LIMIT_S (default 570: the whole command ends by then; keep it under
 # the call's timeout_s), BOX_MODEL (default qwen3-4b; none to skip the build);
+# BOX_CACHE (default /tmp/at-cache) and BOX_RETURN_CACHE (default 1), which
+# boxes.sh sets to give each GPU of the machine a box of its own;
 # for a dry run elsewhere, BOX_PARTS (default .gpu-pack/parts) and BOX_SITE
 # (default /tmp/at-site).
 # Exit: tune's code (0, or 130 when the deadline interrupted a trial), 0 after a
@@ -38,7 +40,7 @@ for a in "${args[@]}"; do
 done
 limit=${BOX_LIMIT_S:-570}
 site=${BOX_SITE:-/tmp/at-site}
-cache=/tmp/at-cache
+cache=${BOX_CACHE:-/tmp/at-cache}
 outd=${OUT:-/tmp/at-out}
 mkdir -p "$outd" "$cache" /tmp/at-backup
 log=$outd/box.log
@@ -54,7 +56,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export VLLM_CACHE_ROOT=$cache/vllm TRITON_CACHE_DIR=$cache/triton
 export TORCHINDUCTOR_CACHE_DIR=$cache/inductor AUTOTUNE_CACHE=$cache/autotune
 
-say "$(nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version \
+gpu_index=${CUDA_VISIBLE_DEVICES:-0}
+say "GPU ${gpu_index%%,*}: $(nvidia-smi -i "${gpu_index%%,*}" \
+      --query-gpu=name,memory.used,memory.total,driver_version \
       --format=csv,noheader 2>&1 | head -1); $(nproc) cores; $(python3 -V 2>&1); CC=${CC:-unset}"
 
 # 1. the pack
@@ -122,21 +126,24 @@ list=$(mktemp)
 { find "studies/$name" -type f -newer "$stamp" 2>/dev/null
   for f in tune.log reference.json; do [ -f "studies/$name/$f" ] && echo "studies/$name/$f"; done
 } | sed 's|^studies/||' | sort -u > "$list"
-tar -czf "/tmp/at-files.tar.gz" -C studies -T "$list"
+files_tgz=$cache.files.tar.gz
+tar -czf "$files_tgz" -C studies -T "$list"
 rm -f "$outd/$name"-files.tar.gz*
-if [ "$(stat -c %s /tmp/at-files.tar.gz)" -gt $(( 15 * 1048576 )) ]; then
-  split -b 15M -d -a 1 /tmp/at-files.tar.gz "$outd/$name-files.tar.gz.part"
+if [ "$(stat -c %s "$files_tgz")" -gt $(( 15 * 1048576 )) ]; then
+  split -b 15M -d -a 1 "$files_tgz" "$outd/$name-files.tar.gz.part"
 else
-  cp /tmp/at-files.tar.gz "$outd/$name-files.tar.gz"
+  cp "$files_tgz" "$outd/$name-files.tar.gz"
 fi
-say "trial files: $(wc -l < "$list") file(s), $(du -h /tmp/at-files.tar.gz | cut -f1) gzipped"
+say "trial files: $(wc -l < "$list") file(s), $(du -h "$files_tgz" | cut -f1) gzipped"
 cache_mb=$(du -sm --exclude=models "$cache" | cut -f1)
-if [ -n "$(find "$cache" -path "$cache/autotune/models" -prune -o -type f -newer "$stamp" \
+if [ "${BOX_RETURN_CACHE:-1}" != 1 ]; then
+  say "compile cache: $cache_mb MB, not returned (BOX_RETURN_CACHE=0)"
+elif [ -n "$(find "$cache" -path "$cache/autotune/models" -prune -o -type f -newer "$stamp" \
       -print -quit)" ] && [ "$cache_mb" -le 400 ]; then
-  tar -czf /tmp/at-cache.tar.gz -C "$cache" --exclude=./autotune/models .
-  cc=$(stat -c %s /tmp/at-cache.tar.gz)
+  tar -czf "$cache.tar.gz" -C "$cache" --exclude=./autotune/models .
+  cc=$(stat -c %s "$cache.tar.gz")
   if [ "$cc" -le $(( 15 * 1048576 )) ]; then
-    cp /tmp/at-cache.tar.gz "$outd/compile-cache.tar.gz"
+    cp "$cache.tar.gz" "$outd/compile-cache.tar.gz"
     say "compile cache: $cache_mb MB, $(( cc / 1048576 )) MiB gzipped, returned"
   else
     say "compile cache: $cache_mb MB, $(( cc / 1048576 )) MiB gzipped: too large to return"
