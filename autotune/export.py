@@ -21,7 +21,7 @@ from . import capacity, paired
 from .config import latency_key
 from .errors import ConfigError
 from .flags import to_args
-from .study import not_overrides
+from .study import not_overrides, reference_name
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
@@ -88,6 +88,7 @@ def facts(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         "engine": t.user_attrs.get("engine_version"),
         "device": (t.user_attrs.get("device") or {}).get("name"),
         "gain_over_defaults": t.user_attrs.get("gain"),
+        "gain_over": reference_name(study),
         "output_throughput": m.get("output_throughput"),
         "request_throughput": m.get("request_throughput"),
         "median_ttft_ms": m.get("median_ttft_ms"), "p95_ttft_ms": m.get("p95_ttft_ms"),
@@ -112,7 +113,7 @@ def _comment(f: Mapping[str, Any]) -> list[str]:
         f"{num(f['request_throughput'], '.2f')} req/s, TTFT p50/p95 "
         f"{num(f['median_ttft_ms'], '.1f')}/{num(f['p95_ttft_ms'], '.1f')} ms, TPOT p50 "
         f"{num(f['median_tpot_ms'], '.2f')} ms, memory {num(f['memory_mib'], '.0f')} MiB",
-        f"gain over vLLM defaults {num(f['gain_over_defaults'], '+.1%')}; quality drift "
+        f"gain over {f['gain_over']} {num(f['gain_over_defaults'], '+.1%')}; quality drift "
         f"{num(f['quality_drift'], '.4f')} nats ("
         + ("passed" if f["quality_passed"] else "not checked") + ")",
     ] + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \

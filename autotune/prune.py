@@ -16,9 +16,9 @@ from typing import Any
 
 from . import gpu, memory
 from .config import Hardware, PruneSpec, Scenario
-from .workloads import WorkloadSpec
 from .engine import cpu_memory_default
 from .errors import AutotuneError
+from .workloads import WorkloadSpec
 
 PREEMPTION, KV_SATURATED, FAILURES, BEHIND = "preemption", "kv_saturated", "failures", "behind"
 

@@ -24,7 +24,7 @@ from .config import latency_key
 from .errors import ConfigError
 from .export import choose
 from .show import outcome, reason
-from .study import DEFAULTS, fixed_flags
+from .study import DEFAULTS, fixed_flags, reference_name
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
 HEIGHT = 520
@@ -41,6 +41,7 @@ class Axes:
     throughput: str  # a `vllm bench serve` key, e.g. output_throughput
     latency: str  # e.g. ttft_p95
     capacity: bool = False  # throughput is measured at the capacity at SLO
+    reference: str = "vLLM defaults"  # what gains are over (`study.reference_name`)
 
     @property
     def throughput_label(self) -> str:
@@ -58,7 +59,8 @@ def axes(study: optuna.Study) -> Axes:
     o = scenario.get("objective") or {}
     return Axes(o.get("mode") or ("weighted" if len(study.directions) == 1 else "pareto"),
                 o.get("throughput") or "output_throughput", o.get("latency") or "ttft_p95",
-                (scenario.get("workload") or {}).get("mode") == "capacity")
+                (scenario.get("workload") or {}).get("mode") == "capacity",
+                reference_name(study))
 
 
 @dataclass
@@ -85,7 +87,7 @@ class Point:
                  f"{ax.latency_label}: {self.latency_ms:.4g}",
                  "memory: " + ("-" if self.memory_mib is None else f"{self.memory_mib:.0f} MiB")]
         if self.gain is not None:
-            lines.append(f"gain over vLLM defaults: {self.gain:+.1%}")
+            lines.append(f"gain over {ax.reference}: {self.gain:+.1%}")
         lines += [f"--{k} {v}" for k, v in self.flags.items()] or ["(no flags beyond fixed)"]
         return "<br>".join(lines)
 
@@ -253,8 +255,8 @@ def history_figure(study: optuna.Study) -> go.Figure:
                                for _, v in checked],
                      "arrayminus": [(v["gain"] - (v.get("ci_low") or v["gain"])) * 100
                                     for _, v in checked]}))
-    fig.add_hline(y=0, line_dash="dash", line_color="#888", annotation_text="vLLM defaults")
-    title = f"Optimisation history: {what} over vLLM defaults"
+    fig.add_hline(y=0, line_dash="dash", line_color="#888", annotation_text=ax.reference)
+    title = f"Optimisation history: {what} over {ax.reference}"
     if unplaced or any(p.kind == PARTIAL for p in pts):
         n = len(unplaced) + sum(p.kind == PARTIAL for p in pts)
         title += f" ({n} pruned or failed trial(s) have no gain: see the table)"

@@ -172,7 +172,8 @@ def _about(study: optuna.Study) -> str:
         "fixed flags": _flags(fixed),
         "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
         "best feasible": (f"#{top.number} {_flags(_beyond(top, fixed))}, gain "
-                          f"{fmt(top.user_attrs.get('gain'), '+.1%')} over vLLM defaults; ship "
+                          f"{fmt(top.user_attrs.get('gain'), '+.1%')} over "
+                          f"{report.axes(study).reference}; ship "
                           f"it with: autotune export {study.study_name} --trial {top.number} "
                           "--format k8s" if top else "none yet"),
     }

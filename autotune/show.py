@@ -13,7 +13,7 @@ from . import capacity
 from .errors import ConfigError
 from .objective import gain
 from .paired import compact
-from .study import DEFAULTS, fixed_flags, not_overrides
+from .study import DEFAULTS, fixed_flags, not_overrides, reference_name
 
 
 def open_existing(target: str, study_name: str | None = None,
@@ -147,6 +147,7 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         best = capacity.pick(feasible, lambda t: t.values[0], not_overrides(study))
         out["best"] = trial_row(best, fixed) if best else None
         out["best_gain"] = gain(best.values[0]) if best else None
+        out["gain_over"] = reference_name(study)
     else:
         out["pareto"] = [trial_row(t, fixed) for t in _pareto(feasible)]
     out["ranking"] = ranking(trials, not_overrides(study))

@@ -129,14 +129,26 @@ def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> Froze
     return None
 
 
-def reference(study: optuna.Study, scenario: Scenario) -> obj.Measures | None:
-    """The baseline's measures: vLLM's defaults, else the first completed trial."""
+def reference_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The trial scores are relative to: vLLM's defaults, else the first completed trial
+    (on a 24 GB card the defaults' max-model-len does not fit, and they never run)."""
     trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     trials.sort(key=lambda t: (t.user_attrs.get("baseline") != DEFAULTS, t.number))
-    for t in trials:
-        if "measures" in t.user_attrs:
-            return obj.Measures(**t.user_attrs["measures"])
-    return None
+    return next((t for t in trials if "measures" in t.user_attrs), None)
+
+
+def reference(study: optuna.Study, scenario: Scenario) -> obj.Measures | None:
+    """The reference trial's measures (see `reference_trial`)."""
+    t = reference_trial(study)
+    return obj.Measures(**t.user_attrs["measures"]) if t else None
+
+
+def reference_name(study: optuna.Study) -> str:
+    """What gains are over, for display: "vLLM defaults" or the trial standing in for them."""
+    t = reference_trial(study)
+    if t is None or t.user_attrs.get("baseline") == DEFAULTS:
+        return "vLLM defaults"
+    return f"{t.user_attrs.get('baseline') or 'trial'} #{t.number} (vLLM defaults did not run)"
 
 
 @contextlib.contextmanager

@@ -74,7 +74,8 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
             console.print("no feasible completed trial yet")
         else:
             console.print(f"best: trial #{best['number']} {_flags(best['flags'])}: "
-                          f"{fmt(data['best_gain'], '+.1%')} over vLLM defaults "
+                          f"{fmt(data['best_gain'], '+.1%')} over "
+                          f"{data.get('gain_over', 'vLLM defaults')} "
                           f"(score {fmt(best['values'][0], '.4f')})")
     else:
         nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])

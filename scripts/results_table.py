@@ -2,8 +2,11 @@
 
     .venv/bin/python scripts/results_table.py [studies/qwen3-4b-h200.db]
 
-Everything is read from the study database (user_attrs of each trial) and, for the
-start-up split, from the engine logs under studies/<name>/trials/<n>/engine.log.
+Everything is read from the study database (user_attrs of each trial, the scenario
+stored with the study) and, for the start-up split, from the engine logs under
+studies/<name>/trials/<n>/engine.log. Gains are over the study's reference trial
+(vLLM's defaults, or the first baseline that ran when the defaults could not) and over
+the best feasible article configuration, when one exists.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any
 import optuna
 
 HBM_BPS = 4.8e12  # H200 HBM3e, bytes/s
-PROMPT, OUTPUT = 1024 + 256, 128  # tokens per request of the scenario
 
 
 def _f(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -34,7 +36,14 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 
 
 def _label(t: optuna.trial.FrozenTrial) -> str:
-    return f"#{t.number} {t.user_attrs.get('baseline') or ''}".strip()
+    copy = t.user_attrs.get("duplicate_of")
+    return " ".join(x for x in (f"#{t.number}", t.user_attrs.get("baseline") or "",
+                                f"(copy of #{copy})" if copy is not None else "") if x)
+
+
+def _rate(x: float) -> str:
+    """Requests/s with three significant figures (1.67, 56.3, 120)."""
+    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
 
 
 def _overrides(t: optuna.trial.FrozenTrial) -> str:
@@ -46,11 +55,16 @@ def _capacity(t: optuna.trial.FrozenTrial) -> float:
     return float(t.user_attrs["metrics"]["capacity"]["request_throughput"])
 
 
-def results(trials: list[optuna.trial.FrozenTrial]) -> str:
+def _best_article(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    art = [t for t in trials if str(t.user_attrs.get("baseline", "")).startswith("article")
+           and t.user_attrs.get("feasible") and t.values]
+    return max(art, key=lambda t: t.values[0]) if art else None
+
+
+def results(trials: list[optuna.trial.FrozenTrial], base: optuna.trial.FrozenTrial,
+            output_len: int) -> str:
     """Baselines and searched trials that completed: figures at the capacity rate."""
-    base = trials[0]
-    art = [t for t in trials if str(t.user_attrs.get("baseline", "")).startswith("article")]
-    best_art = max((t for t in art if t.user_attrs.get("feasible")), key=lambda t: t.values[0])
+    best_art = _best_article(trials)
     rows = []
     for t in trials:
         ua = t.user_attrs
@@ -60,21 +74,23 @@ def results(trials: list[optuna.trial.FrozenTrial]) -> str:
         lo, hi = c["low"] * (1 - c["spread"]), c["high"] * (1 + c["spread"])
         cap = c["request_throughput"]
         rows.append([
-            _label(t), f"{cap:.1f} ({lo:.1f}-{hi:.1f}, ±{c['uncertainty']:.1%})",
+            _label(t), f"{_rate(cap)} ({_rate(lo)}-{_rate(hi)}, ±{c['uncertainty']:.1%})",
             f"{c['output_throughput']:.0f}", f"{m['output_throughput']:.0f}",
             _f(m.get("request_goodput")), f"{m['p50_ttft_ms']:.0f} / {m['p95_ttft_ms']:.0f}",
             f"{m['p50_tpot_ms']:.1f} / {m['p95_tpot_ms']:.1f}",
             f"{ua['measures']['memory_mib']:.0f}",
             f"{q.get('drift', 0):.3f} {'pass' if q.get('passed') else 'FAIL'}",
             len(ua.get("flags") or {}),
-            f"{cap / _capacity(base):.3f}", f"{math.exp(t.values[0]) - 1:+.1%}",
-            f"{cap / _capacity(best_art):.3f}",
-            f"{math.exp(t.values[0] - best_art.values[0]) - 1:+.1%}",
+            f"{cap / _capacity(base):.3f}", f"{math.exp(t.values[0] - base.values[0]) - 1:+.1%}",
+            *([f"{cap / _capacity(best_art):.3f}",
+               f"{math.exp(t.values[0] - best_art.values[0]) - 1:+.1%}"] if best_art else []),
         ])
-    head = ["trial", "capacity req/s (interval, ±)", "out tok/s (rate×128)", "out tok/s (in step)",
-            "goodput", "TTFT p50/p95 ms", "TPOT p50/p95 ms", "peak MiB", "drift, guardrail",
-            "overrides", "cap. ÷ defaults", "score gain vs defaults",
-            f"cap. ÷ #{best_art.number}", f"score gain vs #{best_art.number}"]
+    ref = f"#{base.number}"
+    head = ["trial", "capacity req/s (interval, ±)", f"out tok/s (rate×{output_len})",
+            "out tok/s (in step)", "goodput", "TTFT p50/p95 ms", "TPOT p50/p95 ms", "peak MiB",
+            "drift, guardrail", "overrides", f"cap. ÷ {ref}", f"score gain vs {ref}",
+            *([f"cap. ÷ #{best_art.number}", f"score gain vs #{best_art.number}"]
+              if best_art else [])]
     return _table(head, rows)
 
 
@@ -87,10 +103,14 @@ def flags(trials: list[optuna.trial.FrozenTrial]) -> str:
         steps = c.get("steps") or []
         burst = steps[0]["achieved_rps"] if steps else None
         why = ua.get("reason") or ""
+        if ua.get("launched") is False:
+            why += " (not launched)"
         if ua.get("duplicate_of") is not None:
             why = f"duplicate of #{ua['duplicate_of']} (not launched)"
         rows.append([_label(t), _overrides(t), f"{t.state.name.lower()} {why}".strip(),
-                     _f(burst), _f(c.get("request_throughput") or None), len(steps)])
+                     _rate(burst) if burst else "-",
+                     _rate(c["request_throughput"]) if c.get("request_throughput") else "-",
+                     len(steps)])
     return _table(["trial", "flags", "state", "burst req/s", "capacity req/s", "steps"], rows)
 
 
@@ -100,6 +120,10 @@ def timings(trials: list[optuna.trial.FrozenTrial]) -> str:
         tm, wall = t.user_attrs.get("timings") or {}, _wall(t)
         if t.user_attrs.get("duplicate_of") is not None:
             rows.append([_label(t), "-", "-", "-", "-", f"{wall:.1f}", "copied, not launched"])
+            continue
+        if t.user_attrs.get("launched") is False:
+            rows.append([_label(t), "-", "-", "-", "-", f"{wall:.1f}",
+                         f"{t.user_attrs.get('reason')}, not launched"])
             continue
         rows.append([_label(t), *(_f(tm.get(k)) for k in
                                   ("startup_s", "benchmark_s", "guardrail_s", "teardown_s")),
@@ -169,22 +193,28 @@ def _td(s: float) -> Any:
     return timedelta(seconds=s)
 
 
-def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float) -> str:
-    """Decode roofline at the batch implied by Little's law at the capacity rate."""
+def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float,
+             prompt: float, output: float) -> str:
+    """Decode roofline at the batch implied by Little's law at the capacity rate.
+
+    Each decoding sequence reads its KV cache (mean context: the prompt plus half the
+    output) once per step; all sequences share one read of the weights.
+    """
     rows = []
     for t in trials:
         ua = t.user_attrs
-        if ua.get("outcome") != "complete" or not ua.get("feasible"):
+        if ua.get("outcome") != "complete" or not ua.get("feasible") \
+                or ua.get("duplicate_of") is not None:
             continue
         m = ua["metrics"]
         rate = m["capacity"]["request_throughput"]
         batch = rate * (m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 1000  # sequences decoding
-        kv_tok = 2 * 36 * 8 * 128 * (1 if ua["flags"].get("kv-cache-dtype") == "fp8" else 2)
-        ctx = PROMPT + OUTPUT / 2
+        kv_tok = ua["memory_estimate"]["kv_bytes_per_token"]
+        ctx = prompt + output / 2
         step_bytes = weights_bytes + batch * ctx * kv_tok
         roof = batch / (step_bytes / HBM_BPS)
         out = m["capacity"]["output_throughput"]
-        rows.append([_label(t), f"{rate:.1f}", f"{m['mean_e2el_ms']:.0f}",
+        rows.append([_label(t), _rate(rate), f"{m['mean_e2el_ms']:.0f}",
                      f"{m['mean_ttft_ms']:.0f}", f"{batch:.1f}", f"{step_bytes / 1e9:.2f}",
                      f"{step_bytes / HBM_BPS * 1e3:.2f}", f"{roof:.0f}", f"{out:.0f}",
                      f"{out / roof:.1%}", f"{m['mean_tpot_ms']:.2f}"])
@@ -194,26 +224,39 @@ def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float) -> st
     return _table(head, rows)
 
 
+def reference(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    """The trial the scores are relative to, chosen as `autotune.study.reference` does:
+    vLLM's defaults, else the first completed trial."""
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
+            and "measures" in t.user_attrs]
+    return min(done, key=lambda t: (t.user_attrs.get("baseline") != "vllm-defaults", t.number))
+
+
 def main(db: str) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
     trials = study.trials
+    w = study.user_attrs["scenario"]["workload"]
+    prompt, output = w["prefix_len"] + w["input_len"], w["output_len"]
+    base = reference(study)
+    launched = next(t for t in trials if t.user_attrs.get("memory_estimate"))
     root = Path(db).with_suffix("")
     counts: dict[str, int] = {}
     for t in trials:
         kind = "duplicate" if t.user_attrs.get("duplicate_of") is not None else (
             "infeasible" if t.user_attrs.get("feasible") is False else t.state.name.lower())
         counts[kind] = counts.get(kind, 0) + 1
-    first = trials[0].user_attrs
+    first = base.user_attrs
     print(f"study {study.study_name}: {len(trials)} trials {counts}; "
           f"engine {first['engine_version']}; device {first['device']}; "
-          f"trial wall time {sum(_wall(t) for t in trials):.0f} s\n")
+          f"trial wall time {sum(_wall(t) for t in trials):.0f} s; gains over #{base.number}\n")
     for title, text in [
-        ("Completed trials at their capacity rate", results(trials)),
+        ("Completed trials at their capacity rate", results(trials, base, output)),
         ("All trials", flags(trials)),
         ("Wall-time split per trial", timings(trials)),
         ("Start-up split from the engine logs (s)", startup(trials, root)),
-        ("Decode roofline", roofline(trials, first["memory_estimate"]["weights_bytes"])),
+        ("Decode roofline", roofline(trials, launched.user_attrs["memory_estimate"]
+                                     ["weights_bytes"], prompt, output)),
     ]:
         print(f"### {title}\n\n{text}\n")
 

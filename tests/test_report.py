@@ -187,3 +187,29 @@ def test_capacity_studies_say_where_throughput_was_measured():
     st = optuna.create_study(direction="maximize")
     st.set_user_attr("scenario", {"workload": {"mode": "capacity"}})
     assert report.axes(st).throughput_label == "output throughput at SLO capacity (tok/s)"
+
+
+def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
+    """On a small card vLLM's defaults cannot start: gains are over the first baseline that
+    ran, and every view says so instead of claiming "vLLM defaults"."""
+    from autotune import export, show
+    from autotune import study as study_mod
+
+    st = optuna.create_study(study_name="small", direction="maximize")
+    st.set_user_attr("scenario", SCENARIO)
+    st.add_trial(_pruned("kv_too_small", baseline="vllm-defaults"))
+    st.add_trial(_done(100.0, 50.0, 0.0, baseline="defaults-16k"))
+    st.add_trial(_done(120.0, 40.0, 0.15, params={"max-num-seqs": 16}))
+    assert study_mod.reference_trial(st).number == 1
+    name = "defaults-16k #1 (vLLM defaults did not run)"
+    assert study_mod.reference_name(st) == name
+    assert show.summary(st)["gain_over"] == name
+    assert report.axes(st).reference == name
+    assert report.history_figure(st).layout.title.text.startswith(
+        f"Optimisation history: weighted gain over {name}")
+    assert f"over {name}; ship" in reportpage.build(st)
+    assert export.facts(st, st.trials[2])["gain_over"] == name
+    # with the defaults measured, the wording stays as it was
+    st.add_trial(_done(90.0, 60.0, 0.0, baseline="vllm-defaults"))
+    assert study_mod.reference_trial(st).number == 3
+    assert study_mod.reference_name(st) == "vLLM defaults"
