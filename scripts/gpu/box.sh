@@ -20,8 +20,9 @@
 # the call's timeout_s), BOX_MODEL (default qwen3-4b; none to skip the build);
 # BOX_CACHE (default /tmp/at-cache) and BOX_RETURN_CACHE (default 1), which
 # boxes.sh sets to give each GPU of the machine a box of its own;
-# for a dry run elsewhere, BOX_PARTS (default .gpu-pack/parts) and BOX_SITE
-# (default /tmp/at-site).
+# for a dry run elsewhere, BOX_PARTS (default .gpu-pack/parts), BOX_SITE
+# (default /tmp/at-site) and BOX_BACKUP (default /tmp/at-backup: this machine's
+# copy of each study database).
 # Exit: tune's code (0, or 130 when the deadline interrupted a trial), 0 after a
 # call that only stashed a part, 3 on a fresh machine that got no first part.
 set -uo pipefail
@@ -42,7 +43,8 @@ limit=${BOX_LIMIT_S:-570}
 site=${BOX_SITE:-/tmp/at-site}
 cache=${BOX_CACHE:-/tmp/at-cache}
 outd=${OUT:-/tmp/at-out}
-mkdir -p "$outd" "$cache" /tmp/at-backup
+backup=${BOX_BACKUP:-/tmp/at-backup}
+mkdir -p "$outd" "$cache" "$backup"
 log=$outd/box.log
 : > "$log"
 say() { echo "[box +$(( $(date +%s) - t0 ))s] $*" | tee -a "$log"; }
@@ -95,11 +97,11 @@ name=$(python3 scripts/gpu/boxtool.py name "$scen" "${args[@]}") || exit 2
 db=studies/$name.db
 mkdir -p studies
 carried=$(python3 scripts/gpu/boxtool.py count "$db")
-kept=$(python3 scripts/gpu/boxtool.py count "/tmp/at-backup/$name.db")
+kept=$(python3 scripts/gpu/boxtool.py count "$backup/$name.db")
 if [ "$kept" -gt "$carried" ]; then
   say "WARNING: carried $db has $carried trials, this machine's copy $kept:" \
       "using the machine's (was fetch-back.sh run after the last box?)"
-  cp -f "/tmp/at-backup/$name.db" "$db"
+  cp -f "$backup/$name.db" "$db"
   [ -f "$db" ] && carried=$kept
 fi
 say "study $name: $carried trial(s) so far"
@@ -119,7 +121,7 @@ say "tune exited with $tune_rc after $tune_s s"
 # 4. what comes back ($OUT: at most 8 files of 16 MiB)
 t=$(date +%s)
 if [ -f "$db" ]; then
-  cp -f "$db" "/tmp/at-backup/$name.db"
+  cp -f "$db" "$backup/$name.db"
   cp -f "$db" "$outd/$name.db"
 fi
 list=$(mktemp)

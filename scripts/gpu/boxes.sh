@@ -11,8 +11,9 @@
 # Here, after the call: scripts/gpu/fetch-back.sh FILES_AT/gpu0, then .../gpu1.
 # The pack is installed once, before the boxes start, so that two boxes never
 # unpack it at the same time. Exit: the highest exit code of the boxes.
-# Env: as box.sh (BOX_LIMIT_S, BOX_MODEL); BOX_NGPU overrides the GPU count
-# (a dry run elsewhere).
+# Env: as box.sh (BOX_LIMIT_S, BOX_MODEL, BOX_PARTS, BOX_SITE, BOX_BACKUP);
+# BOX_NGPU overrides the GPU count and BOX_CACHE_ROOT the caches' prefix (a dry
+# run elsewhere: tests/test_gpu_scripts.py).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo" || exit 1
@@ -31,7 +32,8 @@ i=0
 for spec in "$@"; do
   read -ra words <<< "$spec"
   mkdir -p "$outd/gpu$i"
-  ( CUDA_VISIBLE_DEVICES=$i OUT=$outd/gpu$i BOX_CACHE=/tmp/at-cache-gpu$i BOX_RETURN_CACHE=0 \
+  ( CUDA_VISIBLE_DEVICES=$i OUT=$outd/gpu$i BOX_CACHE=${BOX_CACHE_ROOT:-/tmp/at-cache}-gpu$i \
+      BOX_RETURN_CACHE=0 \
       bash scripts/gpu/box.sh "${words[@]}" 2>&1 | sed -u "s/^/[gpu$i] /"
     exit "${PIPESTATUS[0]}" ) &
   pids+=($!)
