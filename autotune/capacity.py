@@ -9,7 +9,12 @@ is scored by how much load it carries, found by search on one running engine:
 2. otherwise the rate is halved from R until a step passes, then bisected
    between the passing and the failing rate, with Poisson arrivals, until
    (high - low) / high is within the tolerance or the step budget is spent;
-3. the final rate is measured again (`repeats`), which gives the spread.
+3. if no Poisson step failed, R itself is offered with Poisson arrivals (a
+   `ceiling` step): the burst failed through queueing, not because the engine
+   cannot carry R, and when R passes, the capacity is R as if the burst had
+   passed. Without this step such searches stopped at (1 - tolerance) x R, with
+   no rate ever failing (the long-prompt H200 studies, docs/results-h200.md);
+4. the final rate is measured again (`repeats`), which gives the spread.
 
 The halving gives up below `min_rate_fraction` of R: if a nearly idle engine misses
 the SLOs, no rate meets them and the capacity is 0.
@@ -87,7 +92,7 @@ class Result:
 
     request_rate: float
     low: float | None  # highest passing rate
-    high: float | None  # lowest failing rate (None: the burst itself passed)
+    high: float | None  # lowest failing rate (None: the burst's rate itself passed)
     steps: list[Step]
     best: Step | None  # the passing step at `low` (its figures are the trial's)
     stopped: str | None = None
@@ -115,7 +120,8 @@ StopRule = Callable[["float | None", "float | None"], "str | None"]
 
 
 def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None) -> Result:
-    """Burst, then halve until a step passes, then bisect; at most `spec.max_steps` steps.
+    """Burst, then halve until a step passes, then bisect, then offer the burst's rate if
+    no rate has failed yet; at most `spec.max_steps` steps.
 
     `measure(kind, rate, index)` runs one step; `should_stop(low, high)` may end the
     search early with a reason (e.g. the capacity is already below the best one's).
@@ -128,6 +134,7 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
         return Result(0.0, None, None, steps, None, "no_successful_requests")
     best: Step | None = burst if burst.passed else None
     high: float | None = None if burst.passed else burst.achieved_rps
+    untested = high is not None  # `high` is the burst's rate, not yet offered as a rate
     reserve = spec.repeats - 1
     stopped = should_stop(None, high) if should_stop is not None and high else None
     spread: float | None = None
@@ -145,10 +152,17 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
             if step.passed:
                 best = step
             else:
-                high = rate
+                high, untested = rate, False
             if should_stop is not None and (stopped := should_stop(
                     best.load if best else None, high)):
                 break
+        if untested and best is not None and stopped is None and high is not None \
+                and len(steps) < spec.max_steps - reserve:
+            step = measure("ceiling", high, len(steps))
+            steps.append(step)
+            untested = False
+            if step.passed:
+                best, high = step, None
         if best is None or stopped is not None or reserve == 0:
             break
         again = [best]
@@ -165,7 +179,7 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
         # while steps remain.
         log.info("capacity: the SLOs held in %d of %d runs at %.3g req/s",
                  sum(s.passed for s in again), len(again), best.load)
-        high = best.load
+        high, untested = best.load, False
         below = [s for s in steps if s.passed and s.kind != "repeat" and s.load < high]
         best = max(below, key=lambda s: s.load, default=None)
         if len(steps) >= spec.max_steps:

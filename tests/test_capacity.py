@@ -15,16 +15,19 @@ from autotune.workloads import CapacitySpec, WorkloadSpec
 
 
 class Engine:
-    """Passes every rate up to `cap` req/s; the burst achieves `peak` req/s."""
+    """Passes every rate up to `cap` req/s; the burst achieves `peak` req/s, and with
+    `queueing` it misses the SLOs whatever the cap (every request waits at once)."""
 
-    def __init__(self, cap: float, peak: float, flaky: set[int] = frozenset()):
-        self.cap, self.peak, self.flaky = cap, peak, flaky
+    def __init__(self, cap: float, peak: float, flaky: set[int] = frozenset(),
+                 queueing: bool = False):
+        self.cap, self.peak, self.flaky, self.queueing = cap, peak, flaky, queueing
         self.calls: list[tuple[str, float | None]] = []
 
     def __call__(self, kind: str, rate: float | None, index: int) -> Step:
         self.calls.append((kind, rate))
         load = self.peak if rate is None else rate
-        ok = load <= self.cap and index not in self.flaky
+        ok = load <= self.cap and index not in self.flaky and not (
+            self.queueing and rate is None)
         summary = {"completed": 10, "total_output_tokens": 320, "total_input_tokens": 640,
                    "request_throughput": min(load, self.peak)}
         return Step(index, kind, rate, ok, min(load, self.peak), 32 * min(load, self.peak),
@@ -151,3 +154,34 @@ def test_early_stop_right_after_the_burst():
     r = capacity.plan(engine, CapacitySpec(), _below(7.5))  # the burst peaks under 7.5
     assert r.stopped == capacity.BELOW_BEST and len(r.steps) == 1
     assert _below(None) is None and _below(7.5)(None, 8.0) is None
+
+
+def test_the_burst_rate_is_offered_when_no_rate_failed():
+    """The burst missed the SLOs by queueing alone: the engine carries its rate with
+    Poisson arrivals, so the capacity is that rate, not (1 - tolerance) of it."""
+    engine = Engine(25.0, peak=20.0, queueing=True)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=6, repeats=2))
+    assert engine.calls == [("burst", None), ("bisect", 10.0), ("bisect", 15.0),
+                            ("bisect", 17.5), ("ceiling", 20.0), ("repeat", 20.0)]
+    assert r.request_rate == 20.0 and r.high is None and r.best.kind == "ceiling"
+    assert capacity.record(r, WorkloadSpec())["saturated"]
+
+
+def test_a_failing_ceiling_confirms_the_bracket():
+    engine = Engine(19.0, peak=20.0, queueing=True)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=6, repeats=2))
+    assert [k for k, _ in engine.calls] == ["burst", "bisect", "bisect", "bisect", "ceiling",
+                                            "repeat"]
+    assert r.request_rate == 17.5 and r.high == 20.0
+
+
+def test_no_ceiling_step_after_a_failing_rate_or_without_budget():
+    # a Poisson rate failed: the bracket's top is measured, nothing more to offer
+    engine = Engine(12.0, peak=20.0, queueing=True)
+    capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2))
+    assert "ceiling" not in [k for k, _ in engine.calls]
+    # the budget is spent by the bisection and the repeat it reserves
+    engine = Engine(25.0, peak=20.0, queueing=True)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=5, repeats=2))
+    assert [k for k, _ in engine.calls] == ["burst", "bisect", "bisect", "bisect", "repeat"]
+    assert r.request_rate == 17.5 and r.high == 20.0
