@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
     assert run.returncode == 0, log
     assert "[boxes] INSTALLED" in log and "[boxes] done, exit 0" in log
     for i, study, n in ((0, "box-a", 2), (1, "box-b", 3)):
-        assert f"[gpu{i}] [box +" in log and f"[gpu{i}] [box +0s] GPU {i}:" in log
+        assert re.search(rf"^\[gpu{i}\] \[box \+\d+s\] GPU {i}: ", log, re.M), log
         got = {p.name for p in (out / f"gpu{i}").iterdir()}
         assert got == {"box-summary.json", "box.log", f"{study}-files.tar.gz", f"{study}.db"}
         trials = _trials(out / f"gpu{i}" / f"{study}.db")
@@ -80,7 +81,7 @@ def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
         summary = json.loads((out / f"gpu{i}" / "box-summary.json").read_text())
         assert summary["study"] == study and summary["box"]["tune_rc"] == 0
         assert (tmp_path / f"cache-gpu{i}" / "autotune").is_dir()  # each GPU its own caches
-    # here: the databases and trial files land in studies/, box logs in .gpu-pack/boxes/
+    # here: the databases, trial files and box logs land in studies/
     here = _checkout(tmp_path / "here", tiny_model)
     for i, study, n in ((0, "box-a", 2), (1, "box-b", 3)):
         back = subprocess.run(["bash", "scripts/gpu/fetch-back.sh", str(out / f"gpu{i}")],
@@ -90,7 +91,7 @@ def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
         assert f"studies/{study}.db: 0 -> {n} trials" in back.stdout
         assert len(_trials(here / "studies" / f"{study}.db")) == n
         assert (here / "studies" / study / "tune.log").is_file()
-    assert len(list((here / ".gpu-pack" / "boxes").glob("*.json"))) == 2
+        assert len(list((here / "studies" / study / "boxes").glob("*.json"))) == 1
     # the next call's checkout carries those databases, and its box resumes the study
     (checkout / "studies" / "box-a.db").unlink()
     (checkout / "studies" / "box-a.db").write_bytes((here / "studies" / "box-a.db").read_bytes())

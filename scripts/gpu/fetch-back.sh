@@ -9,7 +9,8 @@
 #   NAME-files.tar.gz[.partN]    -> studies/NAME/ (trials/N/ logs and bench.json,
 #                                   tune.log, reference.json)
 #   compile-cache.tar.gz         -> .gpu-pack/cache/ (carried to a fresh machine)
-#   box.log, box-summary.json    -> .gpu-pack/boxes/<time>-NAME.{log,json}
+#   box.log, box-summary.json    -> studies/NAME/boxes/<time>.{log,json} (committed
+#                                   with the study: the box's set-up and trial timings)
 # With --show, then prints the study with `autotune show` (a few seconds: the
 # machine goes back 30 s after a call, so send the next call first).
 set -euo pipefail
@@ -18,7 +19,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 shopt -s nullglob
-mkdir -p studies .gpu-pack/cache .gpu-pack/boxes
+mkdir -p studies .gpu-pack/cache
 stamp=$(date +%Y%m%d-%H%M%S)
 name=""
 for db in "$SRC"/*.db; do
@@ -45,10 +46,12 @@ if [ -f "$SRC/compile-cache.tar.gz" ]; then
   chmod u+w .gpu-pack/cache/compile-cache.tar.gz
   echo ".gpu-pack/cache/compile-cache.tar.gz: $(du -h "$SRC/compile-cache.tar.gz" | cut -f1)"
 fi
-[ -f "$SRC/box.log" ] && cp -f "$SRC/box.log" ".gpu-pack/boxes/$stamp-${name:-box}.log"
+boxes=studies/${name:-unknown}/boxes
+mkdir -p "$boxes"
+[ -f "$SRC/box.log" ] && cp -f "$SRC/box.log" "$boxes/$stamp.log"
 [ -f "$SRC/box-summary.json" ] && \
-  cp -f "$SRC/box-summary.json" ".gpu-pack/boxes/$stamp-${name:-box}.json"
-chmod -R u+w .gpu-pack/boxes studies 2>/dev/null || true
+  cp -f "$SRC/box-summary.json" "$boxes/$stamp.json"
+chmod -R u+w studies 2>/dev/null || true
 if [ -n "$name" ] && [ "${2:-}" = --show ]; then
   "$PY" -m autotune show "studies/$name.db" || true
 fi
