@@ -111,6 +111,12 @@ def default_batched_tokens(device_memory_bytes: int) -> int:
     return 8192 if device_memory_bytes >= 70 * GiB else 2048
 
 
+def default_max_num_seqs(device_memory_bytes: int) -> int:
+    """vLLM's default --max-num-seqs for `vllm serve` on a card of this size (before vLLM
+    caps it at max-num-batched-tokens)."""
+    return 1024 if device_memory_bytes >= 70 * GiB else 256
+
+
 def default_overhead(shape: ModelShape, max_num_batched_tokens: int) -> int:
     """What vLLM's start-up profile finds besides the weights, before sizing the KV cache.
 
@@ -192,8 +198,8 @@ def emulated_utilization(device_memory_bytes: int, emulated_gib: float,
     """The gpu-memory-utilization that leaves an engine on a big device the memory it would
     have at `utilization` on a card of `emulated_gib` GiB (a 24 GiB 4090D on an H200).
 
-    Only memory is emulated: vLLM still picks its default max-num-batched-tokens and
-    max-num-seqs from the real device, so pass those flags explicitly for a faithful run.
+    Only memory is emulated: vLLM picks its default max-num-batched-tokens and max-num-seqs
+    from the real device, so `prune.emulate` passes the emulated card's defaults.
     """
     if emulated_gib * GiB > device_memory_bytes:
         raise ValueError(f"cannot emulate {emulated_gib} GiB on a device of "

@@ -45,12 +45,19 @@ def emulate(flags: dict[str, Any], hardware: Hardware, device_memory: int | None
 
     `--gpu-memory-utilization` is a fraction of the whole device, so the searched
     value is read as a fraction of the emulated card and rescaled to the real one.
+    vLLM sizes its default max-num-batched-tokens and max-num-seqs by the real card
+    (8192 and 1024 on an H200, 2048 and 256 on a 24 GB card), so where the flags
+    leave them unset they are passed as the emulated card would get them.
     """
     if hardware.memory_gib is None or device_memory is None:
         return flags
     wanted = float(flags.get("gpu-memory-utilization", 0.92))
     scaled = memory.emulated_utilization(device_memory, hardware.memory_gib, wanted)
-    return {**flags, "gpu-memory-utilization": round(scaled, 6)}
+    card = int(hardware.memory_gib * 2**30)
+    tokens = _int(flags.get("max-num-batched-tokens")) or memory.default_batched_tokens(card)
+    defaults = {"max-num-batched-tokens": tokens,
+                "max-num-seqs": min(memory.default_max_num_seqs(card), tokens)}
+    return {**defaults, **flags, "gpu-memory-utilization": round(scaled, 6)}
 
 
 def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],

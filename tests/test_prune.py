@@ -19,6 +19,14 @@ def test_emulation_rescales_gpu_memory_utilization():
     assert flags["gpu-memory-utilization"] == pytest.approx(0.9 * 24 * GiB / h200, abs=1e-6)
     default = prune.emulate({}, Hardware(memory_gib=24), h200)
     assert default["gpu-memory-utilization"] == pytest.approx(0.92 * 24 * GiB / h200, abs=1e-6)
+    # vLLM would size these by the H200 (8192, 1024): the 24 GB card's defaults are passed
+    assert (default["max-num-batched-tokens"], default["max-num-seqs"]) == (2048, 256)
+    assert prune.emulate({"max-num-seqs": 64}, Hardware(memory_gib=24), h200)[
+        "max-num-batched-tokens"] == 2048
+    small = prune.emulate({"max-num-batched-tokens": 128}, Hardware(memory_gib=24), h200)
+    assert (small["max-num-batched-tokens"], small["max-num-seqs"]) == (128, 128)  # vLLM's cap
+    big = prune.emulate({}, Hardware(memory_gib=80), h200)
+    assert (big["max-num-batched-tokens"], big["max-num-seqs"]) == (8192, 1024)
     assert prune.emulate({"x": 1}, Hardware(), h200) == {"x": 1}  # no emulation asked
     assert prune.emulate({"x": 1}, Hardware(memory_gib=24), None) == {"x": 1}  # no GPU
 
