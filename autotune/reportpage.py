@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 from . import report
 from .errors import ConfigError
 from .show import fmt, outcome, reason
+from .study import reference_name
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1400px; color: #222; }
@@ -173,7 +174,7 @@ def _about(study: optuna.Study) -> str:
         "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
         "best feasible": (f"#{top.number} {_flags(_beyond(top, fixed))}, gain "
                           f"{fmt(top.user_attrs.get('gain'), '+.1%')} over "
-                          f"{report.axes(study).reference}; ship "
+                          f"{reference_name(study)}; ship "
                           f"it with: autotune export {study.study_name} --trial {top.number} "
                           "--format k8s" if top else "none yet"),
     }

@@ -5,7 +5,7 @@
 Everything is read from the study database (user_attrs of each trial, the scenario
 stored with the study) and, for the start-up split, from the engine logs under
 studies/<name>/trials/<n>/engine.log. Gains are over the study's reference trial
-(vLLM's defaults, or the first baseline that ran when the defaults could not) and over
+(`autotune.study.reference_trial`: vLLM's defaults, or the first trial that completed) and over
 the best feasible article configuration, when one exists.
 """
 
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+
+from autotune.study import reference_trial
 
 HBM_BPS = 4.8e12  # H200 HBM3e, bytes/s
 
@@ -224,21 +226,14 @@ def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float,
     return _table(head, rows)
 
 
-def reference(study: optuna.Study) -> optuna.trial.FrozenTrial:
-    """The trial the scores are relative to, chosen as `autotune.study.reference` does:
-    vLLM's defaults, else the first completed trial."""
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE
-            and "measures" in t.user_attrs]
-    return min(done, key=lambda t: (t.user_attrs.get("baseline") != "vllm-defaults", t.number))
-
-
 def main(db: str) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
     trials = study.trials
     w = study.user_attrs["scenario"]["workload"]
     prompt, output = w["prefix_len"] + w["input_len"], w["output_len"]
-    base = reference(study)
+    base = reference_trial(study)
+    assert base is not None, f"{db}: no completed trial"
     launched = next(t for t in trials if t.user_attrs.get("memory_estimate"))
     root = Path(db).with_suffix("")
     counts: dict[str, int] = {}
