@@ -29,17 +29,19 @@ def prepare(spec: WorkloadSpec, tokenizer_model: str, *, offset: int = 0,
 
 async def _phase(target: loadgen.Target, spec: WorkloadSpec, sessions: list[Session],
                  pids: Callable[[], list[int]] | None, probe_interval: float
-                 ) -> tuple[loadgen.RunResult, probes.ProbeSummary]:
+                 ) -> tuple[loadgen.RunResult, probes.Sampler]:
     async with probes.Sampler(target.url, pids, probe_interval) as sampler:
         run = await loadgen.run(target, spec, sessions)
-    return run, sampler.summary()
+    return run, sampler
 
 
-def _summary(runs: list[tuple[loadgen.RunResult, probes.ProbeSummary]], spec: WorkloadSpec,
+def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: WorkloadSpec,
              slos: Mapping[str, float] | None) -> dict[str, Any]:
     results = [r for run, _ in runs for r in run.results]
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
-    summary.update(probes=probes.merge([p for _, p in runs]).as_dict(),
+    lags = [run.lag for run, _ in runs if run.lag]
+    summary.update(probes=probes.merge([s.summary() for _, s in runs]).as_dict(),
+                   client=max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {},
                    truncated=any(run.truncated for run, _ in runs),
                    workload=spec.model_dump(mode="json"))
     return summary
@@ -60,9 +62,7 @@ def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: st
     measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
 
     async def go() -> dict[str, Any]:
-        if warmup:
-            await loadgen.run(target, spec.model_copy(update={"request_rate": float("inf")}),
-                              warmup)
+        await _warm(target, spec, warmup)
         runs = []
         rest = measured
         if 0 < probe_sessions < len(measured) and on_probe is not None:
@@ -76,6 +76,28 @@ def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: st
         return _summary(runs, spec, slos)
 
     return asyncio.run(go())
+
+
+def step(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: str,
+         pids: Callable[[], list[int]] | None = None, offset: int = 0,
+         probe_interval: float = 0.5, tokenizer: Tokenizer | None = None
+         ) -> tuple[dict[str, Any], loadgen.RunResult, probes.Sampler]:
+    """One load step: its whole-step summary, and the requests and probe series from
+    which a steady-state window can be cut (`autotune.steady`)."""
+    measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
+
+    async def go() -> tuple[loadgen.RunResult, probes.Sampler]:
+        await _warm(target, spec, warmup)
+        return await _phase(target, spec, measured, pids, probe_interval)
+
+    run, sampler = asyncio.run(go())
+    return _summary([(run, sampler)], spec, None), run, sampler
+
+
+async def _warm(target: loadgen.Target, spec: WorkloadSpec, warmup: list[Session]) -> None:
+    if warmup:
+        await loadgen.run(target, spec.model_copy(update={"request_rate": float("inf")}),
+                          warmup)
 
 
 _ROWS = [

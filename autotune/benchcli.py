@@ -57,8 +57,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                      help="stop when the bracket is this narrow (relative)")
     cap.add_argument("--max-steps", type=int, default=8, help="steps in all, burst included")
     cap.add_argument("--repeats", type=int, default=2, help="runs at the final rate (spread)")
-    cap.add_argument("--min-step-s", type=float, default=0.0,
-                     help="a step sends at least rate x this many requests")
+    cap.add_argument("--min-step-s", type=float, default=None,
+                     help="a Poisson step lasts at least this many seconds (default 20: "
+                     "long enough for a steady state)")
+    cap.add_argument("--ramp", type=float, default=None,
+                     help="share of a step's arrivals left out as ramp-up (default 0.2)")
+    cap.add_argument("--backlog-limit", type=float, default=None,
+                     help="fail a step whose requests in flight grow by more than this "
+                     "share of its arrivals (default 0.05)")
     cap.add_argument("--min-success-rate", type=float, default=1.0)
     p.add_argument("--json", type=Path, help="write the result here")
     p.add_argument("--startup-timeout", type=float, default=900.0)
@@ -76,8 +82,11 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
             warmup_requests=args.warmup, max_duration_s=args.max_duration, seed=args.seed,
             mode="capacity" if args.capacity else "fixed",
             capacity=CapacitySpec(tolerance=args.tolerance, max_steps=args.max_steps,
-                                  repeats=args.repeats, min_step_s=args.min_step_s,
-                                  min_success_rate=args.min_success_rate))
+                                  repeats=args.repeats, min_success_rate=args.min_success_rate,
+                                  **{k: v for k, v in (("min_step_s", args.min_step_s),
+                                                       ("ramp_fraction", args.ramp),
+                                                       ("backlog_limit", args.backlog_limit))
+                                     if v is not None}))
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "workload"

@@ -5,19 +5,19 @@ arrival rate sets it. Launch flags separate near saturation, so a configuration
 is scored by how much load it carries, found by search on one running engine:
 
 1. a saturating burst (every request at once) measures the maximum request
-   throughput R; if even the burst meets the SLOs, the capacity is R;
-2. otherwise the rate is halved from R until a step passes, then bisected
-   between the passing and the failing rate, with Poisson arrivals, until
-   (high - low) / high is within the tolerance or the step budget is spent;
-3. if no Poisson step failed, R itself is offered with Poisson arrivals (a
-   `ceiling` step): the burst failed through queueing, not because the engine
-   cannot carry R, and when R passes, the capacity is R as if the burst had
-   passed. Without this step such searches stopped at (1 - tolerance) x R, with
-   no rate ever failing (the long-prompt H200 studies, docs/results-h200.md);
-4. the final rate is measured again (`repeats`), which gives the spread.
+   throughput R. It only sizes the search: a burst is over in a fraction of a
+   second and is no steady state, so it never is the capacity;
+2. sustained Poisson steps follow (`min_step_s`, 20 s by default), each judged on
+   its steady window with no backlog growing (`autotune.steady`): R first
+   (`ceiling`); doubling while steps pass (`expand`, up to `max_expand` x R, where
+   the capacity is reported as a floor); halving while they fail; then bisection
+   between the passing and the failing rate until (high - low) / high is within
+   the tolerance or the step budget is spent;
+3. the final rate is measured again (`repeats`), which gives the spread.
 
 The halving gives up below `min_rate_fraction` of R: if a nearly idle engine misses
-the SLOs, no rate meets them and the capacity is 0.
+the SLOs, no rate meets them and the capacity is 0. Each step also records what
+limited the engine (`autotune.bottleneck`).
 
 The burst is preceded by `warmup_requests` (8 when the workload names none), since
 a cold burst caps the search. Every step waits for an idle engine first (nothing
@@ -40,7 +40,7 @@ from typing import Any
 import aiohttp
 from optuna.trial import FrozenTrial
 
-from . import bench, probes
+from . import bench, bottleneck, loadgen, metrics, probes, steady
 from .config import latency_key
 from .loadgen import Target
 from .workloads import CapacitySpec, Tokenizer, WorkloadSpec
@@ -62,7 +62,7 @@ class Step:
     """One load level: what was offered, what came back, and whether the SLOs held."""
 
     index: int
-    kind: str  # burst | bisect | repeat
+    kind: str  # burst | ceiling | expand | bisect | repeat
     rate: float | None  # offered requests/s; None for the burst (everything at once)
     passed: bool
     achieved_rps: float  # completed requests per second of the step
@@ -73,6 +73,12 @@ class Step:
     idle_wait_s: float = 0.0
     duration_s: float = 0.0
     summary: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Sustained steps are judged on their steady window (`figures`); `whole` has the same
+    # figures over every request of the step, for comparison with a short step's view.
+    whole: dict[str, float] = field(default_factory=dict)
+    window_s: float | None = None  # the judged window's length (None: the whole step)
+    backlog: dict[str, Any] = field(default_factory=dict)
+    bottleneck: dict[str, Any] = field(default_factory=dict)
 
     @property
     def load(self) -> float:
@@ -92,7 +98,7 @@ class Result:
 
     request_rate: float
     low: float | None  # highest passing rate
-    high: float | None  # lowest failing rate (None: the burst's rate itself passed)
+    high: float | None  # lowest failing rate (None: every sustained rate passed)
     steps: list[Step]
     best: Step | None  # the passing step at `low` (its figures are the trial's)
     stopped: str | None = None
@@ -119,50 +125,58 @@ Measure = Callable[[str, "float | None", int], Step]
 StopRule = Callable[["float | None", "float | None"], "str | None"]
 
 
-def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None) -> Result:
-    """Burst, then halve until a step passes, then bisect, then offer the burst's rate if
-    no rate has failed yet; at most `spec.max_steps` steps.
+def next_rate(burst: float, low: float | None, high: float | None) -> tuple[str, float]:
+    """The next rate to offer and its kind: the burst's rate first (`ceiling`), doubling
+    while everything passes (`expand`), halving while everything fails, else the middle."""
+    if high is None:
+        return ("ceiling", burst) if low is None else ("expand", low * 2)
+    return "bisect", high / 2 if low is None else (low + high) / 2
 
-    `measure(kind, rate, index)` runs one step; `should_stop(low, high)` may end the
-    search early with a reason (e.g. the capacity is already below the best one's).
-    With `repeats` > 1 the final rate is measured again; if the SLOs then fail, that
-    rate counts as failing and the search goes on below it while steps remain.
+
+def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None) -> Result:
+    """Burst, then sustained steps from the burst's rate: double while they pass, halve
+    while they fail, then bisect; then repeat the capacity; at most `spec.max_steps` steps.
+
+    The burst (everything at once) only sizes the search: it is no steady state, so it
+    never is the capacity. A 32-request burst that "passes" in 0.2 s says nothing about
+    an hour at that rate. `measure(kind, rate, index)` runs one step;
+    `should_stop(low, high)` may end the search early with a reason (e.g. the capacity
+    is already below the best one's). With `repeats` > 1 the final rate is measured
+    again; if the SLOs then fail, that rate counts as failing and the search goes on
+    below it while steps remain.
     """
     steps = [measure("burst", None, 0)]
-    burst = steps[0]
-    if burst.achieved_rps <= 0:
+    burst = steps[0].achieved_rps
+    if burst <= 0:
         return Result(0.0, None, None, steps, None, "no_successful_requests")
-    best: Step | None = burst if burst.passed else None
-    high: float | None = None if burst.passed else burst.achieved_rps
-    untested = high is not None  # `high` is the burst's rate, not yet offered as a rate
+    best: Step | None = None
+    high: float | None = None
     reserve = spec.repeats - 1
-    stopped = should_stop(None, high) if should_stop is not None and high else None
+    # A burst that misses the SLOs under the best trial's capacity cannot win (the
+    # sustained rate of an engine rarely beats what it drains at full load).
+    stopped = should_stop(None, burst) if should_stop is not None and \
+        not steps[0].passed else None
     spread: float | None = None
     while stopped is None:
-        while high is not None and len(steps) < spec.max_steps - (reserve if best else 0):
+        while len(steps) < spec.max_steps - (reserve if best else 0):
             low = best.load if best else None
-            if low is not None and (high - low) / high <= spec.tolerance:
+            if low is not None and high is not None and (high - low) / high <= spec.tolerance:
                 break
-            rate = high / 2 if low is None else (low + high) / 2
-            if low is None and rate < burst.achieved_rps * spec.min_rate_fraction:
+            if low is not None and high is None and low >= burst * spec.max_expand:
+                break  # the SLOs hold far above the burst's rate: report it as a floor
+            kind, rate = next_rate(burst, low, high)
+            if low is None and rate < burst * spec.min_rate_fraction:
                 stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
                 break
-            step = measure("bisect", rate, len(steps))
+            step = measure(kind, rate, len(steps))
             steps.append(step)
             if step.passed:
                 best = step
             else:
-                high, untested = rate, False
+                high = rate
             if should_stop is not None and (stopped := should_stop(
                     best.load if best else None, high)):
                 break
-        if untested and best is not None and stopped is None and high is not None \
-                and len(steps) < spec.max_steps - reserve:
-            step = measure("ceiling", high, len(steps))
-            steps.append(step)
-            untested = False
-            if step.passed:
-                best, high = step, None
         if best is None or stopped is not None or reserve == 0:
             break
         again = [best]
@@ -179,8 +193,9 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
         # while steps remain.
         log.info("capacity: the SLOs held in %d of %d runs at %.3g req/s",
                  sum(s.passed for s in again), len(again), best.load)
-        high, untested = best.load, False
-        below = [s for s in steps if s.passed and s.kind != "repeat" and s.load < high]
+        high = best.load
+        below = [s for s in steps if s.passed and s.kind not in ("repeat", "burst")
+                 and s.load < high]
         best = max(below, key=lambda s: s.load, default=None)
         if len(steps) >= spec.max_steps:
             break
@@ -226,8 +241,20 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
         "bracket": result.bracket, "spread": result.spread,
         "uncertainty": result.uncertainty, "stopped": result.stopped,
         "tolerance": spec.capacity.tolerance,
+        "step_s": spec.capacity.min_step_s,
+        "window": [spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
+        "bottleneck": limiting(result).bottleneck or None,
         "steps": [s.record() for s in result.steps],
     }
+
+
+def limiting(result: Result) -> Step:
+    """The step that shows what limits capacity: the gentlest failing step above it (the
+    limit bites there), else the step at capacity, else the burst."""
+    above = [s for s in result.steps if not s.passed and (result.low is None
+                                                         or s.load > result.low)]
+    failing = min(above, key=lambda s: s.load, default=None)
+    return failing or result.best or result.steps[0]
 
 
 def interval(cap: Mapping[str, Any]) -> tuple[float, float]:
@@ -276,6 +303,46 @@ def summary_of(result: Result) -> dict[str, Any]:
     return dict(gentlest.summary) if gentlest else {}
 
 
+def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
+          run: loadgen.RunResult, sampler: probes.Sampler, cap: CapacitySpec,
+          slos: Mapping[str, float]) -> Step:
+    """A step's verdict: the SLOs on its steady window and no backlog growing through it.
+
+    The burst (everything at once) has no steady state and is judged whole.
+    """
+    if rate is None or run.send_s <= 0:
+        summary, win, grew = whole, None, None
+    else:
+        win = steady.window(run.t0, run.send_s, cap.ramp_fraction, cap.tail_fraction)
+        inside = steady.arrived_in(run.results, win)
+        summary = metrics.summarize(inside, win.seconds) if inside else dict(whole)
+        summary.update(probes=sampler.summary(win.start, win.end).as_dict(),
+                       client=run.lag, truncated=whole.get("truncated"),
+                       workload=whole.get("workload"), whole={
+                           k: whole.get(k) for k in ("completed", "failed", "duration",
+                                                     "request_throughput",
+                                                     "output_throughput")})
+        grew = steady.backlog(run.results, win)
+    broken = violations(summary, slos, cap.min_success_rate)
+    if grew is not None and grew.grows(cap.backlog_limit):
+        broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals)")
+    figures = slo_figures(summary, slos)
+    figures["preemptions"] = (summary.get("probes") or {}).get("preemptions", 0)
+    limit = bottleneck.attribute(summary.get("probes") or {}, run.lag)
+    return Step(index, kind, rate, not broken, whole.get("request_throughput", 0.0),
+                whole.get("output_throughput", 0.0), broken,
+                whole.get("completed", 0) + whole.get("failed", 0), figures,
+                summary=summary, whole=slo_figures(whole, slos),
+                window_s=round(win.seconds, 3) if win else None,
+                backlog=grew.as_dict() if grew else {}, bottleneck=limit.as_dict())
+
+
+def slo_figures(summary: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:
+    """The SLO metrics of a summary, rounded, e.g. {"ttft_p95_ms": 312.5}."""
+    return {k: round(summary[latency_key(k.removesuffix("_ms"))], 3) for k in slos
+            if summary.get(latency_key(k.removesuffix("_ms"))) is not None}
+
+
 async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
     """Wait until the engine has nothing running or waiting; seconds waited."""
     t0 = time.monotonic()
@@ -314,19 +381,15 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
             "request_rate": math.inf if rate is None else rate, count: n,
             "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0})
         t0 = time.monotonic()
-        summary = bench.benchmark(target, step_spec, tokenizer_model=tokenizer_model,
-                                  pids=pids, offset=7919 * index, tokenizer=tokenizer)
-        broken = violations(summary, slos, cap.min_success_rate)
-        figures = {k: round(summary[latency_key(k.removesuffix("_ms"))], 3) for k in slos
-                   if summary.get(latency_key(k.removesuffix("_ms"))) is not None}
-        figures["preemptions"] = (summary.get("probes") or {}).get("preemptions", 0)
-        step = Step(index, kind, rate, not broken, summary.get("request_throughput", 0.0),
-                    summary.get("output_throughput", 0.0), broken, summary.get("completed", 0)
-                    + summary.get("failed", 0), figures, round(waited, 3),
-                    round(time.monotonic() - t0, 3), summary)
-        log.info("capacity step %d (%s): %s -> %.3g req/s, %s", index, kind,
+        whole, run, sampler = bench.step(target, step_spec, tokenizer_model=tokenizer_model,
+                                         pids=pids, offset=7919 * index, tokenizer=tokenizer)
+        step = judge(kind, rate, index, whole, run, sampler, spec.capacity, slos)
+        step.idle_wait_s = round(waited, 3)
+        step.duration_s = round(time.monotonic() - t0, 3)
+        log.info("capacity step %d (%s): %s -> %.3g req/s, %s; %s", index, kind,
                  "burst" if rate is None else f"{rate:.3g} req/s", step.achieved_rps,
-                 "pass" if step.passed else "fail: " + ", ".join(broken))
+                 "pass" if step.passed else "fail: " + ", ".join(step.violations),
+                 step.bottleneck.get("text", ""))
         return step
 
     result = plan(measure, cap, should_stop)
@@ -336,16 +399,26 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
 
 
 def step_rows(cap: Mapping[str, Any], slo_keys: Sequence[str]) -> list[list[str]]:
-    """A table of the steps for a terminal: step, kind, offered, achieved, SLO figures."""
+    """A table of the steps for a terminal: step, kind, offered, achieved, SLO figures of
+    the judged window, backlog growth, what limited the step, verdict."""
     rows = []
     for s in cap.get("steps", []):
         offered = "burst" if s["rate"] is None else f"{s['rate']:.3g}"
         figs = [f"{s['figures'].get(k, float('nan')):.1f}" for k in slo_keys]
+        grew = s.get("backlog") or {}
         rows.append([str(s["index"]), s["kind"], offered, f"{s['achieved_rps']:.3g}",
                      f"{s['output_throughput']:.1f}", *figs,
                      f"{s['figures'].get('preemptions', 0):g}",
+                     f"{grew['share']:+.0%}" if grew else "-",
+                     (s.get("bottleneck") or {}).get("kind", "-"),
                      "pass" if s["passed"] else "fail"])
     return rows
+
+
+def limit_text(cap: Mapping[str, Any]) -> str | None:
+    """What limited the capacity, in words (None for records made before attribution)."""
+    found = cap.get("bottleneck")
+    return found.get("text") if isinstance(found, Mapping) else None
 
 
 def describe(cap: Mapping[str, Any]) -> str:
@@ -357,7 +430,7 @@ def describe(cap: Mapping[str, Any]) -> str:
     text = f"{cap['request_throughput']:.3g} req/s ({lo:.3g}-{hi:.3g}"
     text += f", ±{cap['uncertainty']:.1%})" if cap.get("uncertainty") else ")"
     if cap.get("saturated"):
-        text += ", SLOs met even at full load"
+        text += ", a floor: the SLOs held at every rate tried"
     if cap.get("stopped"):
         text += f", stopped: {cap['stopped']}"
     return text

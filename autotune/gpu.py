@@ -80,3 +80,12 @@ class Monitor:
 
     def used_mib(self) -> float | None:
         return self.memory_mib([])[0]
+
+    def utilization(self) -> float | None:
+        """Percent of the last sample period in which a kernel ran (NVML's GPU utilisation)."""
+        if self.nvml is None or self.handle is None:
+            return None
+        try:
+            return float(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+        except Exception:
+            return None

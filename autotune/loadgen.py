@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import numpy as np
@@ -38,6 +38,9 @@ class RunResult:
     results: list[RequestResult]
     duration_s: float
     truncated: bool = False  # the duration cap stopped new requests
+    t0: float = 0.0  # perf_counter when the first measured request was due
+    send_s: float = 0.0  # when the last request was due, from t0 (the arrival schedule)
+    lag: dict[str, float] = field(default_factory=dict)  # LagMonitor.figures()
 
 
 async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, turn: Turn,
@@ -70,29 +73,29 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
                 detail = (await resp.text())[:200].replace("\n", " ")
                 result.error = f"HTTP {resp.status}: {detail}"
                 return result
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True
-                    continue  # read to the end, so the connection can be reused
-                now = time.perf_counter()
-                chunk = json.loads(data)
-                if choices := chunk.get("choices"):
-                    first = choices[0]
-                    piece = first.get("text") if spec.api != "chat" else (
-                        (first.get("delta") or {}).get("content"))
-                    if result.ttft == 0.0:
-                        result.ttft = now - st
-                    else:
-                        result.itl.append(now - last)
-                    last = now
-                    text.append(piece or "")
-                if usage := chunk.get("usage"):
-                    result.output_tokens = int(usage.get("completion_tokens") or 0)
-                    result.prompt_len = int(usage.get("prompt_tokens") or result.prompt_len)
+            events = SseBuffer()
+            # Whatever the socket has, at once (as vLLM's client reads): line-by-line reads
+            # cost an await per line and let events queue up behind each other.
+            async for raw in resp.content.iter_any():
+                for data in events.add(raw):
+                    if data == "[DONE]":
+                        done = True
+                        continue  # read to the end, so the connection can be reused
+                    chunk = json.loads(data)
+                    now = time.perf_counter()
+                    if choices := chunk.get("choices"):
+                        first = choices[0]
+                        piece = first.get("text") if spec.api != "chat" else (
+                            (first.get("delta") or {}).get("content"))
+                        if result.ttft == 0.0:
+                            result.ttft = now - st
+                        else:
+                            result.itl.append(now - last)
+                        last = now
+                        text.append(piece or "")
+                    if usage := chunk.get("usage"):
+                        result.output_tokens = int(usage.get("completion_tokens") or 0)
+                        result.prompt_len = int(usage.get("prompt_tokens") or result.prompt_len)
         result.generated_text = "".join(text)
         if not done:  # vLLM always ends a stream with [DONE]; without it the reply is cut
             result.error = "stream ended before [DONE]"
@@ -108,6 +111,65 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
     except (aiohttp.ClientError, OSError, ValueError) as err:
         result.error = f"{type(err).__name__}: {err}"
     return result
+
+
+class SseBuffer:
+    """Splits a byte stream into server-sent events' `data:` payloads as they complete."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def add(self, raw: bytes) -> list[str]:
+        self.buffer += raw
+        out = []
+        while True:
+            end = self.buffer.find(b"\n\n")
+            if end < 0:
+                break
+            event, self.buffer = self.buffer[:end], self.buffer[end + 2:]
+            for line in event.split(b"\n"):
+                line = line.strip()
+                if line.startswith(b"data:"):  # ":" starts a comment (keep-alive)
+                    out.append(line[5:].strip().decode())
+        return out
+
+
+class LagMonitor:
+    """How late the event loop wakes up: a client that falls behind stamps events late
+    and bunched, and its latencies are then its own, not the server's.
+
+    A task sleeps `period` s at a time and records how much longer each sleep took.
+    """
+
+    def __init__(self, period: float = 0.005):
+        self.period = period
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _loop(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.period)
+            self.lags.append(time.perf_counter() - t - self.period)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def figures(self) -> dict[str, float]:
+        """p50/p99/max of the wake-up lag in ms (empty when nothing was measured)."""
+        if not self.lags:
+            return {}
+        ms = np.array(self.lags) * 1000
+        return {"lag_p50_ms": float(np.percentile(ms, 50)),
+                "lag_p99_ms": float(np.percentile(ms, 99)), "lag_max_ms": float(ms.max())}
 
 
 def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[float]:
@@ -148,6 +210,8 @@ async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
                                    for s in warmup))
         results: list[RequestResult] = []
         offsets = arrival_offsets(len(sessions), spec.request_rate, spec.burstiness, spec.seed)
+        lag = LagMonitor()
+        lag.start()
         t0 = time.perf_counter()
         deadline = t0 + spec.max_duration_s if spec.max_duration_s else None
         tasks = []
@@ -163,7 +227,9 @@ async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
                 _session(http, target, spec, session, sem, results, deadline, on_result)))
         truncated = any(await asyncio.gather(*tasks)) or truncated
         duration = time.perf_counter() - t0
-    return RunResult(results, duration, truncated=truncated)
+        await lag.stop()
+    return RunResult(results, duration, truncated=truncated, t0=t0,
+                     send_s=offsets[len(tasks) - 1] if tasks else 0.0, lag=lag.figures())
 
 
 async def _session(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec,

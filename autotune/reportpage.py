@@ -14,7 +14,7 @@ import plotly.io as pio
 from optuna.trial import FrozenTrial
 from plotly.offline import get_plotlyjs
 
-from . import report
+from . import capacity, report, show
 from .errors import ConfigError
 from .show import fmt, outcome, reason
 from .study import reference_name
@@ -67,8 +67,8 @@ def _capacity(t: FrozenTrial) -> tuple[str, str]:
     low, high = cap.get("low"), cap.get("high")
     if low is None:
         text = "no rate met the SLOs"
-    elif high is None:  # even the saturating burst met them
-        text = f"{fmt(rate, '.3g')} (SLOs met at full load)"
+    elif high is None:  # the SLOs held at every rate tried: a floor
+        text = f"{fmt(rate, '.3g')} (a floor: SLOs met at every rate tried)"
     else:
         text = f"{fmt(rate, '.3g')} ({low:.3g}-{high:.3g})"
     return text, fmt(cap.get("output_throughput"))
@@ -114,7 +114,9 @@ def columns(study: optuna.Study) -> list[Column]:
     ]
     if any((t.user_attrs.get("metrics") or {}).get("capacity") for t in trials):
         cols += [("capacity req/s (bracket)", lambda t: _capacity(t)[0], True),
-                 ("capacity out tok/s", lambda t: _capacity(t)[1], True)]
+                 ("capacity out tok/s", lambda t: _capacity(t)[1], True),
+                 ("limited by", lambda t: capacity.limit_text(
+                     (t.user_attrs.get("metrics") or {}).get("capacity") or {}) or "", False)]
     if any(t.user_attrs.get("validation") for t in trials):
         cols.append(("validated gain [95% CI] ×runs",
                      lambda t: _validation(t.user_attrs.get("validation")), True))
@@ -178,6 +180,16 @@ def _about(study: optuna.Study) -> str:
                           f"it with: autotune export {study.study_name} --trial {top.number} "
                           "--format k8s" if top else "none yet"),
     }
+    ranking = show.ranking(trials, show.not_overrides(study))
+    tied = [r for r in ranking if r["tied"]]
+    if len(tied) > 1:
+        items["cannot separate"] = (
+            f"the top {len(tied)} configurations ("
+            + ", ".join(f"#{r['number']}" for r in tied) + ") have overlapping capacity "
+            "intervals: the study cannot tell them apart; the one with the fewest "
+            "overrides of vLLM's defaults is preferred")
+    if ranking and ranking[0].get("bottleneck"):
+        items["limited by"] = f"#{ranking[0]['number']}: {ranking[0]['bottleneck']}"
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) \
         + "</dl>"
 

@@ -30,11 +30,29 @@ class CapacitySpec(BaseModel):
     max_steps: int = Field(8, ge=1, description="every step counts: burst, bisection, repeats")
     repeats: int = Field(2, ge=1, description="measurements at the final rate (spread)")
     min_success_rate: float = Field(1.0, ge=0, le=1)
-    min_step_s: float = Field(0.0, ge=0, description="a step sends >= rate x this many requests")
+    # Sustained steps: 4-6-s steps measured the transient on the H200 and ranked inside the
+    # noise; at 20 s `vllm bench serve` repeated its verdicts (docs/results-h200.md).
+    min_step_s: float = Field(20.0, ge=0,
+                              description="a Poisson step sends >= rate x this many requests")
     max_step_s: float = Field(60.0, gt=0, description="a step sends <= rate x this (>= 4)")
+    ramp_fraction: float = Field(0.2, ge=0, lt=1,
+                                 description="share of a step's arrivals left out as ramp-up")
+    tail_fraction: float = Field(0.1, ge=0, lt=1,
+                                 description="share of a step's arrivals left out at the end")
+    backlog_limit: float = Field(0.05, gt=0, lt=1, description="a step fails when requests in "
+                                 "flight grow by more than this share of its arrivals")
+    max_expand: float = Field(4.0, ge=1, description="stop doubling the rate above this "
+                              "multiple of the burst's; the capacity is then a floor")
     min_rate_fraction: float = Field(1 / 32, gt=0, lt=1,
                                      description="give up below this share of the burst's rate")
     idle_timeout_s: float = Field(120.0, gt=0, description="wait for an idle engine per step")
+
+    @model_validator(mode="after")
+    def _window(self) -> CapacitySpec:
+        if self.ramp_fraction + self.tail_fraction >= 0.9:
+            raise ValueError("ramp_fraction + tail_fraction must leave at least 10 % of a step "
+                             f"to judge (got {self.ramp_fraction:g} + {self.tail_fraction:g})")
+        return self
 
 
 class WorkloadSpec(BaseModel):

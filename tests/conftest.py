@@ -42,19 +42,31 @@ def eager_server(tiny_model, tmp_path_factory):
         yield srv
 
 
+# Every process this test session starts inherits this marker in its environment, even
+# after it is orphaned and re-parented to init; leftovers are looked for among those
+# only, so engines of another suite (or session) on the machine never fail this one.
+SESSION_MARK = "AUTOTUNE_TEST_SESSION"
+os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
+
+
 def engine_processes() -> list[psutil.Process]:
-    """Every vLLM process on the machine started by this test session's user."""
+    """Every vLLM process started by this test session (found by its environment marker)."""
+    mark = os.environ[SESSION_MARK]
     found = []
     for proc in psutil.process_iter(["cmdline", "name", "ppid"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
             name = proc.info["name"] or ""
+            if proc.pid == os.getpid() or _zombie(proc):
+                continue
+            if not ("vllm.entrypoints" in cmd or "vllm serve" in cmd
+                    or "autotune.serve" in cmd or name.startswith("VLLM::")):
+                continue
+            if proc.environ().get(SESSION_MARK) != mark:
+                continue
         except psutil.Error:
             continue
-        if proc.pid == os.getpid() or _zombie(proc):
-            continue
-        if "vllm.entrypoints" in cmd or "vllm serve" in cmd or name.startswith("VLLM::"):
-            found.append(proc)
+        found.append(proc)
     return found
 
 

@@ -139,7 +139,7 @@ def test_page_has_every_section_and_optional_columns(study):
     assert table.count("<tr class=") == 8
     assert "+18.0% [+10.0%, +26.0%] ×3, gain" in table
     assert "3.2 (3-3.4)" in table and "102.4" in table
-    assert "5 (SLOs met at full load)" in table  # the saturating burst itself passed
+    assert "5 (a floor: SLOs met at every rate tried)" in table  # no rate failed
     assert "kv_too_small" in table and "REJECTED" in table
 
 
@@ -213,3 +213,25 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     st.add_trial(_done(90.0, 60.0, 0.0, baseline="vllm-defaults"))
     assert study_mod.reference_trial(st).number == 3
     assert study_mod.reference_name(st) == "vLLM defaults"
+
+
+def test_tied_leaders_and_the_bottleneck_are_said_in_words(tmp_path, capsys):
+    st = optuna.create_study(study_name="ties", direction="maximize",
+                             storage=f"sqlite:///{tmp_path / 'ties.db'}")
+    st.set_user_attr("scenario", {**SCENARIO, "workload": {"mode": "capacity"}})
+    limit = {"kind": "front_end", "text": "front end: API server 98 % of one core "
+                                          "(1 API server)", "valid": True}
+    for i, (lo, hi) in enumerate([(56.0, 60.0), (58.0, 62.0), (30.0, 33.0)]):
+        cap = {"request_throughput": lo, "output_throughput": lo * 128, "low": lo,
+               "high": hi, "bottleneck": limit}
+        st.add_trial(_done(lo * 128, 50.0, lo / 56 - 1, baseline="vllm-defaults" if i == 0
+                           else None, params={"max-num-seqs": 64 * (i + 1)},
+                           metrics=_metrics(lo * 128, 50.0, capacity=cap)))
+    page = reportpage.build(st)
+    assert "the top 2 configurations (#1, #0) have overlapping capacity intervals" in page
+    assert "#1: front end: API server 98 % of one core" in page
+    assert reportpage.trials_table(st).count("front end: API server 98 %") == 3
+    assert main(["show", str(tmp_path / "ties.db")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "cannot separate its top 2 configurations (#1, #0)" in out
+    assert "#1 is limited by: front end: API server 98 % of one core" in out

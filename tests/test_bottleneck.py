@@ -1,0 +1,112 @@
+"""Bottleneck attribution and the per-process probe figures it reads (no engine)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from autotune import bottleneck, probes
+from autotune.loadgen import LagMonitor, SseBuffer
+
+
+@pytest.mark.parametrize("figures, lag, kind", [
+    ({"client_cpu": 97.0, "api_server_cpu": 99.0}, {}, "client"),
+    ({"client_cpu": 20.0}, {"lag_p99_ms": 45.0}, "client"),
+    ({"preemptions": 12, "api_server_cpu": 99.0}, {}, "kv_cache"),
+    ({"kv_cache_usage_max": 0.99, "requests_waiting_max": 3}, {}, "kv_cache"),
+    ({"kv_cache_usage_max": 0.99, "requests_waiting_max": 0}, {}, "none"),
+    ({"api_server_cpu": 98.0, "api_servers": 1, "gpu_util_mean": 70.0}, {}, "front_end"),
+    ({"api_server_cpu": 60.0, "engine_core_cpu": 99.0}, {}, "engine_core"),
+    ({"api_server_cpu": 60.0, "engine_core_cpu": 50.0, "gpu_util_mean": 97.0}, {}, "gpu"),
+    ({"api_server_cpu": 40.0, "gpu_util_mean": 60.0}, {"lag_p99_ms": 1.0}, "none"),
+    ({"api_server_cpu": 40.0, "worker_cpu": 180.0}, {}, "worker"),
+    ({"api_server_cpu": 40.0, "worker_cpu": 99.0, "gpu_util_mean": 95.0}, {}, "gpu"),
+    ({}, {}, "none"),
+])
+def test_attribution_order(figures, lag, kind):
+    got = bottleneck.attribute(figures, lag)
+    assert got.kind == kind
+    assert got.valid == (kind != "client")
+
+
+def test_front_end_text_names_the_figures():
+    got = bottleneck.attribute({"api_server_cpu": 98.4, "api_servers": 1})
+    assert got.text == "front end: API server 98 % of one core (1 API server)"
+
+
+@pytest.mark.parametrize("cmdline, role", [
+    (["VLLM::APIServer_1"], probes.API_SERVER),
+    (["/usr/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
+     probes.API_SERVER),
+    (["/venv/bin/python", "-m", "autotune.serve", "m"], probes.API_SERVER),
+    (["/venv/bin/vllm", "serve", "m"], probes.API_SERVER),
+    (["VLLM::EngineCore"], probes.ENGINE_CORE),
+    (["VLLM::Worker_TP0"], probes.WORKER),
+    (["python", "-m", "autotune.reaper", "20", "--", "vllm", "serve"], None),
+    (["python", "-c", "from multiprocessing.spawn import spawn_main"], probes.OTHER),
+])
+def test_process_roles(cmdline, role):
+    assert probes.role(cmdline) == role
+
+
+def test_summary_averages_cpu_and_takes_counter_deltas():
+    samples = [
+        probes.Sample(0.0, {"vllm:num_preemptions_total": 3, "vllm:kv_cache_usage_perc": 0.1,
+                            "vllm:num_requests_waiting": 0}, {}),
+        probes.Sample(1.0, {"vllm:num_preemptions_total": 5, "vllm:kv_cache_usage_perc": 0.5,
+                            "vllm:num_requests_waiting": 4},
+                      {"api_server_max": 90.0, "api_servers": 2.0, "engine_core": 40.0,
+                       "client": 10.0}, gpu_util=80.0),
+        probes.Sample(2.0, {}, {"api_server_max": 100.0, "api_servers": 2.0, "client": 20.0},
+                      gpu_util=60.0),
+    ]
+    s = probes.summarize(samples)
+    assert s.preemptions == 2 and s.kv_cache_usage_max == 0.5
+    assert s.requests_waiting_mean == 2 and s.requests_waiting_max == 4
+    assert s.api_server_cpu == 95 and s.api_servers == 2 and s.engine_core_cpu == 40
+    assert s.client_cpu == 15 and s.gpu_util_mean == 70
+
+
+def test_sampler_window_selects_by_time():
+    sampler = probes.Sampler("http://127.0.0.1:9")
+    sampler.samples = [probes.Sample(t, {}, {"client": float(t)}) for t in range(10)]
+    assert sampler.summary(2.0, 4.0).client_cpu == 3.0
+    assert sampler.summary().samples == 10
+
+
+def test_sampler_reads_its_own_cpu_from_a_thread():
+    sampler = probes.Sampler("http://127.0.0.1:9", interval=0.05)
+
+    async def busy():
+        async with sampler:
+            end = asyncio.get_running_loop().time() + 0.4
+            while asyncio.get_running_loop().time() < end:
+                sum(range(10_000))
+    asyncio.run(busy())
+    s = sampler.summary()
+    assert s.samples >= 3
+    # a busy loop: a share of a core that only a contended host keeps low
+    assert s.client_cpu is not None and s.client_cpu > 5
+
+
+def test_sse_buffer_splits_events_across_reads():
+    buf = SseBuffer()
+    assert buf.add(b'data: {"a"') == []
+    assert buf.add(b': 1}\n\ndata: {"b": 2}\n\n: keep-alive\n\ndata: [DO') == [
+        '{"a": 1}', '{"b": 2}']
+    assert buf.add(b"NE]\n\n") == ["[DONE]"]
+
+
+def test_lag_monitor_sees_a_blocked_loop():
+    async def main():
+        lag = LagMonitor(period=0.005)
+        lag.start()
+        await asyncio.sleep(0.05)
+        import time
+        time.sleep(0.1)  # the loop cannot run: every reading after this is late
+        await asyncio.sleep(0.02)
+        await lag.stop()
+        return lag.figures()
+    figures = asyncio.run(main())
+    assert figures["lag_max_ms"] >= 90

@@ -1,0 +1,117 @@
+"""Steady-state windows, backlog trends and the verdict of a sustained step (no engine)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune import capacity, steady
+from autotune.loadgen import RunResult
+from autotune.metrics import RequestResult
+from autotune.probes import Sampler
+from autotune.workloads import CapacitySpec
+
+
+def _requests(rate: float, seconds: float, latency, t0: float = 100.0) -> list[RequestResult]:
+    """Requests sent evenly at `rate`; `latency(i, t)` gives each one's E2EL."""
+    out = []
+    for i in range(int(rate * seconds)):
+        t = t0 + i / rate
+        e2el = latency(i, t - t0)
+        out.append(RequestResult(True, 32, 16, ttft=min(0.05, e2el), latency=e2el,
+                                 itl=[(e2el - 0.05) / 15] * 15, start_time=t))
+    return out
+
+
+def test_window_leaves_out_ramp_and_end():
+    w = steady.window(10.0, 20.0, 0.2, 0.1)
+    assert (w.start, w.end) == (14.0, 28.0)
+    assert w.seconds == pytest.approx(14.0)
+
+
+def test_arrivals_are_attributed_by_send_time():
+    reqs = _requests(10, 10, lambda i, t: 30.0)  # slow to finish, sent inside
+    w = steady.window(100.0, 10.0, 0.2, 0.1)
+    inside = steady.arrived_in(reqs, w)
+    assert inside and all(w.start <= r.start_time <= w.end for r in inside)
+    assert len(inside) == pytest.approx(0.7 * len(reqs), abs=2)
+
+
+def test_constant_latency_has_no_backlog():
+    reqs = _requests(20, 20, lambda i, t: 1.0)
+    grew = steady.backlog(reqs, steady.window(100.0, 20.0, 0.2, 0.1))
+    assert abs(grew.growth) < 2
+    assert grew.in_flight_mean == pytest.approx(20, abs=2)  # Little's law: rate x latency
+    assert not grew.grows(0.05)
+
+
+def test_latency_growing_with_arrival_time_is_a_backlog():
+    # completions fall behind arrivals: each request waits 0.2 s longer per second sent
+    reqs = _requests(20, 20, lambda i, t: 1.0 + 0.2 * t)
+    grew = steady.backlog(reqs, steady.window(100.0, 20.0, 0.2, 0.1))
+    assert grew.growth > 40 and grew.share > 0.1
+    assert grew.grows(0.05)
+
+
+def test_failed_requests_hold_no_slot():
+    reqs = [RequestResult(False, 1, 0, start_time=100 + i / 10, error="HTTP 500")
+            for i in range(100)]
+    grew = steady.backlog(reqs, steady.window(100.0, 10.0, 0.2, 0.1))
+    assert grew.growth == 0 and grew.in_flight_mean == 0
+
+
+def _judge(reqs, rate, slos, cap=None):
+    run = RunResult(reqs, 25.0, t0=100.0, send_s=max(r.start_time for r in reqs) - 100.0)
+    whole = {"request_throughput": rate, "output_throughput": rate * 16,
+             "completed": len(reqs), "failed": 0, "p95_e2el_ms": 1.0}
+    sampler = Sampler("http://127.0.0.1:9")  # never started: no samples
+    return capacity.judge("bisect", rate, 1, whole, run, sampler, cap or CapacitySpec(), slos)
+
+
+def test_growing_backlog_fails_a_step_whose_percentiles_pass():
+    reqs = _requests(20, 20, lambda i, t: 1.0 + 0.2 * t)
+    step = _judge(reqs, 20.0, {"e2el_p95_ms": 60_000})
+    assert step.figures["e2el_p95_ms"] < 60_000  # the percentile alone would pass
+    assert not step.passed
+    assert any(v.startswith("backlog +") for v in step.violations)
+    assert step.backlog["share"] > 0.05
+    assert step.window_s == pytest.approx(0.7 * (20 - 1 / 20), rel=0.01)
+
+
+def test_steady_step_passes_and_keeps_whole_step_figures():
+    # a slow start (cold engine) inflates the whole step's p95, not the window's
+    reqs = _requests(20, 20, lambda i, t: 3.0 if t < 2 else 0.5)
+    step = _judge(reqs, 20.0, {"e2el_p95_ms": 1000})
+    assert step.passed, step.violations
+    assert step.figures["e2el_p95_ms"] == pytest.approx(500, rel=0.01)
+    assert step.bottleneck["kind"] == "none"
+
+
+def test_the_burst_is_judged_whole():
+    reqs = _requests(20, 2, lambda i, t: 0.5)
+    run = RunResult(reqs, 2.0, t0=100.0, send_s=0.0)
+    whole = {"request_throughput": 20.0, "output_throughput": 320.0, "completed": 40,
+             "failed": 0, "p95_e2el_ms": 5000.0}
+    step = capacity.judge("burst", None, 0, whole, run, Sampler("http://127.0.0.1:9"),
+                          CapacitySpec(), {"e2el_p95_ms": 1000})
+    assert not step.passed and step.window_s is None and not step.backlog
+
+
+def test_window_settings_are_validated():
+    with pytest.raises(ValueError, match="at least 10 %"):
+        CapacitySpec(ramp_fraction=0.5, tail_fraction=0.45)
+    assert CapacitySpec().min_step_s == 20.0
+
+
+def test_limiting_step_is_the_gentlest_failure_above_capacity():
+    def step(i, rate, ok, kind):
+        return capacity.Step(i, "bisect", rate, ok, rate or 10.0,
+                             bottleneck={"kind": kind})
+    steps = [step(0, None, False, "front_end"), step(1, 5.0, True, "none"),
+             step(2, 7.5, False, "kv_cache"), step(3, 6.2, False, "gpu")]
+    result = capacity.Result(5.0, 5.0, 6.2, steps, steps[1])
+    assert capacity.limiting(result).bottleneck["kind"] == "gpu"
+    saturated = capacity.Result(10.0, 10.0, None, steps[:1], steps[0])
+    assert capacity.limiting(saturated) is steps[0]
+    assert not math.isnan(capacity.limiting(result).load)
