@@ -7,9 +7,15 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import AutotuneError, ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+    from rich.console import Console
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -151,11 +157,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from . import show, validate, views
 
     console = Console()
+    if args.step_seconds is not None and args.client != "vllm":
+        raise ConfigError("validate: --step-seconds sets the steps of --client vllm")
     st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
     if args.repeats < 1:
         raise ConfigError(f"validate: --repeats must be at least 1 (got {args.repeats})")
     candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
                                        against=args.against)
+    if args.client == "vllm":
+        return _validate_with_vllm(args, st, candidate, against, console)
     console.print(f"validating trial #{candidate.number} against #{against.number}: "
                   f"{args.repeats} pair(s) of fresh engine launches, alternating")
     if candidate.number == against.number:
@@ -166,6 +176,27 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                                  Path(args.studies_dir)),
                               on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
     views.print_validation(result, console)
+    return 0
+
+
+def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: FrozenTrial,
+                        against: FrozenTrial, console: Console) -> int:
+    """`validate --client vllm`: both capacities re-measured with `vllm bench serve`."""
+    from pathlib import Path
+
+    from . import crosscheck, validate, views, vllmbench
+
+    step_s = vllmbench.STEP_S if args.step_seconds is None else args.step_seconds
+    console.print(f"re-measuring trial #{candidate.number} against #{against.number} with "
+                  f"vllm bench serve: {args.repeats} pair(s) of fresh engine launches, "
+                  f"alternating, capacity at SLO in {step_s:g}-s Poisson steps")
+    with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
+        result = crosscheck.run(
+            st, candidate, against, args.repeats,
+            validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
+            step_s=step_s,
+            on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
+    views.print_validation_vllm(result, console)
     return 0
 
 
@@ -265,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="pick the trial as `export` does (default: balanced)")
     p.add_argument("--against", type=int, help="baseline trial (default: vLLM's defaults)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each (default 3)")
+    p.add_argument("--client", default="autotune", choices=["autotune", "vllm"],
+                   help="measure with autotune's load generator (default), or each run's "
+                   "capacity at SLO with `vllm bench serve`, independently of autotune")
+    p.add_argument("--step-seconds", type=float, default=None, metavar="S",
+                   help="--client vllm: length of each sustained step (default 20; every "
+                   "step sends at least 20 prompts)")
     p.set_defaults(func=_cmd_validate)
     return parser
 

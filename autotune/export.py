@@ -17,7 +17,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from . import capacity, paired
+from . import capacity, crosscheck, paired
 from .config import latency_key
 from .errors import ConfigError
 from .flags import to_args
@@ -97,6 +97,7 @@ def facts(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
         "quality_drift": q.get("drift"), "quality_passed": q.get("passed"),
         "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
         "validation": paired.compact(t.user_attrs.get("validation")),
+        "validation_vllm": crosscheck.compact(t.user_attrs.get(crosscheck.KEY)),
         "capacity": capacity.describe(m["capacity"]) if m.get("capacity") else None,
     }
 
@@ -117,7 +118,9 @@ def _comment(f: Mapping[str, Any]) -> list[str]:
         f"{num(f['quality_drift'], '.4f')} nats ("
         + ("passed" if f["quality_passed"] else "not checked") + ")",
     ] + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
-      + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else [])
+      + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else []) \
+      + ([f"re-measured: {crosscheck.headline(f['validation_vllm'])}"]
+         if f.get("validation_vllm") else [])
 
 
 def render(study: optuna.Study, t: FrozenTrial, fmt: str, model: str,

@@ -14,7 +14,7 @@ import plotly.io as pio
 from optuna.trial import FrozenTrial
 from plotly.offline import get_plotlyjs
 
-from . import capacity, report, show
+from . import capacity, crosscheck, report, show
 from .errors import ConfigError
 from .show import fmt, outcome, reason
 from .study import reference_name
@@ -117,6 +117,10 @@ def columns(study: optuna.Study) -> list[Column]:
                  ("capacity out tok/s", lambda t: _capacity(t)[1], True),
                  ("limited by", lambda t: capacity.limit_text(
                      (t.user_attrs.get("metrics") or {}).get("capacity") or {}) or "", False)]
+    if any(t.user_attrs.get(crosscheck.KEY) for t in trials):
+        cols.append(("re-measured by vllm bench serve",
+                     lambda t: crosscheck.headline(t.user_attrs[crosscheck.KEY])
+                     if t.user_attrs.get(crosscheck.KEY) else "", False))
     if any(t.user_attrs.get("validation") for t in trials):
         cols.append(("validated gain [95% CI] ×runs",
                      lambda t: _validation(t.user_attrs.get("validation")), True))

@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from . import capacity
+from . import capacity, crosscheck
 from .errors import ConfigError
 from .objective import gain
 from .paired import compact
@@ -90,6 +90,7 @@ def trial_row(t: FrozenTrial, fixed: dict[str, Any] | None = None) -> dict[str, 
         "quality": {k: (t.user_attrs.get("quality") or {}).get(k)
                     for k in ("passed", "drift", "agreement")},
         "validation": compact(t.user_attrs.get("validation")),
+        "validation_vllm": crosscheck.compact(t.user_attrs.get(crosscheck.KEY)),
     }
     return row
 
@@ -103,7 +104,7 @@ def _capacity(t: FrozenTrial) -> dict[str, Any] | None:
     return {k: cap.get(k) for k in ("request_throughput", "output_throughput", "low", "high",
                                     "uncertainty", "saturated", "stopped")} | {
         "interval": [lo, hi], "steps": len(cap.get("steps") or []),
-        "text": capacity.describe(cap)}
+        "text": capacity.describe(cap), "bottleneck": capacity.limit_text(cap)}
 
 
 def ranking(trials: list[FrozenTrial], defaults: dict[str, Any]) -> list[dict[str, Any]]:

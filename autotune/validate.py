@@ -6,6 +6,8 @@ One tuning run per configuration cannot tell a real gain from a lucky start-up.
 own scenario, and reports candidate/baseline from the K pairs with a 95 %
 interval (`autotune.paired`). The result is stored on the candidate trial as
 `user_attrs["validation"]`, where `show`, `export` and `report` read it.
+`validate --client vllm` (`autotune.crosscheck`) re-measures capacity with
+`vllm bench serve` instead, independently of autotune's load generator.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
-from . import capacity
+from . import capacity, crosscheck
 from .paired import one_line
 from .show import fmt, outcome, reason
 from .study import Progress
@@ -83,6 +83,9 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     for r in data["trials"]:
         if r.get("validation"):
             console.print(f"validated: trial #{r['number']} {one_line(r['validation'])}")
+        if r.get("validation_vllm"):
+            console.print(f"re-measured: trial #{r['number']} "
+                          f"{crosscheck.headline(r['validation_vllm'])}")
 
 
 def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
@@ -98,18 +101,25 @@ def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
                       fmt(r["uncertainty"], ".1%"), fmt(r["output_throughput"]),
                       str(r["overrides"]), str(r["steps"]))
     console.print(table)
-    if sum(r["tied"] for r in ranking) > 1:
-        console.print("= : within the leader's noise (a tie); among ties the configuration "
-                      "with the fewest overrides of vLLM's defaults is preferred")
+    tied = [r for r in ranking if r["tied"]]
+    if len(tied) > 1:
+        console.print(f"the study cannot separate its top {len(tied)} configurations ("
+                      + ", ".join(f"#{r['number']}" for r in tied) + "): their capacity "
+                      "intervals overlap. = marks them; among ties the configuration with "
+                      "the fewest overrides of vLLM's defaults is preferred")
+    if ranking and ranking[0].get("bottleneck"):
+        console.print(f"#{ranking[0]['number']} is limited by: {ranking[0]['bottleneck']}")
 
 
 def print_capacity(cap: dict[str, Any], slo_keys: list[str], console: Console) -> None:
     """The capacity line and the table of its search steps."""
     console.print(f"capacity at SLO: {capacity.describe(cap)}; "
                   f"{fmt(cap.get('output_throughput'))} output tok/s at that rate")
-    table = Table(title="capacity search steps")
+    if limit := capacity.limit_text(cap):
+        console.print(f"limited by: {limit}")
+    table = Table(title="capacity search steps (SLO figures of each step's steady window)")
     for col in ("step", "kind", "offered req/s", "achieved req/s", "out tok/s", *slo_keys,
-                "preempt", "verdict"):
+                "preempt", "backlog", "limit", "verdict"):
         table.add_column(col, justify="right")
     for row in capacity.step_rows(cap, slo_keys):
         table.add_row(*row)
@@ -149,6 +159,12 @@ def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
                     f"95% CI {_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
                 console.print(f"  {m['key']}: {_ratio(m['ratio'])} of #{v['against']} ({ci}, "
                               f"{m['better']} is better)")
+    vv = a.get(crosscheck.KEY)
+    if vv:
+        console.print(f"capacity re-measured: {crosscheck.headline(vv)}; {vv.get('when')}, "
+                      f"{vv.get('engine_version')}")
+        if vv.get("workload_note"):
+            console.print(f"  {vv['workload_note']}")
     q = a.get("quality")
     if q and "drift" in q:
         th = q.get("thresholds") or {}
@@ -205,3 +221,35 @@ def print_validation(v: dict[str, Any], console: Console | None = None) -> None:
     if v["ci_low"] is None:
         console.print("one pair: no confidence interval (use --repeats 2 or more)")
     console.print(f"validated gain of trial #{v['candidate']}: {one_line(v)}")
+
+
+def validation_vllm_run(i: int, n: int, r: dict[str, Any]) -> str:
+    """`run 3/6: trial #0 (baseline): 12.3 req/s (12.1-13.0), 6 steps, start-up 27.4 s`."""
+    high = "-" if r.get("high") is None else f"{r['high']:.3g}"
+    return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): capacity "
+            f"{fmt(r['capacity'], '.3g')} req/s (passes {fmt(r.get('low'), '.3g')}, fails "
+            f"{high}), {len(r.get('steps') or [])} steps, start-up {fmt(r.get('startup_s'))} s")
+
+
+def print_validation_vllm(v: dict[str, Any], console: Console | None = None) -> None:
+    """Each run's capacity and bracket by `vllm bench serve`, then the ratio with its 95 %
+    interval next to the study's own ratio."""
+    console = console or Console()
+    runs = Table(title=f"capacity at SLO by vllm bench serve: trial #{v['candidate']} against "
+                 f"#{v['against']}, {v['repeats']} pair(s), alternating, a fresh engine each "
+                 f"run, {v['step_s']:g}-s steps")
+    for col in ("run", "trial", "role", "req/s", "passes", "fails", "bracket", "steps",
+                "start-up s"):
+        runs.add_column(col, overflow="fold")
+    for i, r in enumerate(v["runs"], 1):
+        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r["capacity"], ".3g"),
+                     fmt(r.get("low"), ".3g"), fmt(r.get("high"), ".3g"),
+                     fmt(r.get("bracket"), ".1%"), str(len(r.get("steps") or [])),
+                     fmt(r.get("startup_s")))
+    console.print(runs)
+    if v.get("workload_note"):
+        console.print(v["workload_note"])
+    if v.get("ci_low") is None and v.get("ratio") is not None:
+        console.print("one pair: no confidence interval (use --repeats 2 or more)")
+    console.print(f"capacity of trial #{v['candidate']} / #{v['against']}: "
+                  f"{crosscheck.headline(v)}")

@@ -137,7 +137,14 @@ engine:
 space:
   max-num-seqs: {choices: [2, 8]}
   block-size: {choices: [32, 128]}
-workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16, max_concurrency: 4}
+workload:
+  kind: random
+  num_requests: 16
+  input_len: 32
+  output_len: 16
+  max_concurrency: 4
+  # capacity mode (the SLO below) kept short: the burst and one sustained step at its rate
+  capacity: {max_steps: 3, repeats: 1, min_step_s: 2, max_step_s: 3, max_expand: 1}
 objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 60000}}
 baselines:
   # default max-model-len (8192) cannot fit in a 3,904-token KV cache: vLLM refuses to start

@@ -224,13 +224,23 @@ def test_tied_leaders_and_the_bottleneck_are_said_in_words(tmp_path, capsys):
     for i, (lo, hi) in enumerate([(56.0, 60.0), (58.0, 62.0), (30.0, 33.0)]):
         cap = {"request_throughput": lo, "output_throughput": lo * 128, "low": lo,
                "high": hi, "bottleneck": limit}
+        recheck = {"ratio": 1.02, "ci_low": 0.97, "ci_high": 1.08, "study_ratio": 1.04,
+                   "verdict": "within noise (the interval includes 1): no gain shown",
+                   "repeats": 3, "against": 0, "step_s": 20.0} if i == 1 else None
         st.add_trial(_done(lo * 128, 50.0, lo / 56 - 1, baseline="vllm-defaults" if i == 0
                            else None, params={"max-num-seqs": 64 * (i + 1)},
-                           metrics=_metrics(lo * 128, 50.0, capacity=cap)))
+                           metrics=_metrics(lo * 128, 50.0, capacity=cap),
+                           **({"validation_vllm": recheck} if recheck else {})))
     page = reportpage.build(st)
     assert "the top 2 configurations (#1, #0) have overlapping capacity intervals" in page
     assert "#1: front end: API server 98 % of one core" in page
-    assert reportpage.trials_table(st).count("front end: API server 98 %") == 3
+    table = reportpage.trials_table(st)
+    assert table.count("front end: API server 98 %") == 3
+    assert "vllm bench serve: 1.02x (0.97-1.08), within noise" in table
+    assert main(["export", str(tmp_path / "ties.db"), "--trial", "1", "--format", "cli",
+                 "-o", str(tmp_path / "serve.sh")]) == 0
+    assert "# re-measured: autotune's steps: 1.04x; vllm bench serve: 1.02x" in \
+        (tmp_path / "serve.sh").read_text()
     assert main(["show", str(tmp_path / "ties.db")]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "cannot separate its top 2 configurations (#1, #0)" in out

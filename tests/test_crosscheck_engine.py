@@ -1,0 +1,94 @@
+"""`autotune validate --client vllm` on real CPU engines: the candidate and the baseline of a
+tiny study on fresh engines, each one's capacity at SLO searched with `vllm bench serve`, the
+ratio stored beside the study's own and shown by `show`.
+
+The study is written directly (the trials' flags and capacities as `tune` records them)
+rather than tuned, so only the two validation engines are started here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+import yaml
+
+from autotune import capacity, cli
+from tests.conftest import SCENARIO, SESSION_MARK
+from tests.test_vllmbench import _trial
+
+pytestmark = pytest.mark.engine
+
+
+def _helpers() -> list[psutil.Process]:
+    """vllm bench serve helpers started by this test session."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "autotune.vllmbench" in " ".join(p.info["cmdline"] or []) and \
+                    p.environ().get(SESSION_MARK) == os.environ[SESSION_MARK]:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def study_db(tmp_path) -> Path:
+    """Defaults (#0) and max-num-seqs 8 (#1); the search kept short: burst and one step."""
+    scenario = yaml.safe_load(SCENARIO)
+    scenario["workload"]["capacity"] = {"max_expand": 1, "repeats": 1, "max_steps": 3}
+    path = tmp_path / "engine-test.db"
+    st = optuna.create_study(study_name="engine-test", storage=f"sqlite:///{path}",
+                             direction="maximize")
+    st.set_user_attr("scenario", scenario)
+    st.add_trial(_trial(10.0, baseline="vllm-defaults"))
+    st.add_trial(_trial(12.4, flags={"enforce-eager": True, "max-num-seqs": 8}))
+    return path
+
+
+def test_validate_with_vllms_client(study_db, tmp_path, capsys, no_leftover_engine):
+    db = str(study_db)
+    before = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}").trials
+
+    proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "1",
+                           "--client", "vllm", "--repeats", "1", "--step-seconds", "3"],
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not _helpers()
+
+    st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
+    v = st.trials[1].user_attrs["validation_vllm"]
+    assert (v["client"], v["repeats"], v["against"], v["step_s"]) == \
+        ("vllm bench serve", 1, 0, 3.0)
+    assert [(r["trial"], r["role"]) for r in v["runs"]] == [(0, "baseline"), (1, "candidate")]
+    for r in v["runs"]:  # a fresh engine each, its capacity searched in vLLM's steps
+        assert r["capacity"] > 0 and r["startup_s"] > 0 and Path(r["log_path"]).exists()
+        assert r["steps"] and r["steps"][0]["kind"] == "burst"
+        assert r["flags"] == st.trials[r["trial"]].user_attrs["flags"]
+        assert sorted(p.name for p in Path(r["dir"]).glob("step-*.json")) == \
+            [f"step-{s['index']:02d}-{s['kind']}.json" for s in r["steps"]]
+    base, cand = (r["capacity"] for r in v["runs"])
+    assert v["ratio"] == pytest.approx(cand / base) and v["ci_low"] is None
+    assert v["verdict"] == "one pair, no interval: no gain shown"
+    assert v["study_ratio"] == pytest.approx(
+        capacity.of(st.trials[1])["request_throughput"]
+        / capacity.of(st.trials[0])["request_throughput"])
+    assert Path(v["dir"]).parent == tmp_path / "engine-test" / "validate-vllm"
+    assert v["helper_start_s"] > 0 and v["engine_version"].startswith("vllm")
+    # Nothing else in the study changed.
+    for old, new in zip(before, st.trials, strict=True):
+        assert (old.state, old.values) == (new.state, new.values)
+        assert {k: a for k, a in new.user_attrs.items() if k != "validation_vllm"} == \
+            old.user_attrs
+
+    printed = " ".join(proc.stdout.split())
+    assert "run 2/2: trial #1 (candidate): capacity" in printed
+    headline = f"autotune's steps: {v['study_ratio']:.3g}x; vllm bench serve: {v['ratio']:.3g}x"
+    assert f"capacity of trial #1 / #0: {headline}" in printed
+    assert cli.main(["show", db]) == 0
+    assert f"re-measured: trial #1 {headline}" in " ".join(capsys.readouterr().out.split())
