@@ -53,6 +53,10 @@ UNREACHABLE = "slos_missed_at_low_load"
 # requests are slow, and a cold burst would cap the whole search below the engine's
 # capacity (the first search on a CPU engine gave 14.1 req/s against 24 for the next).
 WARMUP = 8
+# The probe figures a step keeps: what the bottleneck attribution read.
+LOAD_FIGURES = ("api_server_cpu", "api_servers", "engine_core_cpu", "worker_cpu",
+                "client_cpu", "gpu_util_mean", "kv_cache_usage_max", "requests_waiting_mean",
+                "requests_running_max", "preemptions", "samples")
 # Throughput figures at capacity, under the names the objective uses.
 THROUGHPUTS = ("request_throughput", "output_throughput", "total_token_throughput")
 
@@ -79,6 +83,7 @@ class Step:
     window_s: float | None = None  # the judged window's length (None: the whole step)
     backlog: dict[str, Any] = field(default_factory=dict)
     bottleneck: dict[str, Any] = field(default_factory=dict)
+    probes: dict[str, Any] = field(default_factory=dict)  # what the attribution read
 
     @property
     def load(self) -> float:
@@ -125,15 +130,18 @@ Measure = Callable[[str, "float | None", int], Step]
 StopRule = Callable[["float | None", "float | None"], "str | None"]
 
 
-def next_rate(burst: float, low: float | None, high: float | None) -> tuple[str, float]:
-    """The next rate to offer and its kind: the burst's rate first (`ceiling`), doubling
-    while everything passes (`expand`), halving while everything fails, else the middle."""
+def next_rate(burst: float, low: float | None, high: float | None,
+              factor: float = 2.0) -> tuple[str, float]:
+    """The next rate to offer and its kind: the burst's rate first (`ceiling`), growing by
+    `factor` while everything passes (`expand`), shrinking by it while everything fails,
+    else the middle."""
     if high is None:
-        return ("ceiling", burst) if low is None else ("expand", low * 2)
-    return "bisect", high / 2 if low is None else (low + high) / 2
+        return ("ceiling", burst) if low is None else ("expand", low * factor)
+    return "bisect", high / factor if low is None else (low + high) / 2
 
 
-def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None) -> Result:
+def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None, *,
+         start: float | None = None, factor: float = 2.0) -> Result:
     """Burst, then sustained steps from the burst's rate: double while they pass, halve
     while they fail, then bisect; then repeat the capacity; at most `spec.max_steps` steps.
 
@@ -144,17 +152,24 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
     is already below the best one's). With `repeats` > 1 the final rate is measured
     again; if the SLOs then fail, that rate counts as failing and the search goes on
     below it while steps remain.
+
+    With `start` (a capacity measured before, e.g. by the study) there is no burst: the
+    first sustained step offers `start`, and `factor` (e.g. 1.25) grows or shrinks the
+    rate from there, so a re-check spends its steps around the capacity it re-measures.
     """
-    steps = [measure("burst", None, 0)]
-    burst = steps[0].achieved_rps
-    if burst <= 0:
-        return Result(0.0, None, None, steps, None, "no_successful_requests")
+    if start is None:
+        steps = [measure("burst", None, 0)]
+        burst = steps[0].achieved_rps
+        if burst <= 0:
+            return Result(0.0, None, None, steps, None, "no_successful_requests")
+    else:
+        steps, burst = [], start
     best: Step | None = None
     high: float | None = None
     reserve = spec.repeats - 1
     # A burst that misses the SLOs under the best trial's capacity cannot win (the
     # sustained rate of an engine rarely beats what it drains at full load).
-    stopped = should_stop(None, burst) if should_stop is not None and \
+    stopped = should_stop(None, burst) if should_stop is not None and steps and \
         not steps[0].passed else None
     spread: float | None = None
     while stopped is None:
@@ -164,7 +179,7 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
                 break
             if low is not None and high is None and low >= burst * spec.max_expand:
                 break  # the SLOs hold far above the burst's rate: report it as a floor
-            kind, rate = next_rate(burst, low, high)
+            kind, rate = next_rate(burst, low, high, factor)
             if low is None and rate < burst * spec.min_rate_fraction:
                 stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
                 break
@@ -236,7 +251,8 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
         "output_throughput": rate * out_per,
         "total_token_throughput": rate * (in_per + out_per),
         "low": result.low, "high": result.high,
-        "max_request_throughput": result.steps[0].achieved_rps,
+        "max_request_throughput": result.steps[0].achieved_rps
+        if result.steps and result.steps[0].kind == "burst" else None,
         "saturated": result.low is not None and result.high is None,
         "bracket": result.bracket, "spread": result.spread,
         "uncertainty": result.uncertainty, "stopped": result.stopped,
@@ -244,6 +260,7 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
         "step_s": spec.capacity.min_step_s,
         "window": [spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
         "bottleneck": limiting(result).bottleneck or None,
+        "bottleneck_step": limiting(result).index,
         "steps": [s.record() for s in result.steps],
     }
 
@@ -254,7 +271,7 @@ def limiting(result: Result) -> Step:
     above = [s for s in result.steps if not s.passed and (result.low is None
                                                          or s.load > result.low)]
     failing = min(above, key=lambda s: s.load, default=None)
-    return failing or result.best or result.steps[0]
+    return failing or result.best or result.steps[0]  # a search always has a step
 
 
 def interval(cap: Mapping[str, Any]) -> tuple[float, float]:
@@ -328,13 +345,17 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
         broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals)")
     figures = slo_figures(summary, slos)
     figures["preemptions"] = (summary.get("probes") or {}).get("preemptions", 0)
-    limit = bottleneck.attribute(summary.get("probes") or {}, run.lag)
+    seen = summary.get("probes") or {}
+    limit = bottleneck.attribute(seen, run.lag)
+    read = {k: round(v, 2) if isinstance(v, float) else v for k, v in seen.items()
+            if k in LOAD_FIGURES}
     return Step(index, kind, rate, not broken, whole.get("request_throughput", 0.0),
                 whole.get("output_throughput", 0.0), broken,
                 whole.get("completed", 0) + whole.get("failed", 0), figures,
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
-                backlog=grew.as_dict() if grew else {}, bottleneck=limit.as_dict())
+                backlog=grew.as_dict() if grew else {}, bottleneck=limit.as_dict(),
+                probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}})
 
 
 def slo_figures(summary: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:
@@ -413,6 +434,14 @@ def step_rows(cap: Mapping[str, Any], slo_keys: Sequence[str]) -> list[list[str]
                      (s.get("bottleneck") or {}).get("kind", "-"),
                      "pass" if s["passed"] else "fail"])
     return rows
+
+
+def limiting_probes(cap: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe figures of the step that named the capacity's bottleneck."""
+    index = cap.get("bottleneck_step")
+    steps = cap.get("steps") or []
+    return dict(steps[index].get("probes") or {}) if index is not None and index < len(steps) \
+        else {}
 
 
 def limit_text(cap: Mapping[str, Any]) -> str | None:

@@ -159,6 +159,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     console = Console()
     if args.step_seconds is not None and args.client != "vllm":
         raise ConfigError("validate: --step-seconds sets the steps of --client vllm")
+    if args.gpus is not None and args.client != "vllm":
+        raise ConfigError("validate: --gpus places the runs of --client vllm")
+    _gpus(args.gpus)  # a malformed list fails before the study is opened
     st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
     if args.repeats < 1:
         raise ConfigError(f"validate: --repeats must be at least 1 (got {args.repeats})")
@@ -194,10 +197,25 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: F
         result = crosscheck.run(
             st, candidate, against, args.repeats,
             validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
-            step_s=step_s,
+            step_s=step_s, gpus=_gpus(args.gpus),
             on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
     views.print_validation_vllm(result, console)
     return 0
+
+
+def _gpus(text: str | None) -> list[int] | None:
+    """`--gpus 0,1` as device indices (None when not given)."""
+    if text is None:
+        return None
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"validate: --gpus {text!r}: expected device indices such as "
+                          "0 or 0,1") from None
+    if not out or any(g < 0 for g in out) or len(set(out)) != len(out):
+        raise ConfigError(f"validate: --gpus {text!r}: expected distinct device indices "
+                          "such as 0 or 0,1")
+    return out
 
 
 def _slo_pairs(specs: list[str]) -> dict[str, float]:
@@ -299,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client", default="autotune", choices=["autotune", "vllm"],
                    help="measure with autotune's load generator (default), or each run's "
                    "capacity at SLO with `vllm bench serve`, independently of autotune")
+    p.add_argument("--gpus", metavar="0,1", help="--client vllm: run on these GPUs; with "
+                   "two, each pair's runs go side by side, swapped every pair")
     p.add_argument("--step-seconds", type=float, default=None, metavar="S",
                    help="--client vllm: length of each sustained step (default 20; every "
                    "step sends at least 20 prompts)")

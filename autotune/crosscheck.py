@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,15 @@ from optuna.trial import FrozenTrial
 
 from . import capacity, gpu, paired, prune, validate, vllmbench
 from . import study as study_mod
+from .ballast import Ballast
 from .config import Scenario
 from .engine import Server
 from .engineinfo import installed
 from .errors import ConfigError, EngineError
 
 KEY = "validation_vllm"
+# A re-check starts at the study's capacity and moves by this factor from there.
+START_FACTOR = 1.25
 CLIENT = "vllm bench serve"
 REPEATS = 3
 
@@ -94,11 +98,17 @@ def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repeats: int,
-        out_dir: Path, *, step_s: float = vllmbench.STEP_S,
+        out_dir: Path, *, step_s: float = vllmbench.STEP_S, gpus: list[int] | None = None,
         on_run: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Measure both capacities with vLLM's client `repeats` times each, alternating, on
-    fresh engines; store and return the re-check. Nothing is stored unless every run
-    measured a capacity."""
+    """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
+    store and return the re-check. Nothing is stored unless every run measured a capacity.
+
+    On one device the runs alternate (baseline, candidate, ...). With two `gpus` each pair
+    runs side by side, one configuration per GPU, swapped every pair, so a difference
+    between the two devices cancels out and a pair costs the time of one run.
+    Each run's search starts at the capacity the study reported for that trial and moves
+    by 1.25x from there: its steps are spent around the figure being re-checked.
+    """
     if repeats < 1:
         raise ConfigError(f"validate: --repeats must be at least 1 (got {repeats})")
     if not step_s > 0:
@@ -111,20 +121,28 @@ def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repea
     model = study_mod.resolve_model(scenario)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     where = out_dir / "validate-vllm" / f"{candidate.number}-vs-{against.number}-{stamp}"
-    idle_mib = gpu.Monitor().used_mib()  # None without a GPU
     order = validate.schedule(repeats)
     runs: list[dict[str, Any]] = []
-    with vllmbench.Helper(where / "vllmbench.log") as helper:
-        for i, (pair, role) in enumerate(order):
-            t = candidate if role == "candidate" else against
-            prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)
-            record = {"trial": t.number, "role": role, "pair": pair,
-                      **_measure(helper, scenario, model, t, where / f"{i + 1:02d}-{role}",
-                                 step_s, f"run {i + 1} ({role}, trial #{t.number})")}
-            runs.append(record)
-            if on_run is not None:
-                on_run(i + 1, len(order), record)
-        helper_s, client_version = helper.start_s, helper.version
+    side_by_side = gpus is not None and len(gpus) >= 2
+    if side_by_side:
+        assert gpus is not None
+        helper_s, client_version = _side_by_side(scenario, model, candidate, against, order,
+                                                 where, step_s, gpus[:2], runs, on_run)
+    else:
+        index = gpus[0] if gpus else None
+        idle_mib = gpu.Monitor(index).used_mib()  # None without a GPU
+        with vllmbench.Helper(where / "vllmbench.log") as helper:
+            for i, (pair, role) in enumerate(order):
+                t = candidate if role == "candidate" else against
+                prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s, index)
+                record = {"trial": t.number, "role": role, "pair": pair, "gpu": index,
+                          **_measure(helper, scenario, model, t,
+                                     where / f"{i + 1:02d}-{role}", step_s,
+                                     f"run {i + 1} ({role}, trial #{t.number})", index)}
+                runs.append(record)
+                if on_run is not None:
+                    on_run(i + 1, len(order), record)
+            helper_s, client_version = helper.start_s, helper.version
     device = gpu.device()
     result = {"client": CLIENT, "repeats": repeats, "against": against.number,
               "candidate": candidate.number, "step_s": step_s,
@@ -133,7 +151,9 @@ def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repea
               "engine_version": "-".join(installed()), "client_vllm": client_version,
               "device": {"name": device.name, "memory_mib": device.memory_mib} if device
               else {"name": "cpu"},
-              "helper_start_s": helper_s, "order": "alternating, baseline first",
+              "helper_start_s": helper_s,
+              "order": f"pairs side by side on GPUs {gpus[0]} and {gpus[1]}, swapped every "
+              "pair" if side_by_side and gpus else "alternating, baseline first",
               "dir": str(where),
               "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     result["verdict"] = verdict(result)
@@ -142,21 +162,61 @@ def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repea
     return result
 
 
+def _side_by_side(scenario: Scenario, model: str, candidate: FrozenTrial,
+                  against: FrozenTrial, order: list[tuple[int, str]], where: Path,
+                  step_s: float, gpus: list[int], runs: list[dict[str, Any]],
+                  on_run: Callable[[int, int, dict[str, Any]], None] | None
+                  ) -> tuple[float | None, str | None]:
+    """Each pair's two runs at once, one per GPU (one vLLM client helper per GPU)."""
+    idle = {g: gpu.Monitor(g).used_mib() for g in gpus}
+    with vllmbench.Helper(where / f"vllmbench-gpu{gpus[0]}.log") as h0, \
+            vllmbench.Helper(where / f"vllmbench-gpu{gpus[1]}.log") as h1:
+        helpers = {gpus[0]: h0, gpus[1]: h1}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for pair in sorted({p for p, _ in order}):
+                placed = {"candidate": gpus[pair % 2], "baseline": gpus[(pair + 1) % 2]}
+                futures = {}
+                for role, g in placed.items():
+                    t = candidate if role == "candidate" else against
+                    i = order.index((pair, role))
+                    prune.wait_gpu_released(idle[g], scenario.prune.gpu_release_timeout_s, g)
+                    futures[role] = (t, g, pool.submit(
+                        _measure, helpers[g], scenario, model, t,
+                        where / f"{i + 1:02d}-{role}-gpu{g}", step_s,
+                        f"run {i + 1} ({role}, trial #{t.number}, GPU {g})", g))
+                for role in ("baseline", "candidate"):
+                    t, g, future = futures[role]
+                    record = {"trial": t.number, "role": role, "pair": pair, "gpu": g,
+                              **future.result()}
+                    runs.append(record)
+                    if on_run is not None:
+                        on_run(len(runs), len(order), record)
+        return max(h0.start_s or 0, h1.start_s or 0), h0.version
+
+
 def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: FrozenTrial,
-             run_dir: Path, step_s: float, what: str) -> dict[str, Any]:
+             run_dir: Path, step_s: float, what: str, device: int | None = None
+             ) -> dict[str, Any]:
     """One fresh engine with the trial's flags, launched as `trial.run` launches it
-    (the scenario's env, hardware emulation), and its capacity by vLLM's client."""
+    (the scenario's env, hardware emulation with its ballast), on `device` when given,
+    and its capacity by vLLM's client, searched from the capacity the study reported."""
     flags = dict(t.user_attrs["flags"])
     launch = prune.emulate(flags, scenario.hardware, prune.device_bytes())
+    env = dict(scenario.engine.env)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(device)
+    reported = (capacity.of(t) or {}).get("request_throughput") or None
     t0 = time.monotonic()
     try:
-        with Server(model, launch, env=scenario.engine.env, log_path=run_dir / "engine.log",
-                    startup_timeout=scenario.engine.startup_timeout_s) as srv:
+        with Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=env), \
+                Server(model, launch, env=env, log_path=run_dir / "engine.log",
+                       startup_timeout=scenario.engine.startup_timeout_s) as srv:
             startup = time.monotonic() - t0
             t1 = time.monotonic()
             cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
                                    base_url=srv.url, model=model, tokenizer=model,
-                                   api_key=srv.api_key, step_s=step_s, result_dir=run_dir)
+                                   api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
+                                   start=reported, factor=START_FACTOR if reported else 2.0)
             measure_s = time.monotonic() - t1
     except EngineError as err:
         raise validate.ValidationRunFailed(

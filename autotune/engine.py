@@ -128,12 +128,15 @@ class Server:
     def _launch(self) -> None:
         self.port = free_port()
         self.command = [*base_command(), self.model, "--host", "127.0.0.1",
-                        "--port", str(self.port), "--api-key", self.api_key, *self.serve_args()]
+                        "--port", str(self.port), *self.serve_args()]
+        # The key goes through the environment, which vLLM reads as well as --api-key:
+        # argv is visible to every user of the machine (`ps`), the environment is not.
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1", **cpu_memory_default(self.flags, self.env), **self.env}
+               "DO_NOT_TRACK": "1", **cpu_memory_default(self.flags, self.env), **self.env,
+               "VLLM_API_KEY": self.api_key}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            log.write(f"$ {' '.join(self._shown_command())}\n".encode())
+            log.write(f"$ {' '.join(self.command)}\n".encode())  # holds no key
             log.flush()
             self._t0 = time.monotonic()
             # The reaper leads the session and takes it down if this process dies.
@@ -142,9 +145,6 @@ class Server:
                 [*reaper, *self.command], stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         _LIVE.add(self)
-
-    def _shown_command(self) -> list[str]:
-        return ["<redacted>" if a == self.api_key else a for a in self.command]
 
     def _wait_ready(self) -> None:
         deadline = self._t0 + self.startup_timeout

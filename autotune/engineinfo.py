@@ -95,10 +95,12 @@ def installed() -> tuple[str, str]:
 
 
 def base_command(python: str | None = None) -> list[str]:
-    """How to start the OpenAI-compatible server with the installed build.
+    """How to run `vllm serve` with the installed build; the model comes next.
 
-    The CPU build's `vllm` console script fails at start (it looks up a
-    distribution named `vllm`), so it is started as a module; the same flags work.
+    The GPU build runs its own `vllm serve` script. The CPU build's `vllm` script fails
+    at start (it looks up a distribution named `vllm`), so it runs `autotune.serve`,
+    which calls the same serve subcommand. Not `vllm.entrypoints.openai.api_server`:
+    that one ignores `--api-server-count`.
     """
     dist, _ = installed()
     python = python or sys.executable
@@ -107,7 +109,7 @@ def base_command(python: str | None = None) -> list[str]:
         return [str(script), "serve"]
     if dist == "vllm" and shutil.which("vllm"):
         return [shutil.which("vllm") or "vllm", "serve"]
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    return [python, "-m", "autotune.serve"]
 
 
 def _cache_path(dist: str, version: str) -> Path:

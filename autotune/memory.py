@@ -199,7 +199,10 @@ def emulated_utilization(device_memory_bytes: int, emulated_gib: float,
     have at `utilization` on a card of `emulated_gib` GiB (a 24 GiB 4090D on an H200).
 
     Only memory is emulated: vLLM picks its default max-num-batched-tokens and max-num-seqs
-    from the real device, so `prune.emulate` passes the emulated card's defaults.
+    from the real device, so `prune.emulate` passes the emulated card's defaults. The budget
+    leaves out CUDA graphs and the CUDA context, so the card is a hard limit only while
+    `autotune.ballast` holds the rest of the device; vLLM's start-up check (free memory >=
+    utilization x total) then sees the emulated card's free memory, as on the real card.
     """
     if emulated_gib * GiB > device_memory_bytes:
         raise ValueError(f"cannot emulate {emulated_gib} GiB on a device of "

@@ -26,6 +26,9 @@ from . import gpu
 
 # Process roles whose CPU is sampled, as `vllm serve` names its processes.
 API_SERVER, ENGINE_CORE, WORKER, OTHER = "api_server", "engine_core", "worker", "other"
+# The launched `vllm serve` process: the API server itself, unless it started several
+# (`--api-server-count`), which it then only supervises.
+LAUNCHER = "launcher"
 
 
 def scrape(text: str) -> dict[str, float]:
@@ -62,15 +65,18 @@ def role(cmdline: list[str]) -> str | None:
     """What an engine process does, from its title or command line; None for the reaper.
 
     vLLM titles its processes `VLLM::EngineCore`, `VLLM::APIServer_0`, `VLLM::Worker...`;
-    a single API server keeps the command line it was started with.
+    the launched process keeps its command line (LAUNCHER): it is the API server when it
+    is the only one, and only supervises when it started several.
     """
     head = cmdline[0] if cmdline else ""
     text = " ".join(cmdline)
     if "autotune.reaper" in text:
         return None
-    if head.startswith("VLLM::APIServer") or "vllm.entrypoints" in text \
-            or "autotune.serve" in text or (len(cmdline) > 1 and cmdline[1] == "serve"):
+    if head.startswith("VLLM::APIServer"):
         return API_SERVER
+    if "vllm.entrypoints" in text or "autotune.serve" in text \
+            or (len(cmdline) > 1 and cmdline[1] == "serve"):
+        return LAUNCHER
     if head.startswith("VLLM::EngineCore"):
         return ENGINE_CORE
     if head.startswith("VLLM::"):
@@ -214,10 +220,14 @@ class Sampler:
         cpu: dict[str, float] = {}
         api: list[float] = []
         workers: list[float] = []
-        for proc, what in self._processes(pids):
+        procs = self._processes(pids)
+        several = any(what == API_SERVER for _, what in procs)
+        for proc, what in procs:
             pct = self._cpu.read(proc, now)
             if what is None or pct is None:
                 continue
+            if what == LAUNCHER:
+                what = OTHER if several else API_SERVER
             if what == API_SERVER:
                 api.append(pct)
             elif what == WORKER:

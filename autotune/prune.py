@@ -76,6 +76,8 @@ def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
     if device is None and cpu_space is None and kv_bytes is None:
         return None  # a share of an unknown host's memory
     w = scenario.workload
+    # Front-end and scheduling flags (api-server-count, async-scheduling, stream-interval)
+    # and any other flag not read here do not change KV memory: ignored on purpose.
     try:
         return memory.estimate(
             shape, device_memory_bytes=device,
@@ -144,14 +146,15 @@ def probe_verdict(summary: Mapping[str, Any], spec: PruneSpec) -> str | None:
     return None
 
 
-def wait_gpu_released(before_mib: float | None, timeout_s: float) -> float:
+def wait_gpu_released(before_mib: float | None, timeout_s: float,
+                      index: int | None = None) -> float:
     """Wait until the device's used memory is back to `before_mib` (+512 MiB); seconds waited.
 
     Raises GpuBusy with a clear message when something still holds the memory.
     """
     if before_mib is None:
         return 0.0
-    monitor = gpu.Monitor()
+    monitor = gpu.Monitor(index)
     t0 = time.monotonic()
     while True:
         used = monitor.used_mib()

@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
             if os.getppid() != parent:
                 _take_down(child, grace)
     if code < 0:  # mirror death by signal, so the tuner can tell a SIGKILL (host OOM)
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:  # SIGKILL's disposition cannot be set (EINVAL)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

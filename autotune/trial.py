@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from . import capacity, gpu, guardrail, prune
+from .ballast import Ballast
 from .bench import benchmark
 from .config import GuardrailSpec, Scenario, parse_duration
 from .engine import Server
@@ -91,6 +92,9 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     launch_flags = prune.emulate(flags, scenario.hardware, prune.device_bytes())
     if launch_flags != flags:
         attrs["launched_flags"] = launch_flags
+    # The emulated card's memory is a hard limit only when the rest of the device is held.
+    ballast = Ballast(scenario.hardware.memory_gib if device else None,
+                      env=scenario.engine.env)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     workload = scenario.workload
@@ -98,9 +102,10 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     if workload.max_duration_s is None or workload.max_duration_s > cap:
         workload = workload.model_copy(update={"max_duration_s": cap})
     try:
-        with Server(model, launch_flags, env=scenario.engine.env,
-                    log_path=trial_dir / "engine.log",
-                    startup_timeout=scenario.engine.startup_timeout_s) as srv:
+        # The ballast starts before the engine and stops after it, on every path.
+        with ballast, Server(model, launch_flags, env=scenario.engine.env,
+                             log_path=trial_dir / "engine.log",
+                             startup_timeout=scenario.engine.startup_timeout_s) as srv:
             timings["startup_s"] = time.monotonic() - t0
             attrs["startup"] = srv.figures.as_dict()
             t1 = time.monotonic()
@@ -134,9 +139,9 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
         timings["teardown_s"] = time.monotonic() - t2
     except EngineError as err:
         timings["startup_s"] = time.monotonic() - t0
-        attrs.update(detail=err.detail, timings=timings)
+        attrs.update(detail=err.detail, timings=timings, **ballast.record())
         return Outcome(PRUNED, err.reason, attrs=attrs)
-    attrs["timings"] = timings
+    attrs.update(timings=timings, **ballast.record())
     (trial_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
     if "stopped_after_probe" in summary:
         return Outcome(PRUNED, summary["stopped_after_probe"], summary, attrs)

@@ -251,9 +251,11 @@ def _tail(path: Path, n: int = 1) -> str:
 
 def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, base_url: str,
            model: str, tokenizer: str, api_key: str | None, step_s: float = STEP_S,
-           result_dir: Path | None = None) -> dict[str, Any]:
+           result_dir: Path | None = None, start: float | None = None,
+           factor: float = 2.0) -> dict[str, Any]:
     """The capacity at SLO of the server at `base_url`, measured with vLLM's client: the
-    capacity record of `capacity.record`, plus how it was measured."""
+    capacity record of `capacity.record`, plus how it was measured. With `start` the
+    search begins there instead of at a burst (`capacity.plan`)."""
     if step_s <= 0:
         raise ConfigError(f"--step-seconds must be positive (got {step_s:g})")
     cap = spec.capacity
@@ -279,7 +281,7 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
                              result.get("completed", 0) + result.get("failed", 0), figures,
                              round(waited, 3), round(time.monotonic() - t0, 3), result)
 
-    record = capacity.record(capacity.plan(measure, cap), spec)
+    record = capacity.record(capacity.plan(measure, cap, start=start, factor=factor), spec)
     # vLLM's client judges every request of a step (no steady window) and samples nothing
     return {**record, "client": "vllm bench serve", "step_s": step_s, "window": None,
             "bottleneck": None, "min_prompts": MIN_PROMPTS, "note": dataset_args(spec)[1]}

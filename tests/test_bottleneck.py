@@ -38,9 +38,9 @@ def test_front_end_text_names_the_figures():
 @pytest.mark.parametrize("cmdline, role", [
     (["VLLM::APIServer_1"], probes.API_SERVER),
     (["/usr/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
-     probes.API_SERVER),
-    (["/venv/bin/python", "-m", "autotune.serve", "m"], probes.API_SERVER),
-    (["/venv/bin/vllm", "serve", "m"], probes.API_SERVER),
+     probes.LAUNCHER),
+    (["/venv/bin/python", "-m", "autotune.serve", "m"], probes.LAUNCHER),
+    (["/venv/bin/vllm", "serve", "m"], probes.LAUNCHER),
     (["VLLM::EngineCore"], probes.ENGINE_CORE),
     (["VLLM::Worker_TP0"], probes.WORKER),
     (["python", "-m", "autotune.reaper", "20", "--", "vllm", "serve"], None),

@@ -183,3 +183,19 @@ def test_the_step_budget_keeps_a_repeat_in_reserve():
     r = capacity.plan(engine, CapacitySpec(tolerance=0.01, max_steps=5, repeats=2))
     assert [k for k, _ in engine.calls] == ["burst", "ceiling", "expand", "bisect", "repeat"]
     assert r.request_rate == 20.0 and r.high == 30.0
+
+
+def test_a_re_check_starts_at_a_known_capacity_without_a_burst():
+    engine = Engine(60.0, peak=100.0)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=6, repeats=2),
+                      start=70.0, factor=1.25)
+    assert engine.calls[:3] == [("ceiling", 70.0), ("bisect", 56.0), ("bisect", 63.0)]
+    assert "burst" not in [k for k, _ in engine.calls]
+    assert r.low <= 60.0 < r.high and (r.high - r.low) / r.high <= 0.1
+    rec = capacity.record(r, WorkloadSpec())
+    assert rec["max_request_throughput"] is None
+    # passing at the start grows by the factor, not by doubling
+    engine = Engine(80.0, peak=100.0)
+    capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=4, repeats=1), start=50.0,
+                  factor=1.25)
+    assert engine.calls[:2] == [("ceiling", 50.0), ("expand", 62.5)]

@@ -51,12 +51,16 @@ def study_db(tmp_path) -> Path:
     return path
 
 
-def test_validate_with_vllms_client(study_db, tmp_path, capsys, no_leftover_engine):
+@pytest.mark.parametrize("gpus", [None, "0,1"], ids=["alternating", "side-by-side"])
+def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftover_engine):
+    """Alternating on one device, or each pair's two runs at once (two GPUs; here two CPU
+    engines, which only shows the placement and the record, not a GPU's speed)."""
     db = str(study_db)
     before = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}").trials
 
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "1",
-                           "--client", "vllm", "--repeats", "1", "--step-seconds", "3"],
+                           "--client", "vllm", "--repeats", "1", "--step-seconds", "3",
+                           *(["--gpus", gpus] if gpus else [])],
                           capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not _helpers()
@@ -68,7 +72,9 @@ def test_validate_with_vllms_client(study_db, tmp_path, capsys, no_leftover_engi
     assert [(r["trial"], r["role"]) for r in v["runs"]] == [(0, "baseline"), (1, "candidate")]
     for r in v["runs"]:  # a fresh engine each, its capacity searched in vLLM's steps
         assert r["capacity"] > 0 and r["startup_s"] > 0 and Path(r["log_path"]).exists()
-        assert r["steps"] and r["steps"][0]["kind"] == "burst"
+        # from the capacity the study reported for that trial, not from a burst
+        assert r["steps"] and r["steps"][0]["kind"] == "ceiling"
+        assert r["steps"][0]["rate"] == capacity.of(st.trials[r["trial"]])["request_throughput"]
         assert r["flags"] == st.trials[r["trial"]].user_attrs["flags"]
         assert sorted(p.name for p in Path(r["dir"]).glob("step-*.json")) == \
             [f"step-{s['index']:02d}-{s['kind']}.json" for s in r["steps"]]
@@ -79,6 +85,11 @@ def test_validate_with_vllms_client(study_db, tmp_path, capsys, no_leftover_engi
         capacity.of(st.trials[1])["request_throughput"]
         / capacity.of(st.trials[0])["request_throughput"])
     assert Path(v["dir"]).parent == tmp_path / "engine-test" / "validate-vllm"
+    if gpus:  # pair 0: the candidate on the first GPU, the baseline on the second
+        assert [r["gpu"] for r in v["runs"]] == [1, 0]
+        assert v["order"].startswith("pairs side by side on GPUs 0 and 1")
+    else:
+        assert v["order"] == "alternating, baseline first"
     assert v["helper_start_s"] > 0 and v["engine_version"].startswith("vllm")
     # Nothing else in the study changed.
     for old, new in zip(before, st.trials, strict=True):

@@ -15,7 +15,7 @@ import urllib.request
 import psutil
 import pytest
 
-from autotune import engine, enginelog
+from autotune import engine, enginelog, probes
 from autotune.engine import Server
 from autotune.errors import ConfigError, EngineError
 
@@ -108,8 +108,7 @@ def test_killed_during_startup(tiny_model, tmp_path):
         while not _has_engine_core(seen):
             time.sleep(0.2)
             seen[:] = srv.processes()
-        server = next(p for p in seen if "vllm.entrypoints" in " ".join(p.cmdline())
-                      or "serve" in p.cmdline())
+        server = next(p for p in seen if probes.role(p.cmdline()) == probes.LAUNCHER)
         server.kill()
 
     threading.Thread(target=kill_soon, daemon=True).start()

@@ -16,7 +16,9 @@
 # The study database travels to the device as part of the working tree
 # (studies/NAME.db is not git-ignored), so the next box resumes it.
 #
-# Env: BOX_LIMIT_S (default 570: the whole command ends by then; keep it under
+# Env: BOX_VERB (tune, or validate: `autotune validate studies/NAME.db OPTIONS`),
+# BOX_TESTS (pytest arguments run first, e.g. the GPU-only tests),
+# BOX_LIMIT_S (default 570: the whole command ends by then; keep it under
 # the call's timeout_s), BOX_MODEL (default qwen3-4b; none to skip the build);
 # BOX_CACHE (default /tmp/at-cache) and BOX_RETURN_CACHE (default 1), which
 # boxes.sh sets to give each GPU of the machine a box of its own;
@@ -107,13 +109,30 @@ fi
 say "study $name: $carried trial(s) so far"
 stamp=$(mktemp /tmp/at-stamp.XXXX)
 
-# 3c. the time box
+# 3c. GPU-only tests first, when asked (BOX_TESTS="pytest args"): pytest's wheels are
+# carried in .gpu-pack/extra (docs/gpu.md); their output goes to this box's log.
+if [ -n "${BOX_TESTS:-}" ]; then
+  t=$(date +%s)
+  python3 -m pip install -q --no-index --no-deps --target /tmp/at-extra \
+    .gpu-pack/extra/*.whl 2>&1 | tail -2 | tee -a "$log"
+  read -ra tests <<< "$BOX_TESTS"
+  PYTHONPATH=/tmp/at-extra:$PYTHONPATH timeout -s TERM -k 20 $(( limit / 2 )) \
+    python3 -m pytest -p no:cacheprovider -rA "${tests[@]}" 2>&1 | tail -40 | tee -a "$log"
+  say "tests exited with ${PIPESTATUS[0]} after $(( $(date +%s) - t )) s"
+fi
+
+# 3d. the time box: `autotune tune`, or with BOX_VERB=validate `autotune validate` of the
+# study with the options given (e.g. --client vllm --repeats 3)
 copy_margin=45  # autotune stops its engine within 20 s of SIGTERM; then the copies
 budget=$(( limit - ($(date +%s) - t0) - copy_margin ))
-say "autotune tune $scen --studies-dir studies ${args[*]} (hard stop in $budget s)"
+if [ "${BOX_VERB:-tune}" = validate ]; then
+  cmd=(python3 -m autotune validate "$db" "${args[@]}")
+else
+  cmd=(python3 -m autotune tune "$scen" --studies-dir studies "${args[@]}")
+fi
+say "${cmd[*]:2} (hard stop in $budget s)"
 t=$(date +%s)
-timeout -s TERM -k 40 "$budget" \
-  python3 -m autotune tune "$scen" --studies-dir studies "${args[@]}" 2>&1 | tee -a "$log"
+timeout -s TERM -k 40 "$budget" "${cmd[@]}" 2>&1 | tee -a "$log"
 tune_rc=${PIPESTATUS[0]}
 tune_s=$(( $(date +%s) - t ))
 say "tune exited with $tune_rc after $tune_s s"

@@ -12,6 +12,7 @@
 # The pack is installed once, before the boxes start, so that two boxes never
 # unpack it at the same time. Exit: the highest exit code of the boxes.
 # Env: as box.sh (BOX_LIMIT_S, BOX_MODEL, BOX_PARTS, BOX_SITE, BOX_BACKUP);
+# BOX_TESTS_GPU<i> and BOX_VERB_GPU<i> set BOX_TESTS and BOX_VERB for box i;
 # BOX_NGPU overrides the GPU count and BOX_CACHE_ROOT the caches' prefix (a dry
 # run elsewhere: tests/test_gpu_scripts.py).
 set -uo pipefail
@@ -32,8 +33,9 @@ i=0
 for spec in "$@"; do
   read -ra words <<< "$spec"
   mkdir -p "$outd/gpu$i"
+  tests=BOX_TESTS_GPU$i verb=BOX_VERB_GPU$i
   ( CUDA_VISIBLE_DEVICES=$i OUT=$outd/gpu$i BOX_CACHE=${BOX_CACHE_ROOT:-/tmp/at-cache}-gpu$i \
-      BOX_RETURN_CACHE=0 \
+      BOX_RETURN_CACHE=0 BOX_TESTS=${!tests:-} BOX_VERB=${!verb:-${BOX_VERB:-tune}} \
       bash scripts/gpu/box.sh "${words[@]}" 2>&1 | sed -u "s/^/[gpu$i] /"
     exit "${PIPESTATUS[0]}" ) &
   pids+=($!)
