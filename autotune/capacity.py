@@ -372,7 +372,7 @@ async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
         while time.monotonic() - t0 < timeout_s:
             try:
                 async with http.get(url + "/metrics") as resp:
-                    values = probes.scrape(await resp.text())
+                    values = probes.scrape(await resp.text(), probes.PROBED)
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError):
                 values = {}
             if values and values.get("vllm:num_requests_running", 1) == 0 \

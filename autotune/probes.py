@@ -26,14 +26,32 @@ from . import gpu
 
 # Process roles whose CPU is sampled, as `vllm serve` names its processes.
 API_SERVER, ENGINE_CORE, WORKER, OTHER = "api_server", "engine_core", "worker", "other"
+# How often the engine's process list is read again (processes appear only at start-up).
+PID_REFRESH_S = 5.0
 # The launched `vllm serve` process: the API server itself, unless it started several
 # (`--api-server-count`), which it then only supervises.
 LAUNCHER = "launcher"
 
 
-def scrape(text: str) -> dict[str, float]:
-    """`vllm:` samples summed over label sets (one engine, several model labels)."""
+# The families the probes read: parsing only these lines keeps a sample to ~2 ms instead of
+# parsing every histogram of a 60-KB page (7 ms of a 2-core host's CPU, twice a second).
+PROBED = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+          "vllm:num_preemptions", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+
+
+def _only(text: str, names: tuple[str, ...]) -> str:
+    """The lines of a Prometheus page that belong to families starting with `names`."""
+    heads = tuple(f"# {kind} {n}" for kind in ("HELP", "TYPE") for n in names)
+    return "\n".join(ln for ln in text.splitlines()
+                     if ln.startswith(names) or ln.startswith(heads)) + "\n"
+
+
+def scrape(text: str, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    """`vllm:` samples summed over label sets (one engine, several model labels); with
+    `only`, just the families whose names start with one of those."""
     values: dict[str, float] = {}
+    if only is not None:
+        text = _only(text, only)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not sample.name.startswith("vllm:") or sample.name.endswith("_created"):
@@ -166,6 +184,8 @@ class Sampler:
         self._cpu = _CpuMeter()
         self._procs: dict[int, tuple[psutil.Process, str | None]] = {}
         self._me = psutil.Process(os.getpid())
+        self._pids: list[int] = []
+        self._pids_at = -1e9
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -195,7 +215,7 @@ class Sampler:
         req = urllib.request.Request(self.url, headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=5) as resp:
-                return scrape(resp.read().decode(errors="replace"))
+                return scrape(resp.read().decode(errors="replace"), PROBED)
         except (urllib.error.URLError, OSError, ValueError):
             return {}
 
@@ -216,7 +236,9 @@ class Sampler:
     def sample(self) -> None:
         values = self._metrics()
         now = time.perf_counter()
-        pids = self.pids()
+        if now - self._pids_at > PID_REFRESH_S:  # a scan of the process table is costly
+            self._pids, self._pids_at = self.pids(), now
+        pids = self._pids
         cpu: dict[str, float] = {}
         api: list[float] = []
         workers: list[float] = []

@@ -110,3 +110,21 @@ def test_lag_monitor_sees_a_blocked_loop():
         return lag.figures()
     figures = asyncio.run(main())
     assert figures["lag_max_ms"] >= 90
+
+
+def test_scrape_can_read_only_the_probed_families():
+    page = """# HELP vllm:num_requests_running Running.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="m"} 3.0
+# HELP vllm:num_preemptions_total Preempted.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{model_name="m"} 7.0
+# HELP vllm:e2e_request_latency_seconds E2E.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 2.0
+vllm:e2e_request_latency_seconds_count{model_name="m"} 2.0
+vllm:e2e_request_latency_seconds_sum{model_name="m"} 0.5
+"""
+    assert probes.scrape(page, probes.PROBED) == {"vllm:num_requests_running": 3.0,
+                                                  "vllm:num_preemptions_total": 7.0}
+    assert len(probes.scrape(page)) == 5
