@@ -9,8 +9,9 @@ is scored by how much load it carries, found by search on one running engine:
    second and is no steady state, so it never is the capacity;
 2. sustained Poisson steps follow (`min_step_s`, 20 s by default), each judged on
    its steady window with no backlog growing (`autotune.steady`): R first
-   (`ceiling`); doubling while steps pass (`expand`, up to `max_expand` x R, where
-   the capacity is reported as a floor); halving while they fail; then bisection
+   (`ceiling`); x `expand_factor` (1.25) while steps pass (`expand`, up to
+   `max_expand` x R, where the capacity is reported as a floor); halving while they
+   fail; then bisection
    between the passing and the failing rate until (high - low) / high is within
    the tolerance or the step budget is spent;
 3. the final rate is measured again (`repeats`), which gives the spread.
@@ -141,7 +142,7 @@ def next_rate(burst: float, low: float | None, high: float | None,
 
 
 def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None, *,
-         start: float | None = None, factor: float = 2.0) -> Result:
+         start: float | None = None, factor: float | None = None) -> Result:
     """Burst, then sustained steps from the burst's rate: double while they pass, halve
     while they fail, then bisect; then repeat the capacity; at most `spec.max_steps` steps.
 
@@ -153,9 +154,11 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
     again; if the SLOs then fail, that rate counts as failing and the search goes on
     below it while steps remain.
 
-    With `start` (a capacity measured before, e.g. by the study) there is no burst: the
-    first sustained step offers `start`, and `factor` (e.g. 1.25) grows or shrinks the
-    rate from there, so a re-check spends its steps around the capacity it re-measures.
+    Rates grow by `spec.expand_factor` from a passing burst rate and halve from a failing
+    one. With `start` (a capacity measured before, e.g. by the study) there is no burst:
+    the first sustained step offers `start`, and `factor` (default: the expand factor)
+    grows or shrinks the rate from there, so a re-check spends its steps around the
+    capacity it re-measures.
     """
     if start is None:
         steps = [measure("burst", None, 0)]
@@ -172,6 +175,7 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
     stopped = should_stop(None, burst) if should_stop is not None and steps and \
         not steps[0].passed else None
     spread: float | None = None
+    shrink = 2.0  # from a failing rate down, until a rate passes
     while stopped is None:
         while len(steps) < spec.max_steps - (reserve if best else 0):
             low = best.load if best else None
@@ -179,7 +183,8 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
                 break
             if low is not None and high is None and low >= burst * spec.max_expand:
                 break  # the SLOs hold far above the burst's rate: report it as a floor
-            kind, rate = next_rate(burst, low, high, factor)
+            kind, rate = next_rate(burst, low, high,
+                                   factor or (spec.expand_factor if high is None else shrink))
             if low is None and rate < burst * spec.min_rate_fraction:
                 stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
                 break
@@ -209,6 +214,7 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
         log.info("capacity: the SLOs held in %d of %d runs at %.3g req/s",
                  sum(s.passed for s in again), len(again), best.load)
         high = best.load
+        shrink = spec.expand_factor  # that rate passed once: the capacity is close below
         below = [s for s in steps if s.passed and s.kind not in ("repeat", "burst")
                  and s.load < high]
         best = max(below, key=lambda s: s.load, default=None)

@@ -216,7 +216,7 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: Frozen
             cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
                                    base_url=srv.url, model=model, tokenizer=model,
                                    api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
-                                   start=reported, factor=START_FACTOR if reported else 2.0)
+                                   start=reported, factor=START_FACTOR if reported else None)
             measure_s = time.monotonic() - t1
     except EngineError as err:
         raise validate.ValidationRunFailed(

@@ -252,7 +252,7 @@ def _tail(path: Path, n: int = 1) -> str:
 def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, base_url: str,
            model: str, tokenizer: str, api_key: str | None, step_s: float = STEP_S,
            result_dir: Path | None = None, start: float | None = None,
-           factor: float = 2.0) -> dict[str, Any]:
+           factor: float | None = None) -> dict[str, Any]:
     """The capacity at SLO of the server at `base_url`, measured with vLLM's client: the
     capacity record of `capacity.record`, plus how it was measured. With `start` the
     search begins there instead of at a burst (`capacity.plan`)."""

@@ -56,9 +56,17 @@ def test_the_step_budget_counts_every_step(max_steps):
         assert r.low <= 9.0 < r.high
 
 
-def test_sustained_steps_double_while_they_pass_up_to_a_floor():
+def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
     engine = Engine(100.0, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(repeats=3))
+    r = capacity.plan(engine, CapacitySpec(repeats=3))  # x1.25 per step, 8 steps
+    assert [k for k, _ in engine.calls] == ["burst", "ceiling", "expand", "expand", "expand",
+                                            "expand", "repeat", "repeat"]
+    assert [rate for _, rate in engine.calls][1:6] == pytest.approx(
+        [20.0, 25.0, 31.25, 39.0625, 48.828125])
+    assert r.request_rate == pytest.approx(48.828125) and r.high is None
+    # with doubling the search reaches max_expand x the burst's rate and stops there
+    engine = Engine(100.0, peak=20.0)
+    r = capacity.plan(engine, CapacitySpec(repeats=3, expand_factor=2.0))
     assert engine.calls == [("burst", None), ("ceiling", 20.0), ("expand", 40.0),
                             ("expand", 80.0), ("repeat", 80.0), ("repeat", 80.0)]
     assert r.request_rate == 80.0 and r.high is None and r.bracket == 0.0
@@ -172,17 +180,16 @@ def test_a_burst_that_queues_does_not_cap_the_search():
     """The burst missed the SLOs by queueing alone: sustained steps go above its rate."""
     engine = Engine(25.0, peak=20.0, queueing=True)
     r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2))
-    assert engine.calls == [("burst", None), ("ceiling", 20.0), ("expand", 40.0),
-                            ("bisect", 30.0), ("bisect", 25.0), ("bisect", 27.5),
-                            ("repeat", 25.0)]
-    assert r.request_rate == 25.0 and r.high == 27.5 and r.best.kind == "bisect"
+    assert engine.calls == [("burst", None), ("ceiling", 20.0), ("expand", 25.0),
+                            ("expand", 31.25), ("bisect", 28.125), ("repeat", 25.0)]
+    assert r.request_rate == 25.0 and r.high == 28.125 and r.best.kind == "expand"
 
 
 def test_the_step_budget_keeps_a_repeat_in_reserve():
     engine = Engine(25.0, peak=20.0, queueing=True)
     r = capacity.plan(engine, CapacitySpec(tolerance=0.01, max_steps=5, repeats=2))
-    assert [k for k, _ in engine.calls] == ["burst", "ceiling", "expand", "bisect", "repeat"]
-    assert r.request_rate == 20.0 and r.high == 30.0
+    assert [k for k, _ in engine.calls] == ["burst", "ceiling", "expand", "expand", "repeat"]
+    assert r.request_rate == 25.0 and r.high == 31.25
 
 
 def test_a_re_check_starts_at_a_known_capacity_without_a_burst():
@@ -199,3 +206,14 @@ def test_a_re_check_starts_at_a_known_capacity_without_a_burst():
     capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=4, repeats=1), start=50.0,
                   factor=1.25)
     assert engine.calls[:2] == [("ceiling", 50.0), ("expand", 62.5)]
+
+
+def test_a_flaky_rate_near_capacity_leaves_a_capacity_below_it():
+    """The H200 defaults: 60 req/s passed, then failed its repeat on a growing backlog,
+    with every rate above failing. The search goes on just below, not from zero."""
+    engine = Engine(62.0, peak=60.2, queueing=True, flaky={5})
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=2))
+    assert [k for k, _ in engine.calls][:6] == ["burst", "ceiling", "expand", "bisect",
+                                                "bisect", "repeat"]
+    assert engine.calls[6][1] == pytest.approx(60.2 / 1.25)  # not halved to 30
+    assert r.request_rate == pytest.approx(60.2 / 1.25) and r.high == pytest.approx(60.2)
