@@ -345,7 +345,8 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
                            k: whole.get(k) for k in ("completed", "failed", "duration",
                                                      "request_throughput",
                                                      "output_throughput")})
-        grew = steady.backlog(run.results, win)
+        grew = steady.backlog(run.results, win,
+                              running=sampler.series("vllm:num_requests_running"))
     broken = violations(summary, slos, cap.min_success_rate)
     if grew is not None and grew.grows(cap.backlog_limit):
         broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals)")

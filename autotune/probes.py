@@ -267,6 +267,10 @@ class Sampler:
         self.samples.append(Sample(now, values, cpu, self.gpu.utilization(), used, engine,
                                    _rss_mib(pids)))
 
+    def series(self, name: str) -> list[tuple[float, float]]:
+        """(time, value) of one engine metric over every sample that has it."""
+        return [(s.t, s.values[name]) for s in self.samples if name in s.values]
+
     def summary(self, a: float | None = None, b: float | None = None) -> ProbeSummary:
         """Figures over the samples taken in [a, b] (all when not given); counters are the
         change between the first and the last sample of the window."""

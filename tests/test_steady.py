@@ -115,3 +115,36 @@ def test_limiting_step_is_the_gentlest_failure_above_capacity():
     saturated = capacity.Result(10.0, 10.0, None, steps[:1], steps[0])
     assert capacity.limiting(saturated) is steps[0]
     assert not math.isnan(capacity.limiting(result).load)
+
+
+def _running(reqs, cap: float | None, t0=100.0, t1=120.0, every=0.5):
+    """The engine's running count at sample times: what is in flight, up to `cap`."""
+    out = []
+    t = t0
+    while t <= t1:
+        n = sum(1 for r in reqs if r.start_time <= t < r.start_time + r.latency)
+        out.append((t, float(min(n, cap) if cap else n)))
+        t += every
+    return out
+
+
+def test_a_batch_that_settles_higher_is_not_a_backlog():
+    """On the H200 the running batch grew through 14-s windows at rates whose TTFT p95
+    stayed at a fifth of the SLO: everything in flight was being served."""
+    reqs = _requests(20, 20, lambda i, t: 1.0 + 0.2 * t)
+    w = steady.window(100.0, 20.0, 0.2, 0.1)
+    grew = steady.backlog(reqs, w, running=_running(reqs, None))
+    assert grew.in_flight_growth > 40  # the in-flight count alone would fail the step
+    assert abs(grew.growth) < 2 and grew.queue_mean == pytest.approx(0, abs=0.5)
+    assert not grew.grows(0.05)
+
+
+def test_requests_waiting_beyond_the_running_batch_are_a_backlog():
+    reqs = _requests(20, 20, lambda i, t: 1.0 + 0.2 * t)
+    w = steady.window(100.0, 20.0, 0.2, 0.1)
+    grew = steady.backlog(reqs, w, running=_running(reqs, 16.0))  # max-num-seqs 16
+    assert grew.growth > 40 and grew.queue_mean > 5
+    assert grew.grows(0.05)
+    # too few engine samples in the window: the in-flight count is the queue
+    sparse = steady.backlog(reqs, w, running=_running(reqs, 16.0, every=10.0))
+    assert sparse.queue_mean is None and sparse.growth == sparse.in_flight_growth
