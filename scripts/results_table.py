@@ -257,4 +257,13 @@ def main(db: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "studies/qwen3-4b-h200.db")
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("db", nargs="?", default="studies/qwen3-4b-h200.db",
+                        help="a study database (SQLite file)")
+    path = parser.parse_args().db
+    if not Path(path).is_file():  # opening a missing file would create an empty database
+        parser.error(f"{path}: no such study database")
+    main(path)

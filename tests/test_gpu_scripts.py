@@ -92,6 +92,12 @@ def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
         assert len(_trials(here / "studies" / f"{study}.db")) == n
         assert (here / "studies" / study / "tune.log").is_file()
         assert len(list((here / "studies" / study / "boxes").glob("*.json"))) == 1
+    # the same box fetched again within the second keeps both records (no overwrite)
+    for _ in range(2):
+        subprocess.run(["bash", "scripts/gpu/fetch-back.sh", str(out / "gpu1")], cwd=here,
+                       capture_output=True, text=True, timeout=120, check=True,
+                       env={**env, "PYTHON": sys.executable})
+    assert len(list((here / "studies" / "box-b" / "boxes").glob("*.log"))) == 3
     # the next call's checkout carries those databases, and its box resumes the study
     (checkout / "studies" / "box-a.db").unlink()
     (checkout / "studies" / "box-a.db").write_bytes((here / "studies" / "box-a.db").read_bytes())

