@@ -143,8 +143,9 @@ def next_rate(burst: float, low: float | None, high: float | None,
 
 def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None, *,
          start: float | None = None, factor: float | None = None) -> Result:
-    """Burst, then sustained steps from the burst's rate: double while they pass, halve
-    while they fail, then bisect; then repeat the capacity; at most `spec.max_steps` steps.
+    """Burst, then sustained steps from the burst's rate: up by `expand_factor` while they
+    pass, halving while they fail, then bisect; then repeat the capacity; at most
+    `spec.max_steps` steps.
 
     The burst (everything at once) only sizes the search: it is no steady state, so it
     never is the capacity. A 32-request burst that "passes" in 0.2 s says nothing about

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
