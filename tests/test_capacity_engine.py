@@ -126,13 +126,16 @@ def one_seq(tiny_model, tmp_path_factory):
 def test_one_sequence_at_a_time_carries_less_and_stops_early(one_seq, tiny_model, loose):
     from autotune.trial import _below
 
-    floor = capacity.interval(loose)[0]  # as a study passes the best trial's lower bound
-    _skip_if_invalid(floor > 0, loose)
+    # As a study passes the best trial's lower bound; at least 50 req/s, far above what one
+    # sequence at a time drains here (its 32-request burst: ~5-8 req/s), so that a noisy
+    # `loose` cannot make the early stop depend on luck.
+    floor = max(capacity.interval(loose)[0], 50.0)
     one = _search(one_seq, tiny_model, LOOSE, should_stop=_below(floor))
-    # Its burst alone peaks below the floor: the search stops there, as a study's would.
-    assert one["max_request_throughput"] < floor
+    # Its burst misses the SLO and peaks below the floor: the search stops there.
     assert one["stopped"] == capacity.BELOW_BEST and len(one["steps"]) == 1
-    assert one["request_throughput"] < loose["request_throughput"]
+    assert one["max_request_throughput"] < floor
+    # burst against burst: one sequence at a time drains less than eight
+    assert one["max_request_throughput"] < loose["max_request_throughput"]
 
 
 def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> capacity.Step:
