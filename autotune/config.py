@@ -14,9 +14,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
-from .flags import flag_name, normalize
-from .workloads import WorkloadSpec
+from autotune.errors import ConfigError
+from autotune.flags import flag_name, normalize
+from autotune.traffic import WorkloadSpec
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 LATENCY_STATS = ("mean", "median", "p90", "p95", "p99")
@@ -133,7 +133,7 @@ class Objective(_Strict):
 
 
 class GuardrailSpec(_Strict):
-    """Quality check of every trial against reference outputs (see autotune.guardrail)."""
+    """Quality check of every trial against reference outputs (see autotune.tuning.guardrail)."""
 
     enabled: bool = True
     prompts: str | None = None  # JSONL of {"prompt": ...}; default: the shipped set

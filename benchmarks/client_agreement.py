@@ -1,8 +1,8 @@
 """Does autotune's load generator measure what `vllm bench serve` measures, on the same server?
 
 Runs the same random workload (lengths, rate, request count) alternately with autotune's
-client (`autotune.bench`) and with vLLM's own (`vllm bench serve`, in the long-lived helper
-of `autotune.vllmbench`), `--pairs` times, the order swapped every pair so that a drift of
+client (`autotune.measure.bench`) and with vLLM's own (`vllm bench serve`, in the long-lived helper
+of `autotune.measure.vllmbench`), `--pairs` times, the order swapped every pair so that a drift of
 the machine hits both alike. For each run it prints output throughput and median TTFT,
 TPOT and ITL, and autotune's event-loop lag; then the ratio autotune/vLLM of each figure
 per pair with the mean. Agreement means ratios within 5 % of 1.
@@ -24,10 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotune import bench, tinymodel, vllmbench
-from autotune.engine import Server
-from autotune.loadgen import Target
-from autotune.workloads import WorkloadSpec
+from autotune import tinymodel
+from autotune.engine.server import Server
+from autotune.measure import bench, vllmbench
+from autotune.measure.loadgen import Target
+from autotune.traffic import WorkloadSpec
 
 FIGURES = (("output tok/s", "output_throughput"), ("median TTFT ms", "median_ttft_ms"),
            ("median TPOT ms", "median_tpot_ms"), ("median ITL ms", "median_itl_ms"))

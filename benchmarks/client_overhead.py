@@ -2,7 +2,7 @@
 
 The fake server (tests/fakeserver.py) runs in its own process, so its CPU time is not charged
 to the client, and streams `--events` content events per request as fast as it can, each
-carrying the server's `time.time()` at sending. `autotune.loadgen.run` drives it at several
+carrying the server's `time.time()` at sending. `autotune.measure.loadgen.run` drives it at several
 concurrencies; for each the table gives requests/s, content events/s, the client's CPU seconds
 per second of run and per event, and the delay between the server sending an event and the
 client timestamping it (client receive time, a `perf_counter` mapped onto `time.time()`, minus
@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from autotune import loadgen
-from autotune.metrics import RequestResult
-from autotune.workloads import Session, Turn, WorkloadSpec
+from autotune.measure import loadgen
+from autotune.measure.metrics import RequestResult
+from autotune.measure.workloads import Session, Turn
+from autotune.traffic import WorkloadSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,8 +5,8 @@
 Everything is read from the study database (user_attrs of each trial, the scenario
 stored with the study) and, for the start-up split, from the engine logs under
 studies/<name>/trials/<n>/engine.log. Gains are over the study's reference trial
-(`autotune.study.reference_trial`: vLLM's defaults, or the first trial that completed) and over
-the best feasible article configuration, when one exists.
+(`autotune.tuning.study.reference_trial`: vLLM's defaults, or the first trial that completed)
+and over the best feasible article configuration, when one exists.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study import reference_trial
+from autotune.tuning.study import reference_trial
 
 HBM_BPS = 4.8e12  # H200 HBM3e, bytes/s
 

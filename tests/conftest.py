@@ -35,7 +35,7 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def eager_server(tiny_model, tmp_path_factory):
     """One engine with vLLM's defaults (plus --enforce-eager), shared by tests that only read."""
-    from autotune.engine import Server
+    from autotune.engine.server import Server
 
     log = tmp_path_factory.mktemp("eager") / "engine.log"
     with Server(str(tiny_model), {"enforce-eager": True}, log_path=log) as srv:
@@ -60,7 +60,7 @@ def engine_processes() -> list[psutil.Process]:
             if proc.pid == os.getpid() or _zombie(proc):
                 continue
             if not ("vllm.entrypoints" in cmd or "vllm serve" in cmd
-                    or "autotune.serve" in cmd or name.startswith("VLLM::")):
+                    or "autotune.engine.serve" in cmd or name.startswith("VLLM::")):
                 continue
             if proc.environ().get(SESSION_MARK) != mark:
                 continue

@@ -12,10 +12,11 @@ import time
 import psutil
 import pytest
 
-from autotune import ballast, gpu, memory, prune, trial
-from autotune.ballast import GRANULE, MAX_CHUNK, Ballast, BallastError, GiB
 from autotune.config import Hardware, Scenario
-from autotune.engine import Server
+from autotune.engine import ballast, gpu
+from autotune.engine.ballast import GRANULE, MAX_CHUNK, Ballast, BallastError, GiB
+from autotune.engine.server import Server
+from autotune.tuning import memory, prune, trial
 
 # -- sizing ---------------------------------------------------------------------------------
 
@@ -117,7 +118,7 @@ no_driver = pytest.mark.skipif(_has_driver(), reason="this machine has a CUDA dr
 
 @no_driver
 def test_cli_without_a_driver_says_so_in_one_line():
-    proc = subprocess.run([sys.executable, "-m", "autotune.ballast", "--free-gib", "1"],
+    proc = subprocess.run([sys.executable, "-m", "autotune.engine.ballast", "--free-gib", "1"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stdout == ""
@@ -143,7 +144,7 @@ def test_inactive_ballast_does_nothing():
 
 FAKE_READY = """
 import sys
-from autotune import ballast
+from autotune.engine import ballast
 ballast.Driver = lambda device: None
 ballast.fill = lambda driver, keep: (123, keep)
 sys.exit(ballast.main(["--free-gib", "1"]))

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from autotune.bench import benchmark
-from autotune.engine import Server
-from autotune.loadgen import Target
-from autotune.workloads import WorkloadSpec
+from autotune.engine.server import Server
+from autotune.measure.bench import benchmark
+from autotune.measure.loadgen import Target
+from autotune.traffic import WorkloadSpec
 
 pytestmark = [pytest.mark.engine]
 

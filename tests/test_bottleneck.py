@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from autotune import bottleneck, probes
-from autotune.loadgen import LagMonitor, SseBuffer
+from autotune.engine import prometheus
+from autotune.measure import bottleneck, probes
+from autotune.measure.loadgen import LagMonitor, SseBuffer
 
 
 @pytest.mark.parametrize("figures, lag, kind", [
@@ -39,11 +40,11 @@ def test_front_end_text_names_the_figures():
     (["VLLM::APIServer_1"], probes.API_SERVER),
     (["/usr/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
      probes.LAUNCHER),
-    (["/venv/bin/python", "-m", "autotune.serve", "m"], probes.LAUNCHER),
+    (["/venv/bin/python", "-m", "autotune.engine.serve", "m"], probes.LAUNCHER),
     (["/venv/bin/vllm", "serve", "m"], probes.LAUNCHER),
     (["VLLM::EngineCore"], probes.ENGINE_CORE),
     (["VLLM::Worker_TP0"], probes.WORKER),
-    (["python", "-m", "autotune.reaper", "20", "--", "vllm", "serve"], None),
+    (["python", "-m", "autotune.engine.reaper", "20", "--", "vllm", "serve"], None),
     (["python", "-c", "from multiprocessing.spawn import spawn_main"], probes.OTHER),
 ])
 def test_process_roles(cmdline, role):
@@ -125,6 +126,6 @@ vllm:e2e_request_latency_seconds_bucket{le="1.0",model_name="m"} 2.0
 vllm:e2e_request_latency_seconds_count{model_name="m"} 2.0
 vllm:e2e_request_latency_seconds_sum{model_name="m"} 0.5
 """
-    assert probes.scrape(page, probes.PROBED) == {"vllm:num_requests_running": 3.0,
+    assert prometheus.scrape(page, prometheus.PROBED) == {"vllm:num_requests_running": 3.0,
                                                   "vllm:num_preemptions_total": 7.0}
-    assert len(probes.scrape(page)) == 5
+    assert len(prometheus.scrape(page)) == 5

@@ -9,9 +9,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
-from autotune import capacity
-from autotune.capacity import Step
-from autotune.workloads import CapacitySpec, WorkloadSpec
+from autotune.measure import capacity
+from autotune.measure.capacity import Step
+from autotune.traffic import CapacitySpec, WorkloadSpec
 
 
 class Engine:
@@ -168,7 +168,7 @@ def test_halving_gives_up_when_even_low_load_misses_the_slos():
 
 
 def test_early_stop_right_after_the_burst():
-    from autotune.trial import _below
+    from autotune.tuning.trial import _below
 
     engine = Engine(3.0, peak=6.0)
     r = capacity.plan(engine, CapacitySpec(), _below(7.5))  # the burst peaks under 7.5

@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from autotune import bench, capacity
-from autotune.engine import Server
-from autotune.loadgen import Target
-from autotune.workloads import CapacitySpec, WorkloadSpec
+from autotune.engine.server import Server
+from autotune.measure import bench, capacity
+from autotune.measure.loadgen import Target
+from autotune.traffic import CapacitySpec, WorkloadSpec
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
@@ -124,7 +124,7 @@ def one_seq(tiny_model, tmp_path_factory):
 
 
 def test_one_sequence_at_a_time_carries_less_and_stops_early(one_seq, tiny_model, loose):
-    from autotune.trial import _below
+    from autotune.tuning.trial import _below
 
     # As a study passes the best trial's lower bound; at least 50 req/s, far above what one
     # sequence at a time drains here (its 32-request burst: ~5-8 req/s), so that a noisy

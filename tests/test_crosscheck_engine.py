@@ -17,7 +17,8 @@ import psutil
 import pytest
 import yaml
 
-from autotune import capacity, cli
+from autotune.cli import main as cli
+from autotune.measure import capacity
 from tests.conftest import SCENARIO, SESSION_MARK
 from tests.test_vllmbench import _trial
 
@@ -29,7 +30,7 @@ def _helpers() -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "autotune.vllmbench" in " ".join(p.info["cmdline"] or []) and \
+            if "autotune.measure.vllmbench" in " ".join(p.info["cmdline"] or []) and \
                     p.environ().get(SESSION_MARK) == os.environ[SESSION_MARK]:
                 found.append(p)
         except psutil.Error:

@@ -15,9 +15,11 @@ import urllib.request
 import psutil
 import pytest
 
-from autotune import engine, enginelog, probes
-from autotune.engine import Server
+from autotune.engine import log as enginelog
+from autotune.engine import server as engine
+from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError
+from autotune.measure import probes
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
@@ -135,8 +137,8 @@ def test_reserved_flags_are_refused(tiny_model):
 
 CHILD = """
 import signal, sys, time
-from autotune.cli import _raise_interrupt
-from autotune.engine import Server
+from autotune.cli.main import _raise_interrupt
+from autotune.engine.server import Server
 signal.signal(signal.SIGTERM, _raise_interrupt)
 with Server(sys.argv[1], {"enforce-eager": True}, log_path=sys.argv[2]):
     time.sleep(600)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import enginelog
+from autotune.engine import log as enginelog
 
 LOGS = Path(__file__).parent / "data" / "logs"
 

@@ -10,8 +10,8 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune import export
 from autotune.errors import ConfigError
+from autotune.results import export
 
 
 def _trial(value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, flags=None, ttft=100.0):

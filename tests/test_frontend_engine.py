@@ -1,6 +1,6 @@
 """Front-end flags reach the real engine: `--api-server-count` starts that many API servers.
 
-The launcher runs `vllm serve` (on the CPU build through `autotune.serve`), not the
+The launcher runs `vllm serve` (on the CPU build through `autotune.engine.serve`), not the
 single-worker `vllm.entrypoints.openai.api_server`, which parses `--api-server-count` and
 ignores it. autotune's probes read `/metrics`, so the samples they use must still be there
 with several API servers (vLLM then aggregates Prometheus samples across processes).
@@ -17,8 +17,9 @@ import urllib.request
 import psutil
 import pytest
 
-from autotune import probes
-from autotune.engine import Server
+from autotune.engine import prometheus
+from autotune.engine.server import Server
+from autotune.measure import probes
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
@@ -103,14 +104,14 @@ def test_two_api_servers_serve_and_keep_the_probed_metrics(tiny_model, tmp_path)
                 text = srv.get_text("/metrics", timeout=60)
                 scrapes += 1
                 answered += text is not None
-                for name, value in probes.scrape(text or "").items():
+                for name, value in prometheus.scrape(text or "").items():
                     peak[name] = max(peak.get(name, 0.0), value)
         finally:
             stop.set()
             for w in workers:
                 w.join(timeout=90)
         assert _complete(srv)
-        values = probes.scrape(srv.get_text("/metrics", timeout=60) or "")
+        values = prometheus.scrape(srv.get_text("/metrics", timeout=60) or "")
         missing = [m for m in PROBED if m not in values]
         assert not missing, f"missing from /metrics with 2 API servers: {missing}"
         assert values["vllm:generation_tokens_total"] >= len(sent) * 256 + 4

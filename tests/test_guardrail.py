@@ -2,8 +2,8 @@
 
 import pytest
 
-from autotune import guardrail
-from autotune.guardrail import Reference, Sample
+from autotune.tuning import guardrail
+from autotune.tuning.guardrail import Reference, Sample
 
 
 def _s(ids, logprobs, text="t"):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import guardrail
-from autotune.engine import Server
-from autotune.loadgen import Target
+from autotune.engine.server import Server
+from autotune.measure.loadgen import Target
+from autotune.tuning import guardrail
 
 pytestmark = [pytest.mark.engine]
 

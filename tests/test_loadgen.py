@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 from fakeserver import FakeServer, free_port
 
-from autotune import loadgen
-from autotune.loadgen import Target, arrival_offsets
-from autotune.metrics import RequestResult
-from autotune.workloads import Session, Turn, WorkloadSpec
+from autotune.measure import loadgen
+from autotune.measure.loadgen import Target, arrival_offsets
+from autotune.measure.metrics import RequestResult
+from autotune.measure.workloads import Session, Turn
+from autotune.traffic import WorkloadSpec
 
 APIS = ["completions", "chat"]
 

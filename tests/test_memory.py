@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from autotune.memory import (
+from autotune.tinymodel import PRESETS
+from autotune.tuning.memory import (
     GiB,
     ModelShape,
     emulated_utilization,
@@ -16,11 +17,10 @@ from autotune.memory import (
     load_shape,
     param_count,
 )
-from autotune.tinymodel import PRESETS
 
 QWEN3_4B = ModelShape.from_config({**PRESETS["qwen3-4b"], "torch_dtype": "bfloat16"})
 TINY = ModelShape.from_config({**PRESETS["tiny"], "torch_dtype": "bfloat16"})
-H200_NVML = 143_771 * 2**20  # total memory as NVML (nvidia-smi, autotune.gpu) reports it
+H200_NVML = 143_771 * 2**20  # total memory as NVML (nvidia-smi, autotune.engine.gpu) reports it
 H200_CUDA = 150_119_219_200  # what CUDA reports: NVML's total less ~606 MiB the driver keeps
 
 

@@ -1,5 +1,5 @@
-"""Unit tests for autotune.metrics: hand-computed examples, and a cross-check against vLLM's own
-`calculate_metrics` so the summaries keep `vllm bench serve`'s exact definitions."""
+"""Unit tests for autotune.measure.metrics: hand-computed examples, and a cross-check against
+vLLM's own `calculate_metrics` so the summaries keep `vllm bench serve`'s exact definitions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from autotune.metrics import RequestResult, goodput_slos, percentile_key, summarize
+from autotune.measure.metrics import RequestResult, goodput_slos, percentile_key, summarize
 
 # Three successful requests (times in seconds) and two failed ones, over a 2 s run.
 #   A: start 0.0, ttft 0.1, gaps [0.02, 0.04] (3 events), e2el 0.16, 3 tokens, prompt 10

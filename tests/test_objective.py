@@ -7,7 +7,7 @@ import math
 import pytest
 
 from autotune.config import Objective
-from autotune.objective import (
+from autotune.tuning.objective import (
     Measures,
     constraints,
     directions,

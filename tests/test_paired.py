@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune import paired
+from autotune.tuning import paired
 
 
 def test_t_quantiles_match_the_tables():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from autotune import prune
 from autotune.config import Hardware, PruneSpec, Scenario
+from autotune.tuning import prune
 
 GiB = 2**30
 
@@ -79,7 +79,7 @@ def test_gpu_release_wait_is_a_no_op_without_a_gpu():
 
 
 def test_max_model_len_below_the_longest_request_is_not_launched(tiny_model, tmp_path):
-    from autotune import trial
+    from autotune.tuning import trial
 
     w = _scenario(workload={"prefix_len": 100, "input_len": 1000, "output_len": 200,
                             "range_ratio": 0.5}).workload

@@ -8,8 +8,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune import report, reportpage
-from autotune.cli import main
+from autotune.cli.main import main
+from autotune.results import report, reportpage
 
 SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
             "objective": {"mode": "weighted", "throughput": "output_throughput",
@@ -192,8 +192,8 @@ def test_capacity_studies_say_where_throughput_was_measured():
 def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     """On a small card vLLM's defaults cannot start: gains are over the first baseline that
     ran, and every view says so instead of claiming "vLLM defaults"."""
-    from autotune import export, show
-    from autotune import study as study_mod
+    from autotune.results import export, show
+    from autotune.tuning import study as study_mod
 
     st = optuna.create_study(study_name="small", direction="maximize")
     st.set_user_attr("scenario", SCENARIO)

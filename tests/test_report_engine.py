@@ -9,8 +9,8 @@ import struct
 import pytest
 from browser import load
 
-from autotune import report, show
-from autotune.cli import main
+from autotune.cli.main import main
+from autotune.results import report, show
 
 pytestmark = [pytest.mark.engine]
 

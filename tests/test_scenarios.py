@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import config, space
-from autotune.engineinfo import engine_info
+from autotune import config
+from autotune.engine.info import engine_info
+from autotune.tuning import space
 
 SHIPPED = sorted((Path(__file__).parent.parent / "search_spaces").glob("*.yaml"))
 

@@ -8,9 +8,9 @@ import optuna
 import pytest
 
 from autotune.config import Scenario
-from autotune.engineinfo import EngineInfo, FlagInfo, engine_info
+from autotune.engine.info import EngineInfo, FlagInfo, engine_info
 from autotune.errors import ConfigError, EngineNotInstalled
-from autotune.space import check_against_engine, grid, relation_violation, suggest
+from autotune.tuning.space import check_against_engine, grid, relation_violation, suggest
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

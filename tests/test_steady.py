@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from autotune import capacity, steady
-from autotune.loadgen import RunResult
-from autotune.metrics import RequestResult
-from autotune.probes import Sampler
-from autotune.workloads import CapacitySpec
+from autotune.measure import capacity, steady
+from autotune.measure.loadgen import RunResult
+from autotune.measure.metrics import RequestResult
+from autotune.measure.probes import Sampler
+from autotune.traffic import CapacitySpec
 
 
 def _requests(rate: float, seconds: float, latency, t0: float = 100.0) -> list[RequestResult]:

@@ -182,7 +182,7 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
 
 
 def test_exported_config_file_serves(tuned, tmp_path, tiny_model):
-    from autotune.engine import Server
+    from autotune.engine.server import Server
 
     _, root, _ = tuned
     out = tmp_path / "best.yaml"

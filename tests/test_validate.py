@@ -12,10 +12,11 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune import cli, validate
-from autotune import objective as obj
+from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
+from autotune.tuning import objective as obj
+from autotune.tuning import validate
 from tests.conftest import SCENARIO
 
 
@@ -172,7 +173,7 @@ def test_show_and_export_carry_the_validation(db, capsys):
 
 
 def test_the_table_shows_each_run_and_each_ratio(capsys):
-    from autotune import views
+    from autotune.results import views
 
     runs = _runs([(100.0, 50.0)], [(110.0, 45.0)])
     record = {"repeats": 1, "against": 0, "candidate": 2, "runs": runs,

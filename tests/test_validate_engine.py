@@ -12,9 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import cli
-from autotune import objective as obj
+from autotune.cli import main as cli
 from autotune.config import Scenario
+from autotune.tuning import objective as obj
 from tests.conftest import copy_study
 
 pytestmark = pytest.mark.engine

@@ -1,5 +1,5 @@
-from autotune.study import Progress
-from autotune.views import progress_line
+from autotune.results.views import progress_line
+from autotune.tuning.study import Progress
 
 
 def test_progress_line_estimates_what_is_left():

@@ -13,9 +13,11 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
-from autotune import cli, crosscheck, validate, vllmbench
+from autotune.cli import main as cli
 from autotune.errors import ConfigError
-from autotune.workloads import WorkloadSpec
+from autotune.measure import vllmbench
+from autotune.traffic import WorkloadSpec
+from autotune.tuning import crosscheck, validate
 from tests.conftest import SCENARIO
 
 URL, MODEL = "http://127.0.0.1:8000", "/models/tiny"
@@ -194,7 +196,7 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     assert row["validation_vllm"]["ratio"] == pytest.approx(record["ratio"])
     assert row["validation"] is None  # the autotune-client validation is a separate key
 
-    from autotune import views
+    from autotune.results import views
 
     views.print_validation_vllm(record)
     out = " ".join(capsys.readouterr().out.split())

@@ -8,9 +8,9 @@ import json
 import psutil
 import pytest
 
-from autotune import vllmbench
-from autotune.engine import Server
-from autotune.workloads import WorkloadSpec
+from autotune.engine.server import Server
+from autotune.measure import vllmbench
+from autotune.traffic import WorkloadSpec
 
 pytestmark = pytest.mark.engine
 

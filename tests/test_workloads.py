@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from autotune.workloads import Tokenizer, WorkloadSpec, build_sessions
+from autotune.measure.workloads import Tokenizer, build_sessions
+from autotune.traffic import WorkloadSpec
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,191 @@
+"""`autotune bench`: options, launching a server when asked, printing and saving."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from autotune.config import latency_key
+from autotune.engine import gpu
+from autotune.engine.info import installed
+from autotune.engine.server import Server
+from autotune.errors import ConfigError
+from autotune.measure import capacity, metrics
+from autotune.measure.bench import benchmark, summary_rows
+from autotune.measure.loadgen import Target
+from autotune.traffic import CapacitySpec, WorkloadSpec
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:8000")
+    where.add_argument("--model", help="model path or id: launch a server for it")
+    p.add_argument("--served-model-name", help="model name to send (default: --model, or the "
+                   "server's first model with --url)")
+    p.add_argument("--api-key", help="API key of a running server")
+    p.add_argument("--tokenizer", help="tokenizer for building prompts (default: the model)")
+    p.add_argument("--workload", default="random", choices=["random", "jsonl", "sharegpt", "chat"])
+    p.add_argument("--path", help="prompt file for jsonl and sharegpt workloads")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions")
+    p.add_argument("--input-len", type=int, default=256)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--range-ratio", type=float, default=0.0)
+    p.add_argument("--prefix-len", type=int, default=0)
+    p.add_argument("--num-requests", type=int, default=100)
+    p.add_argument("--conversations", type=int, default=8, help="chat workload")
+    p.add_argument("--turns", type=int, default=4, help="chat workload")
+    p.add_argument("--system-len", type=int, default=256, help="chat workload")
+    p.add_argument("--concurrency", type=int, default=None, help="max requests in flight")
+    p.add_argument("--request-rate", type=float, default=math.inf,
+                   help="requests/s (Poisson; default inf: all at once)")
+    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--warmup", type=int, default=0, help="uncounted requests sent first")
+    p.add_argument("--max-duration", type=float, default=None, help="seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help="e.g. ttft_ms=500 (per request: goodput) or ttft_p95_ms=500 (a percentile: "
+                   "with --capacity); repeatable")
+    cap = p.add_argument_group("capacity at SLO")
+    cap.add_argument("--capacity", action="store_true",
+                     help="find the highest request rate that meets the percentile SLOs "
+                          "(--slo ttft_p95_ms=500 ...): a burst, then bisection")
+    cap.add_argument("--tolerance", type=float, default=0.05,
+                     help="stop when the bracket is this narrow (relative)")
+    cap.add_argument("--max-steps", type=int, default=8, help="steps in all, burst included")
+    cap.add_argument("--repeats", type=int, default=2, help="runs at the final rate (spread)")
+    cap.add_argument("--min-step-s", type=float, default=None,
+                     help="a Poisson step lasts at least this many seconds (default 20: "
+                     "long enough for a steady state)")
+    cap.add_argument("--ramp", type=float, default=None,
+                     help="share of a step's arrivals left out as ramp-up (default 0.2)")
+    cap.add_argument("--backlog-limit", type=float, default=None,
+                     help="fail a step whose requests in flight grow by more than this "
+                     "share of its arrivals (default 0.05)")
+    cap.add_argument("--min-success-rate", type=float, default=1.0)
+    p.add_argument("--json", type=Path, help="write the result here")
+    p.add_argument("--startup-timeout", type=float, default=900.0)
+    p.add_argument("--log", type=Path, default=None, help="engine log (with --model)")
+
+
+def _spec(args: argparse.Namespace) -> WorkloadSpec:
+    try:
+        return WorkloadSpec(
+            kind=args.workload, api=args.api, num_requests=args.num_requests,
+            input_len=args.input_len, output_len=args.output_len, range_ratio=args.range_ratio,
+            prefix_len=args.prefix_len, path=args.path, conversations=args.conversations,
+            turns=args.turns, system_len=args.system_len, request_rate=args.request_rate,
+            burstiness=args.burstiness, max_concurrency=args.concurrency,
+            warmup_requests=args.warmup, max_duration_s=args.max_duration, seed=args.seed,
+            mode="capacity" if args.capacity else "fixed",
+            capacity=CapacitySpec(tolerance=args.tolerance, max_steps=args.max_steps,
+                                  repeats=args.repeats, min_success_rate=args.min_success_rate,
+                                  **{k: v for k, v in (("min_step_s", args.min_step_s),
+                                                       ("ramp_fraction", args.ramp),
+                                                       ("backlog_limit", args.backlog_limit))
+                                     if v is not None}))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "workload"
+        raise ConfigError(f"bench: {where}: {first['msg']}") from None
+
+
+def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
+    """(goodput SLOs like ttft_ms=500, percentile SLOs like ttft_p95_ms=500)."""
+    goodput, percentile = [], {}
+    for spec in specs:
+        name, _, value = spec.replace(":", "=", 1).partition("=")
+        key = name.strip().removesuffix("_ms")
+        if "_" in key:
+            try:
+                latency_key(key)
+                limit = float(value)
+            except ValueError as err:
+                raise ConfigError(f"bench: --slo {spec}: {err}") from None
+            if not limit > 0:
+                raise ConfigError(f"bench: --slo {spec}: the limit must be > 0 ms")
+            percentile[f"{key}_ms"] = limit
+        else:
+            goodput.append(spec)
+    try:
+        return metrics.goodput_slos(goodput), percentile
+    except ValueError as err:
+        raise ConfigError(f"bench: --slo: {err}") from None
+
+
+def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[str, float],
+             percentile: dict[str, float], pids: Callable[[], list[int]] | None = None
+             ) -> dict:
+    if spec.mode == "capacity":
+        return capacity.search(target, spec, tokenizer_model=tokenizer, slos=percentile,
+                               pids=pids)
+    return benchmark(target, spec, tokenizer_model=tokenizer, slos=goodput, pids=pids)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    spec = _spec(args)
+    slos, percentile = _split_slos(args.slo)
+    if percentile and not args.capacity:
+        raise ConfigError(f"bench: --slo {next(iter(percentile))}: percentile SLOs need "
+                          "--capacity (plain runs take per-request SLOs such as ttft_ms=500)")
+    if args.url:
+        if args.engine_args:
+            raise ConfigError("bench: vLLM flags after `--` need --model, not --url")
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        name = args.served_model_name or _first_model(args.url, headers)
+        target = Target(args.url.rstrip("/"), name, headers)
+        result = _measure(target, spec, args.tokenizer or name, slos, percentile)
+    else:
+        log = args.log or Path(f"autotune-bench-{Path(args.model).name}.log")
+        extra = list(args.engine_args)
+        if args.served_model_name:
+            extra += ["--served-model-name", args.served_model_name]
+        with Server(args.model, extra_args=extra, log_path=log,
+                    startup_timeout=args.startup_timeout) as srv:
+            target = Target(srv.url, args.served_model_name or args.model, srv.headers)
+            pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
+            result = _measure(target, spec, args.tokenizer or args.model, slos, percentile,
+                              pids)
+            result["engine"] = {"command": ["vllm", "serve", args.model, *srv.serve_args()],
+                                "startup_s": srv.startup_s, **srv.figures.as_dict(),
+                                "version": "-".join(installed()), "log": str(log)}
+    device = gpu.device()
+    result["device"] = {"name": device.name, "memory_mib": device.memory_mib} if device \
+        else {"name": "cpu"}
+    _print(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _first_model(url: str, headers: dict[str, str]) -> str:
+    import urllib.request
+
+    req = urllib.request.Request(url.rstrip("/") + "/v1/models", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())["data"][0]["id"]
+    except (OSError, ValueError, KeyError, IndexError) as err:
+        raise ConfigError(f"bench: cannot list models at {url}/v1/models: {err}") from None
+
+
+def _print(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="autotune bench", show_header=False)
+    table.add_column(justify="left")
+    table.add_column(justify="right")
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    Console().print(table)
+    if result.get("capacity"):
+        from autotune.results.views import print_capacity
+
+        cap = result["capacity"]
+        print_capacity(cap, [k for k in cap["steps"][0]["figures"] if k.endswith("_ms")],
+                       Console())

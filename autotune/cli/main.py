@@ -1,0 +1,359 @@
+"""The `autotune` command: parse arguments, call one function, map errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from autotune import __version__
+from autotune.errors import AutotuneError, ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+    from rich.console import Console
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _cmd_tiny_model(args: argparse.Namespace) -> int:
+    from autotune import tinymodel
+
+    built = tinymodel.build(args.dir, preset=args.preset, seed=args.seed, device=args.device)
+    how = "reused" if built.reused else f"built in {built.seconds:.1f} s"
+    print(f"{built.path}  ({built.preset}, {built.params:,} parameters, {how})")
+    return 0
+
+
+def _cmd_engine(args: argparse.Namespace) -> int:
+    from autotune.engine.info import engine_info
+
+    info = engine_info(use_cache=not args.refresh)
+    if args.json:
+        json.dump({"distribution": info.distribution, "version": info.version,
+                   "device": info.device,
+                   "kv_cache_dtype": info.choices("kv-cache-dtype")}, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{info.distribution} {info.version} ({info.device})")
+    dtypes = ", ".join(info.choices("kv-cache-dtype") or [])
+    print(f"{len(info.flags)} flags; --kv-cache-dtype: {dtypes}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from autotune.cli.bench import run_bench
+
+    return run_bench(args)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import logging
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from autotune import config
+    from autotune.results import views
+    from autotune.tuning import study
+
+    scenario = config.load(args.scenario)
+    if args.study:
+        scenario.name = args.study
+    timeout = config.parse_duration(args.timeout) if args.timeout else (
+        config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
+    root = Path(args.studies_dir)
+    (root / str(scenario.name)).mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(root / str(scenario.name) / "tune.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger("autotune").addHandler(handler)
+    logging.getLogger("autotune").setLevel(logging.INFO)
+    console = Console()
+    url = study.storage_url(scenario, args.storage, root)
+    console.print(f"tuning {scenario.name}: results in {url}")
+
+    def on_progress(p: study.Progress) -> None:
+        line = views.progress_line(p)
+        console.print(line)
+        logging.getLogger("autotune").info(line)
+
+    with console.status("running trials (Ctrl-C stops cleanly; run again to resume)"):
+        result = study.tune(scenario, args.scenario, storage=args.storage, trials=args.trials,
+                            timeout_s=timeout, root=root, on_progress=on_progress)
+    from autotune.results.show import summary
+
+    views.print_summary(summary(result), console)
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune.results import show, views
+
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    if args.trial is not None:
+        trials = st.get_trials(deepcopy=False)
+        if not 0 <= args.trial < len(trials):
+            raise ConfigError(f"show: no trial {args.trial} (the study has {len(trials)})")
+        if args.json:
+            print(json.dumps(trials[args.trial].user_attrs, indent=2, default=str))
+        else:
+            views.print_trial(trials[args.trial])
+        return 0
+    data = show.summary(st)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        views.print_summary(data)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune.results import reportpage, show
+
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"))
+    print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
+          file=sys.stderr)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune.results import export, show
+
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    try:
+        slos = _slo_pairs(args.slo)
+    except ValueError as err:
+        raise ConfigError(f"export: --slo: {err}") from None
+    trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
+    model = args.model or (trial.user_attrs.get("command") or ["", "", "MODEL"])[2]
+    text = export.render(st, trial, args.format, model, args.image)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"trial #{trial.number} written to {args.output} ({args.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from autotune.results import show, views
+    from autotune.tuning import validate
+
+    console = Console()
+    if args.step_seconds is not None and args.client != "vllm":
+        raise ConfigError("validate: --step-seconds sets the steps of --client vllm")
+    if args.gpus is not None and args.client != "vllm":
+        raise ConfigError("validate: --gpus places the runs of --client vllm")
+    _gpus(args.gpus)  # a malformed list fails before the study is opened
+    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    if args.repeats < 1:
+        raise ConfigError(f"validate: --repeats must be at least 1 (got {args.repeats})")
+    candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
+                                       against=args.against)
+    if args.client == "vllm":
+        return _validate_with_vllm(args, st, candidate, against, console)
+    console.print(f"validating trial #{candidate.number} against #{against.number}: "
+                  f"{args.repeats} pair(s) of fresh engine launches, alternating")
+    if candidate.number == against.number:
+        console.print("the candidate is the baseline itself: an A/A run, it measures the noise")
+    with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
+        result = validate.run(st, candidate, against, args.repeats,
+                              validate.study_dir(args.study_or_db, st.study_name,
+                                                 Path(args.studies_dir)),
+                              on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
+    views.print_validation(result, console)
+    return 0
+
+
+def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: FrozenTrial,
+                        against: FrozenTrial, console: Console) -> int:
+    """`validate --client vllm`: both capacities re-measured with `vllm bench serve`."""
+    from pathlib import Path
+
+    from autotune.measure import vllmbench
+    from autotune.results import views
+    from autotune.tuning import crosscheck, validate
+
+    step_s = vllmbench.STEP_S if args.step_seconds is None else args.step_seconds
+    console.print(f"re-measuring trial #{candidate.number} against #{against.number} with "
+                  f"vllm bench serve: {args.repeats} pair(s) of fresh engine launches, "
+                  f"alternating, capacity at SLO in {step_s:g}-s Poisson steps")
+    with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
+        result = crosscheck.run(
+            st, candidate, against, args.repeats,
+            validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
+            step_s=step_s, gpus=_gpus(args.gpus),
+            on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
+    views.print_validation_vllm(result, console)
+    return 0
+
+
+def _gpus(text: str | None) -> list[int] | None:
+    """`--gpus 0,1` as device indices (None when not given)."""
+    if text is None:
+        return None
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"validate: --gpus {text!r}: expected device indices such as "
+                          "0 or 0,1") from None
+    if not out or any(g < 0 for g in out) or len(set(out)) != len(out):
+        raise ConfigError(f"validate: --gpus {text!r}: expected distinct device indices "
+                          "such as 0 or 0,1")
+    return out
+
+
+def _slo_pairs(specs: list[str]) -> dict[str, float]:
+    """`ttft_p95_ms=500` pairs (the scenario's SLO names)."""
+    out = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep:
+            raise ValueError(f"{spec!r} is not KEY=MS (e.g. ttft_p95_ms=500)")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"{spec!r}: {value!r} is not a number") from None
+    return out
+
+
+def _study_arguments(p: argparse.ArgumentParser) -> None:
+    """How `show`, `report`, `export` and `validate` name an existing study."""
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="autotune", description=(
+        "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    p = sub.add_parser("tiny-model", help="write a random-weight Qwen3 model (no download)")
+    p.add_argument("dir", nargs="?", default=None,
+                   help="output directory (default: ~/.cache/autotune/models/PRESET)")
+    p.add_argument("--preset", default="tiny", choices=["tiny", "qwen3-4b"],
+                   help="tiny: for the CPU engine; qwen3-4b: Qwen3-4B-Instruct-2507's shapes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="where to initialise weights: auto, cpu, cuda")
+    p.set_defaults(func=_cmd_tiny_model)
+
+    p = sub.add_parser("engine", help="show the installed vLLM and the choices it accepts")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--refresh", action="store_true", help="re-read the engine's flags")
+    p.set_defaults(func=_cmd_engine)
+
+    from autotune.cli.bench import add_bench_arguments
+
+    p = sub.add_parser("bench", help="benchmark a running server or one it launches",
+                       description="Benchmark a vLLM server like `vllm bench serve`. Pass vLLM "
+                       "flags for a launched server after `--`.")
+    add_bench_arguments(p)
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("tune", help="run (or resume) the study of a scenario")
+    p.add_argument("scenario", help="scenario YAML, e.g. search_spaces/cpu-smoke.yaml")
+    p.add_argument("--trials", type=int, help="trials to run now (default: budget.trials)")
+    p.add_argument("--timeout", help="stop starting trials after this long, e.g. 8h or 9m")
+    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///studies/NAME.db)")
+    p.add_argument("--study", help="study name (default: the scenario's name or file name)")
+    p.add_argument("--studies-dir", default="studies", help="databases and trial logs")
+    p.set_defaults(func=_cmd_tune)
+
+    p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
+    _study_arguments(p)
+    p.add_argument("--trial", type=int, help="one trial in full, with its quality figures")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_show)
+
+    p = sub.add_parser("report", help="one self-contained HTML file: Pareto front, history, "
+                       "importances, guardrail, every trial")
+    _study_arguments(p)
+    p.add_argument("-o", "--output", help="the HTML file (default: STUDY-report.html)")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("export", help="a feasible configuration as a deployment artifact")
+    _study_arguments(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="this trial (must be feasible)")
+    which.add_argument("--policy", default="balanced",
+                       choices=["max-throughput", "min-latency", "balanced"])
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help="only trials meeting it, e.g. ttft_p95_ms=500 (repeatable)")
+    p.add_argument("--format", default="cli",
+                   choices=["cli", "vllm-yaml", "compose", "k8s", "json"])
+    p.add_argument("--model", help="model path or id in the artifact (default: as measured)")
+    p.add_argument("--image", help="container image (default: vllm/vllm-openai of the "
+                   "measured engine version)")
+    p.add_argument("-o", "--output", help="write here instead of stdout")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("validate", help="re-run a configuration and the baseline, alternating, "
+                       "and report the gain with a 95%% confidence interval")
+    _study_arguments(p)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--trial", type=int, help="this trial (must be feasible)")
+    which.add_argument("--policy", default="balanced",
+                       choices=["max-throughput", "min-latency", "balanced"],
+                       help="pick the trial as `export` does (default: balanced)")
+    p.add_argument("--against", type=int, help="baseline trial (default: vLLM's defaults)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each (default 3)")
+    p.add_argument("--client", default="autotune", choices=["autotune", "vllm"],
+                   help="measure with autotune's load generator (default), or each run's "
+                   "capacity at SLO with `vllm bench serve`, independently of autotune")
+    p.add_argument("--gpus", metavar="0,1", help="--client vllm: run on these GPUs; with "
+                   "two, each pair's runs go side by side, swapped every pair")
+    p.add_argument("--step-seconds", type=float, default=None, metavar="S",
+                   help="--client vllm: length of each sustained step (default 20; every "
+                   "step sends at least 20 prompts)")
+    p.set_defaults(func=_cmd_validate)
+    return parser
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    # SIGTERM takes the same clean-up path as Ctrl-C: context managers stop engines.
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        # Everything after `--` is passed to `vllm serve` untouched.
+        engine_args = argv[argv.index("--") + 1:] if "--" in argv else []
+        argv = argv[: argv.index("--")] if "--" in argv else argv
+        args = build_parser().parse_args(argv)
+        args.engine_args = engine_args
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
+    except AutotuneError as err:
+        print(f"autotune: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("autotune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

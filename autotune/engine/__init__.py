@@ -1,0 +1,11 @@
+"""The engine layer: start, watch and stop one vLLM server.
+
+Public API: `server.Server` (a context manager around one `vllm serve`), `info.engine_info`
+and `info.installed` (what the installed engine accepts), `log` (start-up figures and the
+classification of start-up failures from the engine's log), `prometheus` (the `/metrics`
+text), `gpu` (NVML), `ballast` (holding the rest of a device to emulate a smaller card).
+`reaper` and `serve` are entry points of the processes `Server` starts
+(`python -m autotune.engine.reaper`, `python -m autotune.engine.serve`).
+
+Imports only the top-level basics (`autotune.errors`, `autotune.flags`).
+"""

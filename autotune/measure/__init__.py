@@ -1,0 +1,11 @@
+"""The measurement layer: drive a running server with traffic and summarise what it did.
+
+Public API: `workloads.build_sessions` (what to send), `loadgen.run` (streaming client),
+`metrics.summarize` (vLLM bench serve's definitions), `probes.Sampler` (engine gauges and
+per-process CPU while a load runs), `steady` (the steady-state window of a step),
+`bottleneck.attribute` (what limited a step), `bench.benchmark` (one fixed workload),
+`capacity.search` (the highest request rate that meets the SLOs) and `vllmbench` (the same
+steps through vLLM's own client).
+
+Imports the engine layer and the top-level basics, never tuning, results or the CLI.
+"""

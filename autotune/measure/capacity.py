@@ -1,0 +1,475 @@
+"""Capacity at SLO: the highest request rate a running engine sustains within its SLOs.
+
+Below saturation every sensible configuration shows the same throughput: the
+arrival rate sets it. Launch flags separate near saturation, so a configuration
+is scored by how much load it carries, found by search on one running engine:
+
+1. a saturating burst (every request at once) measures the maximum request
+   throughput R. It only sizes the search: a burst is over in a fraction of a
+   second and is no steady state, so it never is the capacity;
+2. sustained Poisson steps follow (`min_step_s`, 20 s by default), each judged on
+   its steady window with no backlog growing (`autotune.measure.steady`): R first
+   (`ceiling`); x `expand_factor` (1.25) while steps pass (`expand`, up to
+   `max_expand` x R, where the capacity is reported as a floor); halving while they
+   fail; then bisection
+   between the passing and the failing rate until (high - low) / high is within
+   the tolerance or the step budget is spent;
+3. the final rate is measured again (`repeats`), which gives the spread.
+
+The halving gives up below `min_rate_fraction` of R: if a nearly idle engine misses
+the SLOs, no rate meets them and the capacity is 0. Each step also records what
+limited the engine (`autotune.measure.bottleneck`).
+
+The burst is preceded by `warmup_requests` (8 when the workload names none), since
+a cold burst caps the search. Every step waits for an idle engine first (nothing
+running or waiting) and uses its own prompts, so a step is not flattered by an
+earlier one's cache unless the workload shares prefixes by design. `plan` is the
+search itself, over any `measure` function; `search` runs it on a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+from optuna.trial import FrozenTrial
+
+from autotune.config import latency_key
+from autotune.engine import prometheus
+from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady
+from autotune.measure.loadgen import Target
+from autotune.measure.workloads import Tokenizer
+from autotune.traffic import CapacitySpec, WorkloadSpec
+
+log = logging.getLogger("autotune")
+
+BELOW_BEST = "below_best_capacity"
+UNREACHABLE = "slos_missed_at_low_load"
+# Warm-up requests before the burst when the workload names none: a fresh engine's first
+# requests are slow, and a cold burst would cap the whole search below the engine's
+# capacity (the first search on a CPU engine gave 14.1 req/s against 24 for the next).
+WARMUP = 8
+# The probe figures a step keeps: what the bottleneck attribution read.
+LOAD_FIGURES = ("api_server_cpu", "api_servers", "engine_core_cpu", "worker_cpu",
+                "client_cpu", "gpu_util_mean", "kv_cache_usage_max", "requests_waiting_mean",
+                "requests_running_max", "preemptions", "samples")
+# Throughput figures at capacity, under the names the objective uses.
+THROUGHPUTS = ("request_throughput", "output_throughput", "total_token_throughput")
+
+
+@dataclass
+class Step:
+    """One load level: what was offered, what came back, and whether the SLOs held."""
+
+    index: int
+    kind: str  # burst | ceiling | expand | bisect | repeat
+    rate: float | None  # offered requests/s; None for the burst (everything at once)
+    passed: bool
+    achieved_rps: float  # completed requests per second of the step
+    output_throughput: float = 0.0
+    violations: list[str] = field(default_factory=list)
+    requests: int = 0
+    figures: dict[str, float] = field(default_factory=dict)  # SLO metrics, preemptions
+    idle_wait_s: float = 0.0
+    duration_s: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict, repr=False)
+    # Sustained steps are judged on their steady window (`figures`); `whole` has the same
+    # figures over every request of the step, for comparison with a short step's view.
+    whole: dict[str, float] = field(default_factory=dict)
+    window_s: float | None = None  # the judged window's length (None: the whole step)
+    backlog: dict[str, Any] = field(default_factory=dict)
+    bottleneck: dict[str, Any] = field(default_factory=dict)
+    probes: dict[str, Any] = field(default_factory=dict)  # what the attribution read
+
+    @property
+    def load(self) -> float:
+        """The request rate this step stands for (the burst: what it achieved)."""
+        return self.rate if self.rate is not None else self.achieved_rps
+
+    def record(self) -> dict[str, Any]:
+        """The step without its full summary, for the trial's record."""
+        out = asdict(self)
+        del out["summary"]
+        return out
+
+
+@dataclass
+class Result:
+    """The capacity (requests/s that met the SLOs; 0 if no step did) and its bracket."""
+
+    request_rate: float
+    low: float | None  # highest passing rate
+    high: float | None  # lowest failing rate (None: every sustained rate passed)
+    steps: list[Step]
+    best: Step | None  # the passing step at `low` (its figures are the trial's)
+    stopped: str | None = None
+    spread: float | None = None  # relative std of output throughput over repeats
+
+    @property
+    def bracket(self) -> float | None:
+        """(high - low) / high, the bisection's relative width; 0 when saturated."""
+        if self.low is None:
+            return None
+        if self.high is None:
+            return 0.0
+        return (self.high - self.low) / self.high
+
+    @property
+    def uncertainty(self) -> float | None:
+        """Relative uncertainty of the capacity: the bracket or the repeat spread."""
+        if self.bracket is None:
+            return None
+        return max(self.bracket, self.spread or 0.0)
+
+
+Measure = Callable[[str, "float | None", int], Step]
+StopRule = Callable[["float | None", "float | None"], "str | None"]
+
+
+def next_rate(burst: float, low: float | None, high: float | None,
+              factor: float = 2.0) -> tuple[str, float]:
+    """The next rate to offer and its kind: the burst's rate first (`ceiling`), growing by
+    `factor` while everything passes (`expand`), shrinking by it while everything fails,
+    else the middle."""
+    if high is None:
+        return ("ceiling", burst) if low is None else ("expand", low * factor)
+    return "bisect", high / factor if low is None else (low + high) / 2
+
+
+def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None, *,
+         start: float | None = None, factor: float | None = None) -> Result:
+    """Burst, then sustained steps from the burst's rate: up by `expand_factor` while they
+    pass, halving while they fail, then bisect; then repeat the capacity; at most
+    `spec.max_steps` steps.
+
+    The burst (everything at once) only sizes the search: it is no steady state, so it
+    never is the capacity. A 32-request burst that "passes" in 0.2 s says nothing about
+    an hour at that rate. `measure(kind, rate, index)` runs one step;
+    `should_stop(low, high)` may end the search early with a reason (e.g. the capacity
+    is already below the best one's). With `repeats` > 1 the final rate is measured
+    again; if the SLOs then fail, that rate counts as failing and the search goes on
+    below it while steps remain.
+
+    Rates grow by `spec.expand_factor` from a passing burst rate and halve from a failing
+    one. With `start` (a capacity measured before, e.g. by the study) there is no burst:
+    the first sustained step offers `start`, and `factor` (default: the expand factor)
+    grows or shrinks the rate from there, so a re-check spends its steps around the
+    capacity it re-measures.
+    """
+    if start is None:
+        steps = [measure("burst", None, 0)]
+        burst = steps[0].achieved_rps
+        if burst <= 0:
+            return Result(0.0, None, None, steps, None, "no_successful_requests")
+    else:
+        steps, burst = [], start
+    best: Step | None = None
+    high: float | None = None
+    reserve = spec.repeats - 1
+    # A burst that misses the SLOs under the best trial's capacity cannot win (the
+    # sustained rate of an engine rarely beats what it drains at full load).
+    stopped = should_stop(None, burst) if should_stop is not None and steps and \
+        not steps[0].passed else None
+    spread: float | None = None
+    shrink = 2.0  # from a failing rate down, until a rate passes
+    while stopped is None:
+        while len(steps) < spec.max_steps - (reserve if best else 0):
+            low = best.load if best else None
+            if low is not None and high is not None and (high - low) / high <= spec.tolerance:
+                break
+            if low is not None and high is None and low >= burst * spec.max_expand:
+                break  # the SLOs hold far above the burst's rate: report it as a floor
+            kind, rate = next_rate(burst, low, high,
+                                   factor or (spec.expand_factor if high is None else shrink))
+            if low is None and rate < burst * spec.min_rate_fraction:
+                stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
+                break
+            step = measure(kind, rate, len(steps))
+            steps.append(step)
+            if step.passed:
+                best = step
+            else:
+                high = rate
+            if should_stop is not None and (stopped := should_stop(
+                    best.load if best else None, high)):
+                break
+        if best is None or stopped is not None or reserve == 0:
+            break
+        again = [best]
+        while len(again) < spec.repeats and len(steps) < spec.max_steps:
+            steps.append(measure("repeat", best.rate, len(steps)))
+            again.append(steps[-1])
+        outs = [s.output_throughput for s in again]
+        if len(outs) > 1 and statistics.fmean(outs) > 0:
+            spread = statistics.stdev(outs) / statistics.fmean(outs)
+        if all(s.passed for s in again):
+            break
+        # The SLOs held only some of the time: that rate fails (they must hold at the
+        # reported rate); the capacity is the next passing rate below, searched further
+        # while steps remain.
+        log.info("capacity: the SLOs held in %d of %d runs at %.3g req/s",
+                 sum(s.passed for s in again), len(again), best.load)
+        high = best.load
+        shrink = spec.expand_factor  # that rate passed once: the capacity is close below
+        below = [s for s in steps if s.passed and s.kind not in ("repeat", "burst")
+                 and s.load < high]
+        best = max(below, key=lambda s: s.load, default=None)
+        if len(steps) >= spec.max_steps:
+            break
+    low = best.load if best else None
+    return Result(low or 0.0, low, high, steps, best, stopped, spread)
+
+
+def violations(summary: Mapping[str, Any], slos: Mapping[str, float],
+               min_success_rate: float) -> list[str]:
+    """The SLOs a step broke, e.g. `ttft_p95_ms 812>500`; an empty list is a pass."""
+    out = []
+    total = summary.get("completed", 0) + summary.get("failed", 0)
+    rate = summary.get("completed", 0) / total if total else 0.0
+    if rate < min_success_rate:
+        out.append(f"success_rate {rate:.3f}<{min_success_rate:g}")
+    if summary.get("truncated"):
+        out.append("truncated by max_duration_s")
+    for key, limit in slos.items():
+        value = summary.get(latency_key(key.removesuffix("_ms")))
+        if value is None or value > limit:
+            out.append(f"{key} {value if value is None else round(value, 1)}>{limit:g}")
+    return out
+
+
+def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
+    """The capacity as stored with a trial: rates, throughputs at capacity, bracket, steps.
+
+    Throughputs at capacity are the rate times the workload's mean tokens per request,
+    so they do not depend on how quickly a short step's last requests drained.
+    """
+    best = result.best.summary if result.best else {}
+    done = best.get("completed") or 0
+    out_per = (best.get("total_output_tokens") or 0) / done if done else 0.0
+    in_per = (best.get("total_input_tokens") or 0) / done if done else 0.0
+    rate = result.request_rate
+    return {
+        "request_throughput": rate,
+        "output_throughput": rate * out_per,
+        "total_token_throughput": rate * (in_per + out_per),
+        "low": result.low, "high": result.high,
+        "max_request_throughput": result.steps[0].achieved_rps
+        if result.steps and result.steps[0].kind == "burst" else None,
+        "saturated": result.low is not None and result.high is None,
+        "bracket": result.bracket, "spread": result.spread,
+        "uncertainty": result.uncertainty, "stopped": result.stopped,
+        "tolerance": spec.capacity.tolerance,
+        "step_s": spec.capacity.min_step_s,
+        "window": [spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
+        "bottleneck": limiting(result).bottleneck or None,
+        "bottleneck_step": limiting(result).index,
+        "steps": [s.record() for s in result.steps],
+    }
+
+
+def limiting(result: Result) -> Step:
+    """The step that shows what limits capacity: the gentlest failing step above it (the
+    limit bites there), else the step at capacity, else the burst."""
+    above = [s for s in result.steps if not s.passed and (result.low is None
+                                                         or s.load > result.low)]
+    failing = min(above, key=lambda s: s.load, default=None)
+    return failing or result.best or result.steps[0]  # a search always has a step
+
+
+def interval(cap: Mapping[str, Any]) -> tuple[float, float]:
+    """Where the true capacity lies (requests/s): the bracket widened by the spread."""
+    low = cap.get("low") or 0.0
+    high = cap.get("high") if cap.get("high") is not None else low
+    spread = cap.get("spread") or 0.0
+    return low * (1 - spread), high * (1 + spread)
+
+
+def of(t: FrozenTrial) -> dict[str, Any] | None:
+    """A trial's capacity record, if it ran in capacity mode."""
+    return (t.user_attrs.get("metrics") or {}).get("capacity")
+
+
+def overrides(t: FrozenTrial, defaults: Mapping[str, Any]) -> int:
+    """How many flags the trial sets to other than `defaults` (vLLM's own defaults and the
+    scenario's fixed flags): 0 for vLLM's defaults."""
+    return sum(1 for k, v in (t.user_attrs.get("flags") or {}).items()
+               if k not in defaults or defaults[k] != v)
+
+
+def tied(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Capacities whose uncertainty intervals overlap cannot be told apart."""
+    (alo, ahi), (blo, bhi) = interval(a), interval(b)
+    return alo <= bhi and blo <= ahi
+
+
+def pick(candidates: Sequence[FrozenTrial], score: Callable[[FrozenTrial], float],
+         defaults: Mapping[str, Any]) -> FrozenTrial | None:
+    """The best by `score`, except that among trials whose capacity is tied with the best's,
+    the one with the fewest overrides of vLLM's defaults wins (then the higher score)."""
+    best = max(candidates, key=score, default=None)
+    if best is None or of(best) is None:
+        return best
+    ties = [t for t in candidates if of(t) is not None and tied(of(t), of(best))]
+    return min(ties, key=lambda t: (overrides(t, defaults), -score(t)))
+
+
+def summary_of(result: Result) -> dict[str, Any]:
+    """The figures the trial is scored on: the step at capacity, else the gentlest failure."""
+    if result.best is not None:
+        return dict(result.best.summary)
+    tried = [s for s in result.steps if s.summary]
+    gentlest = min(tried, key=lambda s: s.load, default=None)
+    return dict(gentlest.summary) if gentlest else {}
+
+
+def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
+          run: loadgen.RunResult, sampler: probes.Sampler, cap: CapacitySpec,
+          slos: Mapping[str, float]) -> Step:
+    """A step's verdict: the SLOs on its steady window and no backlog growing through it.
+
+    The burst (everything at once) has no steady state and is judged whole.
+    """
+    if rate is None or run.send_s <= 0:
+        summary, win, grew = whole, None, None
+    else:
+        win = steady.window(run.t0, run.send_s, cap.ramp_fraction, cap.tail_fraction)
+        inside = steady.arrived_in(run.results, win)
+        summary = metrics.summarize(inside, win.seconds) if inside else dict(whole)
+        summary.update(probes=sampler.summary(win.start, win.end).as_dict(),
+                       client=run.lag, truncated=whole.get("truncated"),
+                       workload=whole.get("workload"), whole={
+                           k: whole.get(k) for k in ("completed", "failed", "duration",
+                                                     "request_throughput",
+                                                     "output_throughput")})
+        grew = steady.backlog(run.results, win,
+                              running=sampler.series("vllm:num_requests_running"))
+    broken = violations(summary, slos, cap.min_success_rate)
+    if grew is not None and grew.grows(cap.backlog_limit):
+        broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals)")
+    figures = slo_figures(summary, slos)
+    figures["preemptions"] = (summary.get("probes") or {}).get("preemptions", 0)
+    seen = summary.get("probes") or {}
+    limit = bottleneck.attribute(seen, run.lag)
+    read = {k: round(v, 2) if isinstance(v, float) else v for k, v in seen.items()
+            if k in LOAD_FIGURES}
+    return Step(index, kind, rate, not broken, whole.get("request_throughput", 0.0),
+                whole.get("output_throughput", 0.0), broken,
+                whole.get("completed", 0) + whole.get("failed", 0), figures,
+                summary=summary, whole=slo_figures(whole, slos),
+                window_s=round(win.seconds, 3) if win else None,
+                backlog=grew.as_dict() if grew else {}, bottleneck=limit.as_dict(),
+                probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}})
+
+
+def slo_figures(summary: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:
+    """The SLO metrics of a summary, rounded, e.g. {"ttft_p95_ms": 312.5}."""
+    return {k: round(summary[latency_key(k.removesuffix("_ms"))], 3) for k in slos
+            if summary.get(latency_key(k.removesuffix("_ms"))) is not None}
+
+
+async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
+    """Wait until the engine has nothing running or waiting; seconds waited."""
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10),
+                                     trust_env=False) as http:
+        while time.monotonic() - t0 < timeout_s:
+            try:
+                async with http.get(url + "/metrics") as resp:
+                    values = prometheus.scrape(await resp.text(), prometheus.PROBED)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError):
+                values = {}
+            if values and values.get("vllm:num_requests_running", 1) == 0 \
+                    and values.get("vllm:num_requests_waiting", 1) == 0:
+                break
+            await asyncio.sleep(poll_s)
+    return time.monotonic() - t0
+
+
+def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
+           slos: Mapping[str, float], pids: Callable[[], list[int]] | None = None,
+           should_stop: StopRule | None = None) -> dict[str, Any]:
+    """Find the capacity of the engine behind `target`; the result is a bench summary
+    (of the step at capacity) with a `capacity` record."""
+    cap = spec.capacity
+    tokenizer = Tokenizer(tokenizer_model) if spec.kind in ("random", "chat") else None
+    count = "conversations" if spec.kind == "chat" else "num_requests"
+    base_n = getattr(spec, count)
+
+    def measure(kind: str, rate: float | None, index: int) -> Step:
+        waited = asyncio.run(wait_idle(target.url, cap.idle_timeout_s))
+        n = base_n
+        if rate is not None:  # long enough to be measured, short enough at low rates
+            n = max(base_n, math.ceil(rate * cap.min_step_s))
+            n = min(n, max(4, math.floor(rate * cap.max_step_s)))
+        step_spec = spec.model_copy(update={
+            "request_rate": math.inf if rate is None else rate, count: n,
+            "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0})
+        t0 = time.monotonic()
+        whole, run, sampler = bench.step(target, step_spec, tokenizer_model=tokenizer_model,
+                                         pids=pids, offset=7919 * index, tokenizer=tokenizer)
+        step = judge(kind, rate, index, whole, run, sampler, spec.capacity, slos)
+        step.idle_wait_s = round(waited, 3)
+        step.duration_s = round(time.monotonic() - t0, 3)
+        log.info("capacity step %d (%s): %s -> %.3g req/s, %s; %s", index, kind,
+                 "burst" if rate is None else f"{rate:.3g} req/s", step.achieved_rps,
+                 "pass" if step.passed else "fail: " + ", ".join(step.violations),
+                 step.bottleneck.get("text", ""))
+        return step
+
+    result = plan(measure, cap, should_stop)
+    summary = summary_of(result)
+    summary["capacity"] = record(result, spec)
+    return summary
+
+
+def step_rows(cap: Mapping[str, Any], slo_keys: Sequence[str]) -> list[list[str]]:
+    """A table of the steps for a terminal: step, kind, offered, achieved, SLO figures of
+    the judged window, backlog growth, what limited the step, verdict."""
+    rows = []
+    for s in cap.get("steps", []):
+        offered = "burst" if s["rate"] is None else f"{s['rate']:.3g}"
+        figs = [f"{s['figures'].get(k, float('nan')):.1f}" for k in slo_keys]
+        grew = s.get("backlog") or {}
+        rows.append([str(s["index"]), s["kind"], offered, f"{s['achieved_rps']:.3g}",
+                     f"{s['output_throughput']:.1f}", *figs,
+                     f"{s['figures'].get('preemptions', 0):g}",
+                     f"{grew['share']:+.0%}" if grew else "-",
+                     (s.get("bottleneck") or {}).get("kind", "-"),
+                     "pass" if s["passed"] else "fail"])
+    return rows
+
+
+def limiting_probes(cap: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe figures of the step that named the capacity's bottleneck."""
+    index = cap.get("bottleneck_step")
+    steps = cap.get("steps") or []
+    return dict(steps[index].get("probes") or {}) if index is not None and index < len(steps) \
+        else {}
+
+
+def limit_text(cap: Mapping[str, Any]) -> str | None:
+    """What limited the capacity, in words (None for records made before attribution)."""
+    found = cap.get("bottleneck")
+    return found.get("text") if isinstance(found, Mapping) else None
+
+
+def describe(cap: Mapping[str, Any]) -> str:
+    """One line: `3.2 req/s (2.9-3.4, ±5.0 %)` or why there is no capacity."""
+    if not cap.get("low"):
+        high = cap.get("high")
+        return "no rate met the SLOs" + (f" (fails at {high:.3g} req/s)" if high else "")
+    lo, hi = interval(cap)
+    text = f"{cap['request_throughput']:.3g} req/s ({lo:.3g}-{hi:.3g}"
+    text += f", ±{cap['uncertainty']:.1%})" if cap.get("uncertainty") else ")"
+    if cap.get("saturated"):
+        text += ", a floor: the SLOs held at every rate tried"
+    if cap.get("stopped"):
+        text += f", stopped: {cap['stopped']}"
+    return text

@@ -1,0 +1,8 @@
+"""The results layer: the read side of a study, for people and deployments.
+
+Public API: `show.open_existing` and `show.summary` (a study's trials as rows and figures),
+`views` (the terminal tables), `report` (plotly figures), `reportpage.write` (one offline
+HTML page), `export.render` (CLI, vLLM YAML, compose, Kubernetes or JSON for one trial).
+
+Reads trials through `autotune.tuning.record.TrialRecord`; never imports the CLI.
+"""

@@ -1,0 +1,212 @@
+"""Export a measured configuration to a deployment: CLI, vLLM YAML, compose, Kubernetes, JSON.
+
+Only feasible completed trials can be exported (SLOs met, quality guardrail
+passed). Every artifact carries the figures it was chosen on and the study and
+trial it came from, in comments where the format allows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+import yaml
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.config import latency_key
+from autotune.errors import ConfigError
+from autotune.flags import to_args
+from autotune.measure import capacity
+from autotune.tuning import crosscheck, paired
+from autotune.tuning.study import not_overrides, reference_name
+
+POLICIES = ("max-throughput", "min-latency", "balanced")
+FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
+PORT = 8000
+
+
+def feasible(study: optuna.Study) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("feasible") and t.user_attrs.get("measures")]
+
+
+def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
+           slos: Mapping[str, float] | None = None) -> FrozenTrial:
+    """The trial to export: a given number, or the best feasible one under a policy."""
+    if trial is not None:
+        trials = study.get_trials(deepcopy=False)
+        if not 0 <= trial < len(trials):
+            raise ConfigError(f"export: no trial {trial} (the study has {len(trials)})")
+        t = trials[trial]
+        if t.state != TrialState.COMPLETE or not t.user_attrs.get("feasible"):
+            raise ConfigError(f"export: trial {trial} is not a feasible completed trial "
+                              f"({t.state.name.lower()} {t.user_attrs.get('reason', '')}); "
+                              "only configurations that met the SLOs and the guardrail ship")
+        return t
+    if policy not in POLICIES:
+        raise ConfigError(f"export: unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
+    candidates = [t for t in feasible(study) if _meets(t, slos or {})]
+    if not candidates:
+        raise ConfigError("export: no feasible completed trial meets "
+                          + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
+                             or "the study's constraints"))
+    fixed = not_overrides(study)  # capacities within noise are ties: fewer overrides win
+    if policy == "max-throughput":
+        return capacity.pick(candidates, lambda t: t.user_attrs["measures"]["throughput"],
+                             fixed)
+    if policy == "min-latency":
+        return min(candidates, key=lambda t: t.user_attrs["measures"]["latency_ms"])
+    if len(study.directions) == 1:
+        return capacity.pick(candidates, lambda t: t.values[0], fixed)
+    # Pareto studies: the best throughput per unit of latency.
+    return max(candidates, key=lambda t: math.log(t.user_attrs["measures"]["throughput"])
+               - math.log(t.user_attrs["measures"]["latency_ms"]))
+
+
+def _meets(t: FrozenTrial, slos: Mapping[str, float]) -> bool:
+    metrics = t.user_attrs.get("metrics") or {}
+    for key, limit in slos.items():
+        try:
+            value = metrics.get(latency_key(key.removesuffix("_ms")))
+        except ValueError as err:
+            raise ConfigError(f"export: --slo {key}: {err}") from None
+        if value is None or value > limit:
+            return False
+    return True
+
+
+def facts(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
+    """What the export says about where it came from and what was measured."""
+    m = t.user_attrs.get("metrics") or {}
+    q = t.user_attrs.get("quality") or {}
+    return {
+        "study": study.study_name, "trial": t.number,
+        "baseline": t.user_attrs.get("baseline"),
+        "engine": t.user_attrs.get("engine_version"),
+        "device": (t.user_attrs.get("device") or {}).get("name"),
+        "gain_over_defaults": t.user_attrs.get("gain"),
+        "gain_over": reference_name(study),
+        "output_throughput": m.get("output_throughput"),
+        "request_throughput": m.get("request_throughput"),
+        "median_ttft_ms": m.get("median_ttft_ms"), "p95_ttft_ms": m.get("p95_ttft_ms"),
+        "median_tpot_ms": m.get("median_tpot_ms"),
+        "memory_mib": (t.user_attrs.get("measures") or {}).get("memory_mib"),
+        "quality_drift": q.get("drift"), "quality_passed": q.get("passed"),
+        "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
+        "validation": paired.compact(t.user_attrs.get("validation")),
+        "validation_vllm": crosscheck.compact(t.user_attrs.get(crosscheck.KEY)),
+        "capacity": capacity.describe(m["capacity"]) if m.get("capacity") else None,
+    }
+
+
+def _comment(f: Mapping[str, Any]) -> list[str]:
+    def num(v: Any, spec: str) -> str:
+        return "-" if v is None else format(v, spec)
+
+    return [
+        f"autotune: study {f['study']}, trial {f['trial']}"
+        + (f" ({f['baseline']})" if f["baseline"] else "")
+        + f", {f['engine']} on {f['device']}",
+        f"measured: {num(f['output_throughput'], '.1f')} output tok/s, "
+        f"{num(f['request_throughput'], '.2f')} req/s, TTFT p50/p95 "
+        f"{num(f['median_ttft_ms'], '.1f')}/{num(f['p95_ttft_ms'], '.1f')} ms, TPOT p50 "
+        f"{num(f['median_tpot_ms'], '.2f')} ms, memory {num(f['memory_mib'], '.0f')} MiB",
+        f"gain over {f['gain_over']} {num(f['gain_over_defaults'], '+.1%')}; quality drift "
+        f"{num(f['quality_drift'], '.4f')} nats ("
+        + ("passed" if f["quality_passed"] else "not checked") + ")",
+    ] + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
+      + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else []) \
+      + ([f"re-measured: {crosscheck.headline(f['validation_vllm'])}"]
+         if f.get("validation_vllm") else [])
+
+
+def render(study: optuna.Study, t: FrozenTrial, fmt: str, model: str,
+           image: str | None = None) -> str:
+    """The artifact for trial `t` in format `fmt`."""
+    flags: dict[str, Any] = dict(t.user_attrs.get("flags") or {})
+    env: dict[str, str] = dict(t.user_attrs.get("env") or {})
+    f = facts(study, t)
+    notes = _comment(f)
+    args = to_args(flags)
+    version = str(f["engine"] or "").rsplit("-", 1)[-1]
+    image = image or (f"vllm/vllm-openai:v{version}" if version[:1].isdigit()
+                      else "vllm/vllm-openai:latest")
+    if fmt == "cli":
+        lines = [*(f"# {n}" for n in notes)]
+        groups = [" ".join(shlex.quote(a) for a in to_args({k: v})) for k, v in flags.items()]
+        lines += [" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+                  + (" " if env else "") + "vllm serve " + shlex.quote(model)
+                  + "".join(f" \\\n    {g}" for g in groups)]
+        return "\n".join(lines) + "\n"
+    if fmt == "vllm-yaml":
+        head = [*(f"# {n}" for n in notes), f"# use: vllm serve {model} --config THIS_FILE"]
+        body = yaml.safe_dump(flags, sort_keys=False, allow_unicode=True) if flags else "{}\n"
+        return "\n".join(head) + "\n" + body
+    if fmt == "json":
+        return json.dumps({**f, "model": model, "flags": flags, "env": env,
+                           "command": ["vllm", "serve", model, *args]}, indent=2) + "\n"
+    if fmt == "compose":
+        return _compose(notes, model, args, env, image)
+    if fmt == "k8s":
+        return _k8s(notes, model, args, env, image, f)
+    raise ConfigError(f"export: unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+def _compose(notes: list[str], model: str, args: list[str], env: dict[str, str],
+             image: str) -> str:
+    service = {
+        "image": image,
+        "command": [model, "--host", "0.0.0.0", "--port", str(PORT), *args],
+        "ports": [f"{PORT}:{PORT}"],
+        "ipc": "host",
+        "environment": env or None,
+        "deploy": {"resources": {"reservations": {"devices": [
+            {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]}}},
+        "healthcheck": {"test": ["CMD", "curl", "-fsS", f"http://localhost:{PORT}/health"],
+                        "interval": "15s", "timeout": "5s", "retries": 3,
+                        "start_period": "300s"},
+    }
+    doc = {"services": {"vllm": {k: v for k, v in service.items() if v is not None}}}
+    return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _k8s(notes: list[str], model: str, args: list[str], env: dict[str, str], image: str,
+         f: Mapping[str, Any]) -> str:
+    labels = {"app": "vllm", "autotune/study": str(f["study"]), "autotune/trial": str(f["trial"])}
+    startup = int(max(120, 2 * (f.get("startup_s") or 150)))  # measured start-up, doubled
+    probe = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10}
+    container = {
+        "name": "vllm", "image": image,
+        "args": [model, "--host", "0.0.0.0", "--port", str(PORT), *args],
+        "ports": [{"containerPort": PORT, "name": "http"}],
+        "env": [{"name": k, "value": v} for k, v in env.items()] or None,
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "startupProbe": {**_copy(probe), "failureThreshold": startup // 10 + 1},
+        "readinessProbe": {**_copy(probe), "failureThreshold": 3},
+        "livenessProbe": {**_copy(probe), "failureThreshold": 6},
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "vllm", "labels": dict(labels),
+                     "annotations": {"autotune/measured": " | ".join(notes)}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}},
+                 "template": {"metadata": {"labels": dict(labels)}, "spec": {
+                     "containers": [{k: v for k, v in container.items() if v is not None}],
+                     "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}}},
+    }
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "vllm", "labels": dict(labels)},
+               "spec": {"selector": {"app": "vllm"},
+                        "ports": [{"port": PORT, "targetPort": PORT, "name": "http"}]}}
+    return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump_all(
+        [deployment, service], sort_keys=False)
+
+
+def _copy(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy, so YAML writes each probe in full instead of as an alias."""
+    return json.loads(json.dumps(value))

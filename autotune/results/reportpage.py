@@ -1,0 +1,259 @@
+"""`autotune report`: the figures of `autotune.results.report` and a table of every trial in
+one HTML file that opens offline (plotly.js is inlined once, nothing is fetched)."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+import plotly.io as pio
+from optuna.trial import FrozenTrial
+from plotly.offline import get_plotlyjs
+
+from autotune.errors import ConfigError
+from autotune.measure import capacity
+from autotune.results import report, show
+from autotune.results.show import fmt, outcome, reason
+from autotune.tuning import crosscheck
+from autotune.tuning.study import reference_name
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1400px; color: #222; }
+h1 { font-size: 1.6em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+p.note { background: #f5f5f5; padding: 10px 14px; border-left: 4px solid #999; }
+table { border-collapse: collapse; font-size: 13px; width: 100%; }
+th, td { border: 1px solid #ddd; padding: 4px 6px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; position: sticky; top: 0; }
+tr.infeasible td { background: #fff0f0; } tr.pruned td, tr.fail td { color: #777; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { font-size: 12px; }
+dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; }
+dt { font-weight: 600; } dd { margin: 0; }
+"""
+# Plotly's modebar links to plotly's site; a report is read offline.
+CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _flags(flags: dict[str, Any]) -> str:
+    return " ".join(f"--{k}" if v is True else f"--no-{k}" if v is False
+                    else f"--{k} {json.dumps(v) if isinstance(v, dict) else v}"
+                    for k, v in flags.items()) or "(defaults)"
+
+
+def _validation(v: dict[str, Any] | None) -> str:
+    """`+6.2% [-3.1%, +16.4%] ×3, within noise` from a stored validation."""
+    if not v or v.get("gain") is None:
+        return ""
+    text = f"{v['gain']:+.1%}"
+    if v.get("ci_low") is not None and v.get("ci_high") is not None:
+        text += f" [{v['ci_low']:+.1%}, {v['ci_high']:+.1%}]"
+    if v.get("repeats"):
+        text += f" ×{v['repeats']}"
+    return text + (f", {v['verdict']}" if v.get("verdict") else "")
+
+
+def _capacity(t: FrozenTrial) -> tuple[str, str]:
+    """Capacity at SLO (req/s with its bracket) and the output tok/s at that rate."""
+    cap = (t.user_attrs.get("metrics") or {}).get("capacity")
+    if not cap:
+        return "", ""
+    rate = cap.get("request_throughput", cap.get("request_rate"))
+    low, high = cap.get("low"), cap.get("high")
+    if low is None:
+        text = "no rate met the SLOs"
+    elif high is None:  # the SLOs held at every rate tried: a floor
+        text = f"{fmt(rate, '.3g')} (a floor: SLOs met at every rate tried)"
+    else:
+        text = f"{fmt(rate, '.3g')} ({low:.3g}-{high:.3g})"
+    return text, fmt(cap.get("output_throughput"))
+
+
+def _beyond(t: FrozenTrial, fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """The trial's flags less the scenario's fixed ones (those hold for every trial)."""
+    return {k: v for k, v in (t.user_attrs.get("flags") or {}).items() if fixed.get(k) != v}
+
+
+Column = tuple[str, Callable[[FrozenTrial], str], bool]  # header, cell, numeric
+
+
+def columns(study: optuna.Study) -> list[Column]:
+    """The table's columns; capacity and validation only where some trial has them."""
+    ax = report.axes(study)
+    fixed = report.fixed_flags(study)
+    trials = study.get_trials(deepcopy=False)
+
+    def m(key: str, spec: str = ".1f") -> Callable[[FrozenTrial], str]:
+        return lambda t: fmt((t.user_attrs.get("measures") or {}).get(key), spec)
+
+    def q(key: str, spec: str) -> Callable[[FrozenTrial], str]:
+        return lambda t: fmt((t.user_attrs.get("quality") or {}).get(key), spec)
+
+    cols: list[Column] = [
+        ("#", lambda t: str(t.number), True),
+        ("baseline", lambda t: t.user_attrs.get("baseline") or "", False),
+        ("flags beyond the fixed ones", lambda t: _flags(_beyond(t, fixed)), False),
+        ("outcome", outcome, False),
+        ("reason", lambda t: reason(t) + (f": {t.user_attrs['detail'][:160]}"
+                                          if t.user_attrs.get("detail") else ""), False),
+        (ax.throughput_label, m("throughput"), True),
+        (ax.latency_label, m("latency_ms"), True),
+        ("memory MiB", m("memory_mib", ".0f"), True),
+        ("gain", lambda t: fmt(t.user_attrs.get("gain"), "+.1%"), True),
+        ("drift (nats)", q("drift", ".2g"), True),
+        ("agreement", q("agreement", ".3f"), True),
+        ("quality", lambda t: {True: "passed", False: "REJECTED"}.get(
+            (t.user_attrs.get("quality") or {}).get("passed"), ""), False),
+        ("start-up s", lambda t: fmt((t.user_attrs.get("timings") or {}).get("startup_s")),
+         True),
+    ]
+    if any((t.user_attrs.get("metrics") or {}).get("capacity") for t in trials):
+        cols += [("capacity req/s (bracket)", lambda t: _capacity(t)[0], True),
+                 ("capacity out tok/s", lambda t: _capacity(t)[1], True),
+                 ("limited by", lambda t: capacity.limit_text(
+                     (t.user_attrs.get("metrics") or {}).get("capacity") or {}) or "", False)]
+    if any(t.user_attrs.get(crosscheck.KEY) for t in trials):
+        cols.append(("re-measured by vllm bench serve",
+                     lambda t: crosscheck.headline(t.user_attrs[crosscheck.KEY])
+                     if t.user_attrs.get(crosscheck.KEY) else "", False))
+    if any(t.user_attrs.get("validation") for t in trials):
+        cols.append(("validated gain [95% CI] ×runs",
+                     lambda t: _validation(t.user_attrs.get("validation")), True))
+    return cols
+
+
+def trials_table(study: optuna.Study) -> str:
+    """Every trial with its outcome and reason, as an HTML table."""
+    cols = columns(study)
+    head = "".join(f"<th>{_e(name)}</th>" for name, _, _ in cols)
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        cells = "".join(f"<td{' class=num' if num else ''}>{_e(cell(t))}</td>"
+                        for _, cell, num in cols)
+        rows.append(f"<tr class='{_e(outcome(t))}' data-trial='{t.number}'>{cells}</tr>")
+    return (f"<table id='trials'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}"
+            "</tbody></table>")
+
+
+def table_html(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Plain rows (e.g. `report.best_vs_baseline` of several studies) as an HTML table."""
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+
+    def cell(v: Any) -> str:
+        return fmt(v, ".4g") if isinstance(v, float) else ("-" if v is None else str(v))
+
+    head = "".join(f"<th>{_e(k)}</th>" for k in keys)
+    body = "".join("<tr>" + "".join(f"<td>{_e(cell(row.get(k)))}</td>" for k in keys)
+                   + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _about(study: optuna.Study) -> str:
+    """What was tuned, where, against what: the context every figure needs."""
+    scenario = study.user_attrs.get("scenario") or {}
+    trials = study.get_trials(deepcopy=False)
+    first = next((t for t in trials if t.user_attrs.get("engine_version")), None)
+    counts: dict[str, int] = {}
+    for t in trials:
+        counts[outcome(t)] = counts.get(outcome(t), 0) + 1
+    o = scenario.get("objective") or {}
+    w = scenario.get("workload") or {}
+    top = report.best(study)
+    fixed = report.fixed_flags(study)
+    items = {
+        "model": ", ".join(f"{k} {v}" for k, v in (scenario.get("model") or {}).items()
+                           if v) or "-",
+        "engine, device": (f"{first.user_attrs.get('engine_version')} on "
+                           f"{(first.user_attrs.get('device') or {}).get('name')}"
+                           if first else "-"),
+        "workload": ", ".join(f"{k} {w[k]}" for k in ("kind", "num_requests", "input_len",
+                                                       "output_len", "max_concurrency",
+                                                       "request_rate", "mode") if k in w),
+        "objective": f"{o.get('mode')}, latency {o.get('latency')}, weights "
+                     f"{o.get('weights')}, SLOs {o.get('slos') or 'none'}",
+        "fixed flags": _flags(fixed),
+        "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
+        "best feasible": (f"#{top.number} {_flags(_beyond(top, fixed))}, gain "
+                          f"{fmt(top.user_attrs.get('gain'), '+.1%')} over "
+                          f"{reference_name(study)}; ship "
+                          f"it with: autotune export {study.study_name} --trial {top.number} "
+                          "--format k8s" if top else "none yet"),
+    }
+    ranking = show.ranking(trials, show.not_overrides(study))
+    tied = [r for r in ranking if r["tied"]]
+    if len(tied) > 1:
+        items["cannot separate"] = (
+            f"the top {len(tied)} configurations ("
+            + ", ".join(f"#{r['number']}" for r in tied) + ") have overlapping capacity "
+            "intervals: the study cannot tell them apart; the one with the fewest "
+            "overrides of vLLM's defaults is preferred")
+    if ranking and ranking[0].get("bottleneck"):
+        items["limited by"] = f"#{ranking[0]['number']}: {ranking[0]['bottleneck']}"
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) \
+        + "</dl>"
+
+
+def _guardrail(study: optuna.Study) -> str:
+    ref = study.user_attrs.get("reference") or {}
+    checked = [t for t in study.get_trials(deepcopy=False)
+               if "drift" in (t.user_attrs.get("quality") or {})]
+    if not checked:
+        return "<p class='note'>No trial was checked against reference outputs.</p>"
+    q = checked[-1].user_attrs["quality"]
+    th, noise = q.get("thresholds") or {}, q.get("noise") or {}
+    rejected = [f"#{t.number}" for t in checked if not t.user_attrs["quality"].get("passed")]
+    return (f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
+            f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
+            f"{fmt(noise.get('agreement'), '.3f')}. A trial passes with drift &le; "
+            f"{fmt(th.get('drift'), '.3g')} nats and agreement &ge; "
+            f"{fmt(th.get('agreement'), '.3g')}. Checked: {len(checked)} trial(s); rejected: "
+            f"{_e(', '.join(rejected) or 'none')}.</p>")
+
+
+def _figure(fig: Any, div_id: str) -> str:
+    return pio.to_html(fig, full_html=False, include_plotlyjs=False, config=CONFIG,
+                       div_id=div_id)
+
+
+def build(study: optuna.Study) -> str:
+    """The whole report as one HTML document."""
+    imp = report.importances(study)
+    sections: Sequence[tuple[str, str]] = [
+        ("Pareto front", "<p>Each point is one configuration. Lower right is better: more "
+         "throughput at lower latency; colour is the engine's peak memory. Stars and diamonds "
+         "are vLLM's defaults and the named baselines; crosses missed an SLO or the quality "
+         "guardrail; hollow circles were pruned mid-run and show their probe-phase figures."
+         "</p>" + _figure(report.pareto_figure(study), "pareto")),
+        ("Optimisation history", _figure(report.history_figure(study), "history")),
+        ("Parameter importances",
+         f"<p class='note'>{_e(imp)}</p>" if isinstance(imp, str)
+         else _figure(report.importance_figure(study), "importances")),
+        ("Parallel coordinates", "<p>Drag along an axis to select a range.</p>"
+         + _figure(report.parallel_figure(study), "parallel")),
+        ("Quality guardrail", _guardrail(study)
+         + _figure(report.guardrail_figure(study), "guardrail")),
+        ("All trials", trials_table(study)),
+    ]
+    body = "".join(f"<section><h2>{_e(title)}</h2>{content}</section>"
+                   for title, content in sections)
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>autotune report: {_e(study.study_name)}</title><style>{CSS}</style>"
+            # The whole plotly.js bundle, inlined: the report works with no network at all.
+            f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+            f"<h1>autotune report: study {_e(study.study_name)}</h1>{_about(study)}"
+            f"{body}</body></html>")
+
+
+def write(study: optuna.Study, path: Path) -> Path:
+    try:
+        path.write_text(build(study), encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"report: cannot write {path}: {err.strerror or err}") from None
+    return path

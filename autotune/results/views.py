@@ -1,0 +1,256 @@
+"""Terminal views: the live line of `autotune tune` and the table of `autotune show`."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from optuna.trial import FrozenTrial
+from rich.console import Console
+from rich.table import Table
+
+from autotune.measure import capacity
+from autotune.results.show import fmt, outcome, reason
+from autotune.tuning import crosscheck
+from autotune.tuning.paired import one_line
+from autotune.tuning.study import Progress
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def progress_line(p: Progress) -> str:
+    """`trial 3/5 | 4m12s elapsed, ~1h left | best #2 +12.3% | last #3 pruned (oom)`."""
+    parts = [f"trial {p.done}/{p.planned}", f"{_clock(p.elapsed_s)} elapsed"]
+    left = p.elapsed_s / p.done * (p.planned - p.done) if p.done else 0.0
+    if p.deadline_s is not None:
+        left = min(left, max(0.0, p.deadline_s - p.elapsed_s))
+    if p.done < p.planned:
+        parts[-1] += f", ~{_clock(left)} left"
+    if p.best is not None and p.best.user_attrs.get("gain") is not None:
+        parts.append(f"best #{p.best.number} {p.best.user_attrs['gain']:+.1%} vs defaults")
+    if p.last is not None:
+        why = reason(p.last)
+        parts.append(f"last #{p.last.number} {outcome(p.last)}" + (f" ({why})" if why else ""))
+    return " | ".join(parts)
+
+
+def _flags(flags: dict[str, Any]) -> str:
+    out = []
+    for k, v in flags.items():
+        if isinstance(v, dict):
+            v = json.dumps(v, separators=(",", ":"))
+        out.append(f"{k}={v}" if not isinstance(v, bool) else (k if v else f"no-{k}"))
+    return " ".join(out) or "(defaults)"
+
+
+def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    weighted = len(data["directions"]) == 1
+    table = Table(title=f"study {data['study']}")
+    for col in ("#", "baseline", "flags", "outcome", "reason", "tput", "latency ms",
+                "mem MiB", "drift", "gain" if weighted else "values"):
+        table.add_column(col, overflow="fold")
+    for r in data["trials"]:
+        last = fmt(r["gain"], "+.1%") if weighted else \
+            ", ".join(fmt(v, ".4g") for v in (r["values"] or []))
+        table.add_row(str(r["number"]), r["name"], _flags(r["flags"]), r["outcome"],
+                      r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
+                      fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"), last)
+    console.print(table)
+    if data.get("ranking"):
+        print_ranking(data["ranking"], console)
+    mm = data.get("memory_model") or {}
+    if mm.get("trials"):
+        console.print(f"memory model: KV capacity predicted within {mm['max_abs_error']:.1%} "
+                      f"(median {mm['median_error']:+.1%}) over {mm['trials']} launched trials; "
+                      f"{mm['not_launched']} configuration(s) pruned without launching")
+    if weighted:
+        best = data.get("best")
+        if best is None:
+            console.print("no feasible completed trial yet")
+        else:
+            console.print(f"best: trial #{best['number']} {_flags(best['flags'])}: "
+                          f"{fmt(data['best_gain'], '+.1%')} over "
+                          f"{data.get('gain_over', 'vLLM defaults')} "
+                          f"(score {fmt(best['values'][0], '.4f')})")
+    else:
+        nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
+        console.print(f"Pareto set (feasible): {nums or 'empty'}")
+    for r in data["trials"]:
+        if r.get("validation"):
+            console.print(f"validated: trial #{r['number']} {one_line(r['validation'])}")
+        if r.get("validation_vllm"):
+            console.print(f"re-measured: trial #{r['number']} "
+                          f"{crosscheck.headline(r['validation_vllm'])}")
+
+
+def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
+    """Feasible trials by capacity at SLO; `=` marks capacities within the leader's noise."""
+    table = Table(title="capacity at SLO (feasible trials)")
+    for col in ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s", "overrides",
+                "steps"):
+        table.add_column(col)
+    for i, r in enumerate(ranking, 1):
+        lo, hi = r["interval"]
+        table.add_row(f"{i}{' =' if r['tied'] and i > 1 else ''}", str(r["number"]), r["name"],
+                      fmt(r["request_throughput"], ".3g"), f"{lo:.3g}-{hi:.3g}",
+                      fmt(r["uncertainty"], ".1%"), fmt(r["output_throughput"]),
+                      str(r["overrides"]), str(r["steps"]))
+    console.print(table)
+    tied = [r for r in ranking if r["tied"]]
+    if len(tied) > 1:
+        console.print(f"the study cannot separate its top {len(tied)} configurations ("
+                      + ", ".join(f"#{r['number']}" for r in tied) + "): their capacity "
+                      "intervals overlap. = marks them; among ties the configuration with "
+                      "the fewest overrides of vLLM's defaults is preferred")
+    if ranking and ranking[0].get("bottleneck"):
+        console.print(f"#{ranking[0]['number']} is limited by: {ranking[0]['bottleneck']}")
+
+
+def print_capacity(cap: dict[str, Any], slo_keys: list[str], console: Console) -> None:
+    """The capacity line and the table of its search steps."""
+    console.print(f"capacity at SLO: {capacity.describe(cap)}; "
+                  f"{fmt(cap.get('output_throughput'))} output tok/s at that rate")
+    if limit := capacity.limit_text(cap):
+        console.print(f"limited by: {limit}")
+    table = Table(title="capacity search steps (SLO figures of each step's steady window)")
+    for col in ("step", "kind", "offered req/s", "achieved req/s", "out tok/s", *slo_keys,
+                "preempt", "backlog", "limit", "verdict"):
+        table.add_column(col, justify="right")
+    for row in capacity.step_rows(cap, slo_keys):
+        table.add_row(*row)
+    console.print(table)
+
+
+def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
+    """One trial in full: configuration, outcome, key figures, quality and worst prompts."""
+    console = console or Console()
+    a = t.user_attrs
+    console.print(f"trial #{t.number} {a.get('baseline') or ''}: {outcome(t)}"
+                  + (f" ({reason(t)})" if reason(t) else ""))
+    console.print("command: " + " ".join(str(x) for x in a.get("command") or []))
+    if a.get("detail"):
+        console.print(f"detail: {a['detail']}")
+    console.print(f"engine: {a.get('engine_version', '-')} on {(a.get('device') or {}).get('name')}"
+                  f"; log {a.get('log_path', '-')}")
+    if a.get("timings"):
+        console.print("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
+                                           for k, v in a["timings"].items()))
+    m = a.get("metrics") or {}
+    if m:
+        console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "
+                      f"{fmt(m.get('request_throughput'), '.2f')} req/s; TTFT p50/p95 "
+                      f"{fmt(m.get('median_ttft_ms'))}/{fmt(m.get('p95_ttft_ms'))} ms; TPOT p50 "
+                      f"{fmt(m.get('median_tpot_ms'), '.2f')} ms; completed {m.get('completed')}"
+                      f", failed {m.get('failed')}")
+    if m.get("capacity"):
+        print_capacity(m["capacity"], [k for k in m["capacity"]["steps"][0]["figures"]
+                                       if k.endswith("_ms")], console)
+    v = a.get("validation")
+    if v:
+        console.print(f"validation: {one_line(v)}; {v.get('when')}, {v.get('engine_version')}")
+        for name, m in (v.get("per_metric") or {}).items():
+            if name != "score":
+                ci = "no CI" if m["ci_low"] is None else \
+                    f"95% CI {_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
+                console.print(f"  {m['key']}: {_ratio(m['ratio'])} of #{v['against']} ({ci}, "
+                              f"{m['better']} is better)")
+    vv = a.get(crosscheck.KEY)
+    if vv:
+        console.print(f"capacity re-measured: {crosscheck.headline(vv)}; {vv.get('when')}, "
+                      f"{vv.get('engine_version')}")
+        if vv.get("workload_note"):
+            console.print(f"  {vv['workload_note']}")
+    q = a.get("quality")
+    if q and "drift" in q:
+        th = q.get("thresholds") or {}
+        console.print(f"quality: {'passed' if q.get('passed') else 'REJECTED'}; drift "
+                      f"{q['drift']:.4f} nats (max {fmt(th.get('drift'), '.4f')}), agreement "
+                      f"{q['agreement']:.3f} (min {fmt(th.get('agreement'), '.3f')}), "
+                      f"common prefix {q['prefix_ratio']:.3f}; noise floor drift "
+                      f"{(q.get('noise') or {}).get('drift', 0):.4f}")
+        for w in q.get("worst") or []:
+            console.print(f"  prompt {w['prompt']} ({w['prompt_text']!r}): drift "
+                          f"{w['drift']:.4f}, similarity {w['similarity']:.2f}, diverges at "
+                          f"token {w['diverges_at']}")
+            console.print(f"    reference: {w['reference'][:120]!r}")
+            console.print(f"    this run:  {w['output'][:120]!r}")
+
+
+def validation_run(i: int, n: int, r: dict[str, Any]) -> str:
+    """`run 3/6: trial #0 (baseline): throughput 410.2, latency 88.1 ms, start-up 27.4 s`."""
+    return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): throughput "
+            f"{fmt(r['throughput'])}, latency {fmt(r['latency_ms'])} ms, start-up "
+            f"{fmt(r.get('startup_s'))} s")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}x"
+
+
+def print_validation(v: dict[str, Any], console: Console | None = None) -> None:
+    """The runs of a validation, the candidate/baseline ratio of each metric with its 95 %
+    CI, and the headline gain."""
+    console = console or Console()
+    keys = {name: m["key"] for name, m in v["per_metric"].items()}
+    runs = Table(title=f"validation: trial #{v['candidate']} against #{v['against']}, "
+                 f"{v['repeats']} pair(s), alternating, a fresh engine each run")
+    for col in ("run", "trial", "role", keys.get("throughput", "throughput"),
+                keys.get("latency_ms", "latency ms"), "mem MiB", "start-up s"):
+        runs.add_column(col, overflow="fold")
+    for i, r in enumerate(v["runs"], 1):
+        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r["throughput"]),
+                     fmt(r["latency_ms"]), fmt(r.get("memory_mib"), ".0f"),
+                     fmt(r.get("startup_s")))
+    console.print(runs)
+    gains = Table(title="candidate / baseline (geometric mean over the pairs)")
+    for col in ("metric", "baseline", "candidate", "ratio", "95% CI", "better"):
+        gains.add_column(col, overflow="fold")
+    for m in v["per_metric"].values():
+        if m["key"] == "weighted score":  # a mean log-ratio: exp() is its ratio
+            m = {**m, "ratio": math.exp(m["mean"]),
+                 **{k: None if m[k] is None else math.exp(m[k]) for k in ("ci_low", "ci_high")}}
+        ci = "-" if m["ci_low"] is None else f"{_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
+        gains.add_row(m["key"], fmt(m.get("baseline_mean")), fmt(m.get("candidate_mean")),
+                      _ratio(m["ratio"]), ci, m["better"])
+    console.print(gains)
+    if v["ci_low"] is None:
+        console.print("one pair: no confidence interval (use --repeats 2 or more)")
+    console.print(f"validated gain of trial #{v['candidate']}: {one_line(v)}")
+
+
+def validation_vllm_run(i: int, n: int, r: dict[str, Any]) -> str:
+    """`run 3/6: trial #0 (baseline): 12.3 req/s (12.1-13.0), 6 steps, start-up 27.4 s`."""
+    high = "-" if r.get("high") is None else f"{r['high']:.3g}"
+    return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): capacity "
+            f"{fmt(r['capacity'], '.3g')} req/s (passes {fmt(r.get('low'), '.3g')}, fails "
+            f"{high}), {len(r.get('steps') or [])} steps, start-up {fmt(r.get('startup_s'))} s")
+
+
+def print_validation_vllm(v: dict[str, Any], console: Console | None = None) -> None:
+    """Each run's capacity and bracket by `vllm bench serve`, then the ratio with its 95 %
+    interval next to the study's own ratio."""
+    console = console or Console()
+    runs = Table(title=f"capacity at SLO by vllm bench serve: trial #{v['candidate']} against "
+                 f"#{v['against']}, {v['repeats']} pair(s), alternating, a fresh engine each "
+                 f"run, {v['step_s']:g}-s steps")
+    for col in ("run", "trial", "role", "req/s", "passes", "fails", "bracket", "steps",
+                "start-up s"):
+        runs.add_column(col, overflow="fold")
+    for i, r in enumerate(v["runs"], 1):
+        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r["capacity"], ".3g"),
+                     fmt(r.get("low"), ".3g"), fmt(r.get("high"), ".3g"),
+                     fmt(r.get("bracket"), ".1%"), str(len(r.get("steps") or [])),
+                     fmt(r.get("startup_s")))
+    console.print(runs)
+    if v.get("workload_note"):
+        console.print(v["workload_note"])
+    if v.get("ci_low") is None and v.get("ratio") is not None:
+        console.print("one pair: no confidence interval (use --repeats 2 or more)")
+    console.print(f"capacity of trial #{v['candidate']} / #{v['against']}: "
+                  f"{crosscheck.headline(v)}")

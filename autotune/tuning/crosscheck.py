@@ -1,0 +1,233 @@
+"""`autotune validate --client vllm`: re-measure a gain with `vllm bench serve`.
+
+A study ranks configurations with autotune's own load generator. Before a gain is
+quoted, the candidate and the baseline are launched again, alternating, each on a
+fresh engine started as the study's trials are, and each one's capacity at SLO is
+searched with vLLM's own client at sustained steps (`autotune.measure.vllmbench`). The
+ratio candidate/baseline comes with a 95 % interval from the pairs' log-ratios and
+is stored on the candidate as `user_attrs["validation_vllm"]`, beside (never in
+place of) the autotune-client validation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.config import Scenario
+from autotune.engine import gpu
+from autotune.engine.ballast import Ballast
+from autotune.engine.info import installed
+from autotune.engine.server import Server
+from autotune.errors import ConfigError, EngineError
+from autotune.measure import capacity, vllmbench
+from autotune.tuning import paired, prune, validate
+from autotune.tuning import study as study_mod
+
+KEY = "validation_vllm"
+# A re-check starts at the study's capacity and moves by this factor from there.
+START_FACTOR = 1.25
+CLIENT = "vllm bench serve"
+REPEATS = 3
+
+
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Capacity ratio candidate/baseline over the pairs, with its 95 % interval (pure).
+
+    The ratio is None when a run met the SLOs at no rate (a ratio to 0 means nothing).
+    """
+    base = sorted((r for r in runs if r["role"] == "baseline"), key=lambda r: r["pair"])
+    cand = sorted((r for r in runs if r["role"] == "candidate"), key=lambda r: r["pair"])
+    if not base or len(base) != len(cand):
+        raise ValueError("validation needs one baseline and one candidate run per pair")
+    out: dict[str, Any] = {
+        "baseline_mean": sum(r["capacity"] for r in base) / len(base),
+        "candidate_mean": sum(r["capacity"] for r in cand) / len(cand),
+        "pairs": len(base), "ratio": None, "ci_low": None, "ci_high": None}
+    logs = paired.log_ratios([r["capacity"] for r in cand], [r["capacity"] for r in base])
+    if logs is not None:
+        out.update({k: v for k, v in paired.ratio(logs, "higher").items() if k != "better"})
+    return out
+
+
+def verdict(v: Mapping[str, Any]) -> str:
+    """Plain words: a gain only when the whole 95 % interval lies above 1."""
+    if v.get("ratio") is None:
+        return "no ratio: a run met the SLOs at no rate"
+    low, high = v.get("ci_low"), v.get("ci_high")
+    if low is None or high is None:
+        return "one pair, no interval: no gain shown"
+    if low > 1:
+        return "gain"
+    if high < 1:
+        return "loss"
+    return "within noise (the interval includes 1): no gain shown"
+
+
+def study_ratio(candidate: FrozenTrial, against: FrozenTrial) -> float | None:
+    """candidate/baseline capacity as the study itself measured it (autotune's steps)."""
+    c, b = capacity.of(candidate), capacity.of(against)
+    if not c or not b or not b.get("request_throughput"):
+        return None
+    return c["request_throughput"] / b["request_throughput"]
+
+
+def headline(v: Mapping[str, Any]) -> str:
+    """`autotune's steps: 1.24x; vllm bench serve: 1.02x (0.97-1.08), within noise ...`."""
+    ours = v.get("study_ratio")
+    theirs = "-" if v.get("ratio") is None else f"{v['ratio']:.3g}x"
+    if v.get("ci_low") is not None and v.get("ci_high") is not None:
+        theirs += f" ({v['ci_low']:.3g}-{v['ci_high']:.3g})"
+    return (f"autotune's steps: {'-' if ours is None else f'{ours:.3g}x'}; {CLIENT}: "
+            f"{theirs}, {v.get('verdict') or verdict(v)} (vs #{v.get('against')}, "
+            f"{v.get('repeats')} pair(s) of {v.get('step_s', 0):g}-s steps)")
+
+
+def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The headline of a stored re-check without its runs, for tables and exports."""
+    if not v:
+        return None
+    keys = ("ratio", "ci_low", "ci_high", "study_ratio", "verdict", "repeats", "against",
+            "step_s", "client", "when")
+    return {k: v.get(k) for k in keys}
+
+
+def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repeats: int,
+        out_dir: Path, *, step_s: float = vllmbench.STEP_S, gpus: list[int] | None = None,
+        on_run: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
+    store and return the re-check. Nothing is stored unless every run measured a capacity.
+
+    On one device the runs alternate (baseline, candidate, ...). With two `gpus` each pair
+    runs side by side, one configuration per GPU, swapped every pair, so a difference
+    between the two devices cancels out and a pair costs the time of one run.
+    Each run's search starts at the capacity the study reported for that trial and moves
+    by 1.25x from there: its steps are spent around the figure being re-checked.
+    """
+    if repeats < 1:
+        raise ConfigError(f"validate: --repeats must be at least 1 (got {repeats})")
+    if not step_s > 0:
+        raise ConfigError(f"validate: --step-seconds must be positive (got {step_s:g})")
+    scenario = validate.scenario_of(study)
+    if not scenario.objective.slos:
+        raise ConfigError("validate --client vllm measures capacity at SLO, and the study's "
+                          "objective has no slos")
+    note = vllmbench.dataset_args(scenario.workload)[1]  # refuses a workload it cannot send
+    model = study_mod.resolve_model(scenario)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    where = out_dir / "validate-vllm" / f"{candidate.number}-vs-{against.number}-{stamp}"
+    order = validate.schedule(repeats)
+    runs: list[dict[str, Any]] = []
+    side_by_side = gpus is not None and len(gpus) >= 2
+    if side_by_side:
+        assert gpus is not None
+        helper_s, client_version = _side_by_side(scenario, model, candidate, against, order,
+                                                 where, step_s, gpus[:2], runs, on_run)
+    else:
+        index = gpus[0] if gpus else None
+        idle_mib = gpu.Monitor(index).used_mib()  # None without a GPU
+        with vllmbench.Helper(where / "vllmbench.log") as helper:
+            for i, (pair, role) in enumerate(order):
+                t = candidate if role == "candidate" else against
+                prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s, index)
+                record = {"trial": t.number, "role": role, "pair": pair, "gpu": index,
+                          **_measure(helper, scenario, model, t,
+                                     where / f"{i + 1:02d}-{role}", step_s,
+                                     f"run {i + 1} ({role}, trial #{t.number})", index)}
+                runs.append(record)
+                if on_run is not None:
+                    on_run(i + 1, len(order), record)
+            helper_s, client_version = helper.start_s, helper.version
+    device = gpu.device()
+    result = {"client": CLIENT, "repeats": repeats, "against": against.number,
+              "candidate": candidate.number, "step_s": step_s,
+              "min_prompts": vllmbench.MIN_PROMPTS, "workload_note": note,
+              **summarise(runs), "study_ratio": study_ratio(candidate, against), "runs": runs,
+              "engine_version": "-".join(installed()), "client_vllm": client_version,
+              "device": {"name": device.name, "memory_mib": device.memory_mib} if device
+              else {"name": "cpu"},
+              "helper_start_s": helper_s,
+              "order": f"pairs side by side on GPUs {gpus[0]} and {gpus[1]}, swapped every "
+              "pair" if side_by_side and gpus else "alternating, baseline first",
+              "dir": str(where),
+              "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    result["verdict"] = verdict(result)
+    with study_mod._no_interrupts():  # a Ctrl-C now must not lose the runs
+        validate.store(study, candidate, KEY, result)
+    return result
+
+
+def _side_by_side(scenario: Scenario, model: str, candidate: FrozenTrial,
+                  against: FrozenTrial, order: list[tuple[int, str]], where: Path,
+                  step_s: float, gpus: list[int], runs: list[dict[str, Any]],
+                  on_run: Callable[[int, int, dict[str, Any]], None] | None
+                  ) -> tuple[float | None, str | None]:
+    """Each pair's two runs at once, one per GPU (one vLLM client helper per GPU)."""
+    idle = {g: gpu.Monitor(g).used_mib() for g in gpus}
+    with vllmbench.Helper(where / f"vllmbench-gpu{gpus[0]}.log") as h0, \
+            vllmbench.Helper(where / f"vllmbench-gpu{gpus[1]}.log") as h1:
+        helpers = {gpus[0]: h0, gpus[1]: h1}
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for pair in sorted({p for p, _ in order}):
+                placed = {"candidate": gpus[pair % 2], "baseline": gpus[(pair + 1) % 2]}
+                futures = {}
+                for role, g in placed.items():
+                    t = candidate if role == "candidate" else against
+                    i = order.index((pair, role))
+                    prune.wait_gpu_released(idle[g], scenario.prune.gpu_release_timeout_s, g)
+                    futures[role] = (t, g, pool.submit(
+                        _measure, helpers[g], scenario, model, t,
+                        where / f"{i + 1:02d}-{role}-gpu{g}", step_s,
+                        f"run {i + 1} ({role}, trial #{t.number}, GPU {g})", g))
+                for role in ("baseline", "candidate"):
+                    t, g, future = futures[role]
+                    record = {"trial": t.number, "role": role, "pair": pair, "gpu": g,
+                              **future.result()}
+                    runs.append(record)
+                    if on_run is not None:
+                        on_run(len(runs), len(order), record)
+        return max(h0.start_s or 0, h1.start_s or 0), h0.version
+
+
+def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: FrozenTrial,
+             run_dir: Path, step_s: float, what: str, device: int | None = None
+             ) -> dict[str, Any]:
+    """One fresh engine with the trial's flags, launched as `trial.run` launches it
+    (the scenario's env, hardware emulation with its ballast), on `device` when given,
+    and its capacity by vLLM's client, searched from the capacity the study reported."""
+    flags = dict(t.user_attrs["flags"])
+    launch = prune.emulate(flags, scenario.hardware, prune.device_bytes())
+    env = dict(scenario.engine.env)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(device)
+    reported = (capacity.of(t) or {}).get("request_throughput") or None
+    t0 = time.monotonic()
+    try:
+        with Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=env), \
+                Server(model, launch, env=env, log_path=run_dir / "engine.log",
+                       startup_timeout=scenario.engine.startup_timeout_s) as srv:
+            startup = time.monotonic() - t0
+            t1 = time.monotonic()
+            cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
+                                   base_url=srv.url, model=model, tokenizer=model,
+                                   api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
+                                   start=reported, factor=START_FACTOR if reported else None)
+            measure_s = time.monotonic() - t1
+    except EngineError as err:
+        raise validate.ValidationRunFailed(
+            f"validate: {what} did not start: {err.reason}: {err.detail}; "
+            f"log {run_dir / 'engine.log'}") from None
+    return {"capacity": cap["request_throughput"], "low": cap["low"], "high": cap["high"],
+            "bracket": cap["bracket"], "uncertainty": cap["uncertainty"],
+            "saturated": cap["saturated"], "stopped": cap["stopped"],
+            "max_request_throughput": cap["max_request_throughput"],
+            "output_throughput": cap["output_throughput"], "steps": cap["steps"],
+            "flags": launch, "startup_s": round(startup, 3), "measure_s": round(measure_s, 3),
+            "log_path": str(run_dir / "engine.log"), "dir": str(run_dir)}

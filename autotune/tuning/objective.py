@@ -1,0 +1,97 @@
+"""Scores and constraints of a measured trial.
+
+Weighted mode gives one number, 0 for the baseline:
+
+    score = sum_i w_i * ln(r_i) / sum_i w_i
+
+with r = throughput / baseline throughput, baseline latency / latency and
+baseline memory / memory, so every ratio is "higher is better". A weight is
+the relative importance of its ratio, and exp(score) is the weighted geometric
+mean of the gains: score 0.10 reads as "about 10.5 % better overall".
+Pareto mode returns the raw (throughput up, latency down, memory down).
+SLOs become Optuna constraints (value - limit <= 0 is feasible).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotune.config import Objective, latency_key
+
+
+@dataclass(frozen=True)
+class Measures:
+    throughput: float
+    latency_ms: float
+    memory_mib: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def memory_mib(summary: Mapping[str, Any]) -> float | None:
+    """The engine's memory: its GPU processes, else the device, else its resident set (CPU)."""
+    probes = summary.get("probes") or {}
+    for key in ("gpu_memory_engine_mib_max", "gpu_memory_used_mib_max", "rss_mib_max"):
+        if probes.get(key):
+            return float(probes[key])
+    return None
+
+
+def measures(summary: Mapping[str, Any], objective: Objective) -> Measures:
+    """Throughput, latency and memory; in capacity mode the throughput at capacity (the
+    latency is read at that rate, since `summary` is the step at capacity)."""
+    source = summary.get("capacity") or summary
+    return Measures(float(source[objective.throughput]),
+                    float(summary[latency_key(objective.latency)]), memory_mib(summary))
+
+
+def directions(objective: Objective) -> list[str]:
+    if objective.mode == "weighted":
+        return ["maximize"]
+    return ["maximize", "minimize", "minimize"]
+
+
+def _log_ratio(better: float | None, worse: float | None) -> float | None:
+    if better is None or worse is None or better <= 0 or worse <= 0:
+        return None
+    return math.log(better / worse)
+
+
+def weighted_score(m: Measures, base: Measures, weights: Mapping[str, float]) -> float:
+    """Weighted mean of log-ratios against the baseline; terms without data are left out."""
+    terms = {
+        "throughput": _log_ratio(m.throughput, base.throughput),
+        "latency": _log_ratio(base.latency_ms, m.latency_ms),
+        "memory": _log_ratio(base.memory_mib, m.memory_mib),
+    }
+    used = {k: w for k, w in weights.items() if w > 0 and terms.get(k) is not None}
+    if not used:
+        return 0.0
+    return sum(w * (terms[k] or 0.0) for k, w in used.items()) / sum(used.values())
+
+
+def values(m: Measures, base: Measures | None, objective: Objective) -> list[float]:
+    """The values to tell Optuna."""
+    if objective.mode == "weighted":
+        return [weighted_score(m, base or m, objective.weights)]
+    return [m.throughput, m.latency_ms, m.memory_mib if m.memory_mib is not None else 0.0]
+
+
+def constraints(summary: Mapping[str, Any], objective: Objective) -> list[float]:
+    """One value per SLO, in ms over the limit (<= 0 is met); a failed request breaks all."""
+    out = []
+    for key, limit in objective.slos.items():
+        value = summary.get(latency_key(key.removesuffix("_ms")))
+        out.append(1e9 if value is None else float(value) - limit)
+    # Always present, so every trial has as many constraints (GPSampler requires it).
+    out.append(float(summary.get("failed") or 0))
+    return out
+
+
+def gain(score: float) -> float:
+    """A weighted score as a relative gain over the baseline (0.1 -> +10.5 %)."""
+    return math.exp(score) - 1.0

@@ -1,0 +1,120 @@
+"""The search space: scenario ranges -> Optuna suggestions -> vLLM flags.
+
+Also checks a scenario against the installed engine's flags and choices before
+anything is launched, and the relations between flags that vLLM enforces at
+start-up (so such configurations are pruned without paying for a launch).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.config import Param, Scenario
+from autotune.engine.info import EngineInfo
+from autotune.errors import ConfigError
+from autotune.flags import normalize
+
+SPEC_TOKENS = "num_speculative_tokens"
+SPEC_METHOD = "speculative_method"
+
+
+def suggest(trial: optuna.Trial, scenario: Scenario) -> dict[str, Any]:
+    """Flags for one trial: the fixed engine flags plus one point of the space."""
+    flags = normalize(scenario.engine.flags)
+    for name, p in scenario.space.items():
+        flags[name] = _suggest(trial, name, p)
+    spec = scenario.speculative
+    if spec is not None:
+        tokens = int(_suggest(trial, SPEC_TOKENS, spec.num_speculative_tokens))
+        if tokens > 0:  # conditional: a method only when speculation is on
+            method = trial.suggest_categorical(SPEC_METHOD, spec.methods)
+            flags["speculative-config"] = {"method": method, SPEC_TOKENS: tokens, **spec.extra}
+    return flags
+
+
+def _suggest(trial: optuna.Trial, name: str, p: Param) -> Any:
+    if p.choices is not None:
+        return trial.suggest_categorical(name, p.choices)
+    assert p.low is not None and p.high is not None
+    if p.type == "int":
+        return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+    return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)
+
+
+def grid(scenario: Scenario) -> dict[str, list[Any]]:
+    """The search space as lists, for the grid sampler (ranges need a step)."""
+    out: dict[str, list[Any]] = {}
+    for name, p in scenario.space.items():
+        if p.choices is not None:
+            out[name] = list(p.choices)
+        elif p.step is None and p.type == "float":
+            raise ConfigError(f"space.{name}: the grid sampler needs a `step` for float ranges")
+        else:
+            assert p.low is not None and p.high is not None
+            step = p.step or 1
+            # Like Optuna's own ranges: the last value is the highest step not above `high`.
+            n = math.floor((p.high - p.low) / step + 1e-9) + 1
+            values = [round(p.low + i * step, 12) for i in range(n)]  # 0.3, not 0.300..04
+            out[name] = [int(v) for v in values] if p.type == "int" else values
+    if scenario.speculative is not None:
+        raise ConfigError("speculative: the grid sampler does not take conditional parameters")
+    return out
+
+
+def relation_violation(flags: dict[str, Any]) -> str | None:
+    """Why vLLM would refuse this combination at start-up, or None."""
+    seqs, mbt = flags.get("max-num-seqs"), flags.get("max-num-batched-tokens")
+    mbt_tokens = None if mbt is None else _tokens(mbt)
+    if seqs is not None and mbt_tokens is not None and mbt_tokens < int(seqs):
+        return f"max-num-batched-tokens {mbt} < max-num-seqs {seqs}"
+    mml = flags.get("max-model-len")
+    mml_tokens = None if mml is None else _tokens(mml)
+    if flags.get("enable-chunked-prefill") is False and mbt_tokens is not None \
+            and mml_tokens is not None and mbt_tokens < mml_tokens:
+        return f"max-num-batched-tokens {mbt} < max-model-len {mml} without chunked prefill"
+    return None
+
+
+def _tokens(value: Any) -> int | None:
+    """A token count as vLLM's `human_readable_int` reads it (4k = 4000, 4K = 4096), or None
+    where it is not a count (`auto`) or vLLM itself would refuse it (`1.5K`)."""
+    text = str(value).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT])", text)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * 1000 ** ("kmgt".index(suffix) + 1))
+        return int(number) * 1024 ** ("KMGT".index(suffix) + 1) if number.isdigit() else None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def check_against_engine(scenario: Scenario, info: EngineInfo, path: str | Path) -> None:
+    """Every flag the scenario sets must exist in the installed engine, with an allowed value."""
+    where: list[tuple[str, str, list[Any]]] = []
+    for name, value in normalize(scenario.engine.flags).items():
+        where.append((f"engine.flags.{name}", name, [value]))
+    for name, p in scenario.space.items():
+        where.append((f"space.{name}", name, list(p.choices or [])))
+    for i, base in enumerate(scenario.baselines):
+        for name, value in normalize(base.flags).items():
+            where.append((f"baselines[{i}].flags.{name}", name, [value]))
+    if scenario.speculative is not None:
+        where.append(("speculative", "speculative-config", []))
+    engine = f"{info.distribution} {info.version}"
+    for key, name, values in where:
+        bare = name.removeprefix("no-")
+        if not info.knows(name):
+            raise ConfigError(f"{path}: {key}: {engine} has no flag --{bare}")
+        allowed = info.choices(bare)
+        for value in values:
+            if allowed and not isinstance(value, bool) and str(value) not in allowed:
+                raise ConfigError(f"{path}: {key}: {value!r} is not accepted by {engine}; "
+                                  f"allowed: {', '.join(allowed)}")

@@ -1,0 +1,235 @@
+"""Check that a tuned configuration's gain holds: paired, alternating re-runs with a CI.
+
+One tuning run per configuration cannot tell a real gain from a lucky start-up.
+`validate` launches the baseline and the candidate K times each, alternating
+(baseline, candidate, baseline, ...), each run a fresh engine with the study's
+own scenario, and reports candidate/baseline from the K pairs with a 95 %
+interval (`autotune.tuning.paired`). The result is stored on the candidate trial as
+`user_attrs["validation"]`, where `show`, `export` and `report` read it.
+`validate --client vllm` (`autotune.tuning.crosscheck`) re-measures capacity with
+`vllm bench serve` instead, independently of autotune's load generator.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from pydantic import ValidationError
+
+from autotune.config import Objective, Scenario, latency_key
+from autotune.engine import gpu
+from autotune.errors import AutotuneError, ConfigError
+from autotune.results import export
+from autotune.tuning import objective as obj
+from autotune.tuning import paired, prune
+from autotune.tuning import study as study_mod
+from autotune.tuning import trial as trial_mod
+
+ROLES = ("baseline", "candidate")
+
+
+class ValidationRunFailed(AutotuneError):
+    """A re-run of a configuration that had completed did not complete this time."""
+
+
+def schedule(repeats: int) -> list[tuple[int, str]]:
+    """(pair, role) in launch order: baseline then candidate, `repeats` times, so slow drifts
+    of the machine (heat, page cache, other load) hit both sides alike."""
+    return [(pair, role) for pair in range(repeats) for role in ROLES]
+
+
+def pick(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
+         against: int | None = None) -> tuple[FrozenTrial, FrozenTrial]:
+    """(candidate, baseline): a feasible trial (`export`'s choice by default) and the
+    vLLM-defaults trial or `against`."""
+    trials = study.get_trials(deepcopy=False)
+    if trial is not None:
+        cand = _numbered(trials, trial)
+        if cand.state != TrialState.COMPLETE or not cand.user_attrs.get("feasible"):
+            raise ConfigError(f"validate: trial {trial} is not a feasible completed trial "
+                              f"({_state(cand)}); only configurations that met the SLOs and "
+                              "the guardrail can be validated")
+    else:
+        if not export.feasible(study):
+            raise ConfigError("validate: the study has no feasible completed trial to validate")
+        cand = export.choose(study, policy=policy)
+    if against is not None:
+        base = _numbered(trials, against)
+        if base.state != TrialState.COMPLETE:
+            raise ConfigError(f"validate: trial {against} cannot be the baseline: it never "
+                              f"completed ({_state(base)})")
+    else:
+        base = next((t for t in trials if t.state == TrialState.COMPLETE
+                     and t.user_attrs.get("baseline") == study_mod.DEFAULTS), None)
+        if base is None:
+            raise ConfigError("validate: the study has no completed vLLM-defaults trial; "
+                              "choose a baseline with --against N")
+    for t in (cand, base):
+        if not isinstance(t.user_attrs.get("flags"), dict):
+            raise ConfigError(f"validate: trial {t.number} has no recorded flags")
+    return cand, base
+
+
+def _numbered(trials: list[FrozenTrial], number: int) -> FrozenTrial:
+    if not 0 <= number < len(trials):
+        raise ConfigError(f"validate: no trial {number} (the study has {len(trials)})")
+    return trials[number]
+
+
+def _state(t: FrozenTrial) -> str:
+    why = t.user_attrs.get("reason") or ("infeasible" if t.state == TrialState.COMPLETE else "")
+    return t.state.name.lower() + (f": {why}" if why else "")
+
+
+def scenario_of(study: optuna.Study) -> Scenario:
+    """The scenario the study was tuned with, as `tune` stored it."""
+    raw = study.user_attrs.get("scenario")
+    if raw is None:
+        raise ConfigError(f"validate: study {study.study_name} has no stored scenario")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise ConfigError(f"validate: the stored scenario no longer validates: "
+                          f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from None
+
+
+def study_dir(target: str, study_name: str, root: Path) -> Path:
+    """Where `tune` keeps this study's logs: next to its SQLite file, else under `root`."""
+    path = Path(target.removeprefix("sqlite:///"))
+    if "://" not in str(path) and path.is_file():
+        return path.parent / study_name
+    return root / study_name
+
+
+def summarise(runs: list[dict[str, Any]], objective: Objective) -> dict[str, Any]:
+    """Gain and CI per metric from the runs' figures (pure: runs in, numbers out).
+
+    Ratios are candidate/baseline; the headline `gain` is relative and "higher is
+    better": exp(mean weighted score) - 1 in weighted mode, else throughput - 1.
+    """
+    base = sorted((r for r in runs if r["role"] == "baseline"), key=lambda r: r["pair"])
+    cand = sorted((r for r in runs if r["role"] == "candidate"), key=lambda r: r["pair"])
+    if not base or len(base) != len(cand):
+        raise ValueError("validation needs one baseline and one candidate run per pair")
+    per_metric: dict[str, Any] = {}
+    for name, key, better in (("throughput", objective.throughput, "higher"),
+                              ("latency_ms", latency_key(objective.latency), "lower"),
+                              ("memory_mib", "memory_mib", "lower")):
+        logs = paired.log_ratios([r[name] for r in cand], [r[name] for r in base])
+        if logs is not None:
+            per_metric[name] = {"key": key, **paired.ratio(logs, better),
+                                "baseline_mean": _mean([r[name] for r in base]),
+                                "candidate_mean": _mean([r[name] for r in cand])}
+    if objective.mode == "weighted":
+        scores = [obj.weighted_score(_measures(c), _measures(b), objective.weights)
+                  for c, b in zip(cand, base, strict=True)]
+        iv = paired.log_interval(scores)
+        per_metric["score"] = {"key": "weighted score", "mean": iv.mean, "ci_low": iv.low,
+                               "ci_high": iv.high, "better": "higher"}
+        head, metric = paired.gain(scores), "weighted score"
+    else:
+        head, metric = paired.gain(_logs(cand, base, "throughput")), objective.throughput
+    return {**head, "metric": metric, "per_metric": per_metric}
+
+
+def _logs(cand: list[dict[str, Any]], base: list[dict[str, Any]], name: str) -> list[float]:
+    logs = paired.log_ratios([r[name] for r in cand], [r[name] for r in base])
+    if logs is None:
+        raise ValueError(f"a run has no positive {name}")
+    return logs
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _measures(run: dict[str, Any]) -> obj.Measures:
+    return obj.Measures(run["throughput"], run["latency_ms"], run["memory_mib"])
+
+
+def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repeats: int,
+        out_dir: Path, on_run: Callable[[int, int, dict[str, Any]], None] | None = None
+        ) -> dict[str, Any]:
+    """Launch both configurations `repeats` times each, alternating; store and return the
+    validation. Nothing is written to the study unless every run completed."""
+    if repeats < 1:
+        raise ConfigError(f"validate: --repeats must be at least 1 (got {repeats})")
+    scenario = scenario_of(study)
+    # Same workload, objective, env and hardware emulation as the study; no probe phase
+    # (its rules must not stop a validation run) and no guardrail (quality was checked).
+    runs_scenario = scenario.model_copy(
+        update={"prune": scenario.prune.model_copy(update={"enabled": False})})
+    model = study_mod.resolve_model(scenario)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    where = out_dir / "validate" / f"{candidate.number}-vs-{against.number}-{stamp}"
+    idle_mib = gpu.Monitor().used_mib()  # None without a GPU
+    order = schedule(repeats)
+    runs: list[dict[str, Any]] = []
+    context: dict[str, Any] = {}
+    for i, (pair, role) in enumerate(order):
+        t = candidate if role == "candidate" else against
+        prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)
+        outcome = trial_mod.run(runs_scenario, model, dict(t.user_attrs["flags"]),
+                                trial_dir=where / f"{i + 1:02d}-{role}")
+        if outcome.state != trial_mod.COMPLETE:
+            raise ValidationRunFailed(
+                f"validate: run {i + 1} ({role}, trial #{t.number}) did not complete: "
+                f"{outcome.reason} {outcome.attrs.get('detail') or ''}".rstrip()
+                + f"; log {outcome.attrs.get('log_path')}")
+        m = obj.measures(outcome.summary, scenario.objective)
+        record = {"trial": t.number, "role": role, "pair": pair, **m.as_dict(),
+                  "failed": outcome.summary.get("failed", 0),
+                  "startup_s": (outcome.attrs.get("timings") or {}).get("startup_s"),
+                  "log_path": outcome.attrs.get("log_path")}
+        runs.append(record)
+        context = {k: outcome.attrs.get(k) for k in ("engine_version", "device")}
+        if on_run is not None:
+            on_run(i + 1, len(order), record)
+    result = {"repeats": repeats, "against": against.number, "candidate": candidate.number,
+              **summarise(runs, scenario.objective), "runs": runs, **context,
+              "order": "alternating, baseline first", "dir": str(where),
+              "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    result["verdict"] = paired.verdict(result)
+    with study_mod._no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
+        store(study, candidate, "validation", result)
+    return result
+
+
+def store(study: optuna.Study, t: FrozenTrial, key: str, value: Any) -> None:
+    """Set a user attribute on a finished trial.
+
+    Optuna's storage refuses any change to a finished trial (UpdateFinishedTrialError),
+    and a validation always comes after its trial ended; so the attribute row is
+    upserted the way RDBStorage itself writes it, in one transaction that a crash
+    either commits or rolls back. Only the RDB storages (SQLite, PostgreSQL) are used.
+    """
+    storage = getattr(study._storage, "_backend", study._storage)
+    if not isinstance(storage, optuna.storages.RDBStorage):
+        raise AutotuneError(f"validate: cannot store on {type(storage).__name__}; "
+                            "autotune studies live in an RDB storage")
+    from optuna.storages._rdb import models
+
+    text = json.dumps(value)
+    session = storage.scoped_session()
+    try:
+        row = session.query(models.TrialUserAttributeModel).filter_by(
+            trial_id=t._trial_id, key=key).one_or_none()
+        if row is None:
+            session.add(models.TrialUserAttributeModel(trial_id=t._trial_id, key=key,
+                                                       value_json=text))
+        else:
+            row.value_json = text
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
