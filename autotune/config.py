@@ -3,13 +3,21 @@
 A scenario says which model to serve, how to start the engine, which flags to
 search and over what ranges, what traffic to send, how to score, which
 configurations to measure first, and how long to spend.
+
+Everything that can be known before an engine starts is checked here, because each
+launch costs seconds to minutes and a launched mistake comes back as a pruned trial
+with a misleading reason: the models check what the file says (they also re-validate
+scenarios stored in study databases, on machines where its files may not exist), and
+`load` checks what the file names on this machine (the model, prompt files).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,6 +28,41 @@ from autotune.traffic import WorkloadSpec
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 LATENCY_STATS = ("mean", "median", "p90", "p95", "p99")
+
+# Flags the launcher sets itself for every engine (autotune.engine.server); a scenario that
+# set them would break the trial server's isolation or the launcher's own requests to it.
+LAUNCHER_FLAGS = {
+    "model": "the model comes from the `model` section",
+    "host": "each trial's server listens on 127.0.0.1 only",
+    "port": "each trial's server gets a free port of its own",
+    "api-key": "each trial's server gets a random key of its own",
+    "served-model-name": "autotune's requests name the model as launched",
+    "uds": "autotune reaches the server on its TCP port",
+    "headless": "a trial needs the API server",
+}
+
+
+def _share_of_memory(v: float) -> bool:
+    return 0 < v <= 1
+
+
+def _at_least_one(v: float) -> bool:
+    return v >= 1
+
+
+# Ranges vLLM documents but checks only while the engine starts (a launch wasted, and the
+# trial pruned as `invalid_flag`): flag -> (test, what is allowed).
+FLAG_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "gpu-memory-utilization": (_share_of_memory, "a share of the device's memory in (0, 1]"),
+    "max-num-seqs": (_at_least_one, "at least 1"),
+    "max-num-batched-tokens": (_at_least_one, "at least 1"),
+    "tensor-parallel-size": (_at_least_one, "at least 1"),
+}
+
+# A Hugging Face model id: `org/name`, nothing that reads as a path.
+_MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A study name becomes a file name (`studies/NAME.db`) and a folder (`studies/NAME/`).
+_STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 class _Strict(BaseModel):
@@ -184,8 +227,8 @@ class Budget(_Strict):
     @field_validator("timeout", "trial_timeout")
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_duration(value)
+        if value is not None and not parse_duration(value) > 0:
+            raise ValueError(f"duration {value!r} must be longer than 0 s")
         return value
 
 
@@ -209,6 +252,11 @@ class Scenario(_Strict):
     budget: Budget = Field(default_factory=Budget)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        return None if value is None else check_study_name(value)
+
     @field_validator("space")
     @classmethod
     def _space_names(cls, value: dict[str, Param]) -> dict[str, Param]:
@@ -223,6 +271,57 @@ class Scenario(_Strict):
             raise ValueError("space: max-num-batched-tokens is below max-num-seqs everywhere "
                              "(vLLM refuses every such configuration)")
         return self
+
+    @model_validator(mode="after")
+    def _flag_values(self) -> Scenario:
+        """Refuse the launcher's own flags and values outside vLLM's documented ranges,
+        wherever a flag is set: fixed, in a baseline, or as any bound or choice searched."""
+        for site in flag_sites(self):
+            bare = site.name.removeprefix("no-")
+            if bare in LAUNCHER_FLAGS:
+                raise ValueError(f"{site.key}: --{bare} is set by autotune itself "
+                                 f"({LAUNCHER_FLAGS[bare]}); remove it")
+            test, allowed = FLAG_RANGES.get(bare, (None, ""))
+            for value in site.values if test else []:
+                number = _number(value)  # other values are the engine parser's to judge
+                if number is not None and not test(number):
+                    raise ValueError(f"{site.key}: {value!r} is out of range; "
+                                     f"allowed: {allowed}")
+        return self
+
+
+class FlagSite(NamedTuple):
+    """One place a scenario sets a vLLM flag."""
+
+    key: str  # where in the file, as errors name it: "space.max-num-seqs"
+    name: str  # the flag's canonical name: "max-num-seqs" (or "no-..." as written)
+    values: list[Any]  # the fixed value, every choice, or a range's two bounds
+    is_range: bool  # values are `low` and `high` of a searched range
+
+
+def flag_sites(scenario: Scenario) -> list[FlagSite]:
+    """Every flag value the scenario can launch with, and where the file sets it."""
+    sites = [FlagSite(f"engine.flags.{name}", name, [value], False)
+             for name, value in normalize(scenario.engine.flags).items()]
+    for name, p in scenario.space.items():
+        if p.choices is not None:
+            sites.append(FlagSite(f"space.{name}", name, list(p.choices), False))
+        else:
+            sites.append(FlagSite(f"space.{name}", name, [p.low, p.high], True))
+    for i, base in enumerate(scenario.baselines):
+        sites += [FlagSite(f"baselines[{i}].flags.{name}", name, [value], False)
+                  for name, value in normalize(base.flags).items()]
+    return sites
+
+
+def _number(value: Any) -> float | None:
+    """A flag value as a number, or None where it is none (`true`, "auto", "4k")."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _lowest(p: Param) -> float:
@@ -254,13 +353,27 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
 
 
+def check_study_name(name: str) -> str:
+    """A study name that is safe as a file and folder name under the studies directory
+    (`../x` or `a/b` would put the database and the trial logs somewhere else)."""
+    if not _STUDY_NAME.fullmatch(name):
+        raise ValueError(f"study name {name!r} must start with a letter or digit and hold "
+                         "only letters, digits and . _ + -")
+    return name
+
+
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; every problem is one ConfigError line."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8-sig")
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a text file (byte {err.object[err.start]:#04x} at "
+                          f"offset {err.start} is not UTF-8); a scenario is YAML") from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(raw, dict):
@@ -273,7 +386,47 @@ def load(path: str | Path) -> Scenario:
         msg = first["msg"].removeprefix("Value error, ")
         if first["type"] == "extra_forbidden":
             msg = "unknown key"
-        raise ConfigError(f"{path}: {where or 'scenario'}: {msg}") from None
+        # Checks of the whole scenario name their key at the start of the message.
+        raise ConfigError(f"{path}: {where}: {msg}" if where else f"{path}: {msg}") from None
     if scenario.name is None:
-        scenario.name = path.stem
+        try:
+            scenario.name = check_study_name(path.stem)
+        except ValueError as err:
+            raise ConfigError(f"{path}: name: {err} (the file name is the default; "
+                              "set `name:`)") from None
+    check_files(scenario, path)
     return scenario
+
+
+def check_files(scenario: Scenario, path: str | Path) -> None:
+    """The files the scenario names must exist on this machine, before any launch: a missing
+    model otherwise costs an engine start per trial, each pruned as an invalid flag.
+
+    Relative paths are read from the working directory, as the engine and the load
+    generator read them. A model that is not a local path is taken as a Hugging Face id when
+    it reads as one (`org/name`); it is not looked up, as the engine fetches it itself.
+    """
+    if scenario.model.path is not None:
+        problem = _model_problem(scenario.model.path)
+        if problem:
+            raise ConfigError(f"{path}: model.path: {problem}")
+    for key, name in (("workload.path", scenario.workload.path),
+                      ("guardrail.prompts", scenario.guardrail.prompts)):
+        if name is not None and not os.path.isfile(name):
+            raise ConfigError(f"{path}: {key}: no such file {name!r}")
+
+
+def _model_problem(name: str) -> str | None:
+    """Why the engine could not load `name`, or None when it can be served."""
+    local = Path(name)
+    if local.is_dir():
+        if (local / "config.json").is_file():
+            return None
+        return f"{name!r} is a directory without config.json (not a Hugging Face model)"
+    if local.is_file():
+        return None if local.suffix == ".gguf" else (
+            f"{name!r} is a file; a model is a directory with config.json (or a .gguf file)")
+    if _MODEL_ID.fullmatch(name):
+        return None
+    return (f"{name!r} does not exist; give a local directory with config.json or a Hugging "
+            "Face id such as Qwen/Qwen3-4B-Instruct-2507")

@@ -366,3 +366,105 @@ def test_capacity_options_are_checked(tmp_path):
     workload: {mode: burst}
     """)
     assert "workload.mode" in message and "capacity" in message
+
+
+# --- what the file names on this machine, and flags checked before any launch ---------------
+
+
+def test_model_path_must_resolve(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    message = load_error(tmp_path, f"model: {{path: {model}}}\n")
+    assert message.endswith(f"model.path: {str(model)!r} is a directory without config.json "
+                            "(not a Hugging Face model)")
+    (model / "config.json").write_text("{}")
+    assert load(write(tmp_path, f"model: {{path: {model}}}\n")).model.path == str(model)
+    message = load_error(tmp_path, "model: {path: /no/such/model}\n")
+    assert ": model.path: '/no/such/model' does not exist" in message
+
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen3-4B-Instruct-2507", "org/name.v2", "a-b/c_d"])
+def test_a_model_id_is_taken_as_is(tmp_path, name):
+    assert load(write(tmp_path, f"model: {{path: {name}}}\n")).model.path == name
+
+
+@pytest.mark.parametrize("name", ["gpt2", "./org/name", "/abs/org/name", "org/name/extra",
+                                  "~/models/x"])
+def test_what_is_neither_a_local_model_nor_an_id(tmp_path, name):
+    assert "does not exist" in load_error(tmp_path, f"model: {{path: '{name}'}}\n")
+
+
+def test_a_gguf_file_is_a_model(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    assert load(write(tmp_path, f"model: {{path: {tmp_path / 'm.gguf'}}}\n")).model.path
+    (tmp_path / "m.bin").write_bytes(b"x")
+    assert "is a file" in load_error(tmp_path, f"model: {{path: {tmp_path / 'm.bin'}}}\n")
+
+
+def test_named_prompt_files_must_exist(tmp_path):
+    message = load_error(tmp_path, "model: {tiny: tiny}\n"
+                         "workload: {kind: jsonl, path: nowhere.jsonl}\n")
+    assert message.endswith("workload.path: no such file 'nowhere.jsonl'")
+    message = load_error(tmp_path, "model: {tiny: tiny}\nguardrail: {prompts: none.jsonl}\n")
+    assert message.endswith("guardrail.prompts: no such file 'none.jsonl'")
+
+
+def test_launcher_flags_cover_what_the_server_reserves():
+    from autotune.config import LAUNCHER_FLAGS
+    from autotune.engine.server import RESERVED
+
+    assert set(RESERVED) <= set(LAUNCHER_FLAGS)
+
+
+@pytest.mark.parametrize("where", [
+    "engine: {flags: {port: 1}}", "engine: {flags: {--port: 1}}",
+    "space: {port: {low: 8000, high: 8100}}", "baselines: [{name: a, flags: {port: 1}}]"])
+def test_launcher_flags_are_refused_everywhere(tmp_path, where):
+    message = load_error(tmp_path, f"model: {{tiny: tiny}}\n{where}\n")
+    assert "port: --port is set by autotune itself" in message
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("engine: {flags: {gpu-memory-utilization: 1}}", True),
+    ("engine: {flags: {gpu-memory-utilization: 1.01}}", False),
+    ("engine: {flags: {gpu-memory-utilization: 0}}", False),
+    ("engine: {flags: {gpu-memory-utilization: '0.5'}}", True),
+    ("space: {gpu-memory-utilization: {low: 0.01, high: 1}}", True),
+    ("space: {gpu-memory-utilization: {low: -0.1, high: 0.9}}", False),
+    ("space: {gpu-memory-utilization: {choices: [0.9, 1.2]}}", False),
+    ("space: {max-num-seqs: {choices: [0, 8]}}", False),
+    ("engine: {flags: {max-num-batched-tokens: 4k}}", True),  # vLLM's own notation
+    ("engine: {flags: {max-num-batched-tokens: 0}}", False),
+])
+def test_documented_ranges(tmp_path, text, ok):
+    path = write(tmp_path, f"model: {{tiny: tiny}}\n{text}\n")
+    if ok:
+        load(path)
+    else:
+        assert "is out of range; allowed: " in load_error(tmp_path, f"model: {{tiny: tiny}}\n"
+                                                                    f"{text}\n")
+
+
+def test_a_binary_file_is_not_a_scenario(tmp_path):
+    path = tmp_path / "scenario.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))
+    with pytest.raises(ConfigError, match=r"scenario.yaml: not a text file \(byte 0x89 at "
+                                          r"offset 0 is not UTF-8\)"):
+        load(path)
+
+
+@pytest.mark.parametrize("name", ["../up", "a/b", ".hidden", ""])
+def test_study_names_stay_in_the_studies_folder(tmp_path, name):
+    assert ": name: study name" in load_error(tmp_path, f"name: '{name}'\nmodel: {{tiny: tiny}}\n")
+
+
+def test_a_file_name_that_is_no_study_name_asks_for_one(tmp_path):
+    path = write(tmp_path, "model: {tiny: tiny}\n", name="my scenario.yaml")
+    with pytest.raises(ConfigError, match="name: study name 'my scenario' .* set `name:`"):
+        load(path)
+
+
+@pytest.mark.parametrize("key", ["timeout", "trial_timeout"])
+def test_budget_durations_must_be_positive(tmp_path, key):
+    message = load_error(tmp_path, f"model: {{tiny: tiny}}\nbudget: {{{key}: 0s}}\n")
+    assert f"budget.{key}: duration '0s' must be longer than 0 s" in message

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from autotune.cli.options import positive
 from autotune.config import latency_key
 from autotune.engine import gpu
 from autotune.engine.info import installed
@@ -68,7 +69,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                      "share of its arrivals (default 0.05)")
     cap.add_argument("--min-success-rate", type=float, default=1.0)
     p.add_argument("--json", type=Path, help="write the result here")
-    p.add_argument("--startup-timeout", type=float, default=900.0)
+    p.add_argument("--startup-timeout", type=positive, default=900.0, help="seconds")
     p.add_argument("--log", type=Path, default=None, help="engine log (with --model)")
 
 
@@ -128,6 +129,10 @@ def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[s
 
 def run_bench(args: argparse.Namespace) -> int:
     spec = _spec(args)
+    if args.json is not None and not args.json.parent.is_dir():
+        # Found out now, not after the benchmark, whose result would then be lost.
+        raise ConfigError(f"bench: --json {args.json}: directory {args.json.parent} does "
+                          "not exist")
     slos, percentile = _split_slos(args.slo)
     if percentile and not args.capacity:
         raise ConfigError(f"bench: --slo {next(iter(percentile))}: percentile SLOs need "
@@ -158,7 +163,11 @@ def run_bench(args: argparse.Namespace) -> int:
         else {"name": "cpu"}
     _print(result)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str))
+        try:
+            args.json.write_text(json.dumps(result, indent=2, default=str))
+        except OSError as err:
+            raise ConfigError(f"bench: cannot write {args.json}: "
+                              f"{err.strerror or err}") from None
     return 0
 
 

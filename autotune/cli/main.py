@@ -10,12 +10,17 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from autotune import __version__
+from autotune.cli.options import duration, positive, study_name, whole
 from autotune.errors import AutotuneError, ConfigError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import optuna
     from optuna.trial import FrozenTrial
     from rich.console import Console
+
+    from autotune.config import Scenario
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -63,22 +68,31 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune import config
+    from autotune.engine.info import engine_info
     from autotune.results import views
-    from autotune.tuning import study
+    from autotune.tuning import space, study
 
+    # Everything that can be checked is checked before anything is written or launched:
+    # a refused scenario or storage leaves no study folder and no database behind.
     scenario = config.load(args.scenario)
     if args.study:
         scenario.name = args.study
-    timeout = config.parse_duration(args.timeout) if args.timeout else (
+    timeout = args.timeout if args.timeout is not None else (
         config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
+    space.check_against_engine(scenario, engine_info(), args.scenario)
     root = Path(args.studies_dir)
-    (root / str(scenario.name)).mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(root / str(scenario.name) / "tune.log")
+    url = _tune_storage(scenario, args.storage, root)
+    study_dir = root / str(scenario.name)
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(study_dir / "tune.log")
+    except OSError as err:
+        raise ConfigError(f"--studies-dir {root}: cannot write {study_dir}: "
+                          f"{err.strerror or err}") from None
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
     console = Console()
-    url = study.storage_url(scenario, args.storage, root)
     console.print(f"tuning {scenario.name}: results in {url}")
 
     def on_progress(p: study.Progress) -> None:
@@ -95,12 +109,41 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
+def _tune_storage(scenario: Scenario, storage_url: str | None, root: Path) -> str:
+    """The study's storage URL, checked for `tune` (it may create the database)."""
+    from autotune.tuning import storage, study
+
+    if storage_url is None:
+        try:  # the default database lives in the studies directory, made here if needed
+            storage_url = study.storage_url(scenario, None, root)
+        except OSError as err:
+            raise ConfigError(f"--studies-dir {root}: cannot create it: "
+                              f"{err.strerror or err}") from None
+    storage.check(storage_url, create=True)
+    return storage_url
+
+
+def _open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study:
+    """The existing study a read command (or `validate`, which stores its result) names.
+
+    The storage is checked first, so that a missing SQLite file is reported, not created
+    empty by Optuna, and a read-only or corrupt one is one line.
+    """
     from pathlib import Path
 
+    from autotune.results import show
+    from autotune.tuning import storage
+
+    root = Path(args.studies_dir)
+    url, name = storage.locate(args.study_or_db, args.study, root)
+    storage.check(url, create=False, write=write)
+    return show.open_existing(url, name, root)
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
     from autotune.results import show, views
 
-    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    st = _open_study(args)
     if args.trial is not None:
         trials = st.get_trials(deepcopy=False)
         if not 0 <= args.trial < len(trials):
@@ -121,9 +164,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune.results import reportpage, show
+    from autotune.results import reportpage
 
-    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
+    st = _open_study(args)
     out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"))
     print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
           file=sys.stderr)
@@ -133,18 +176,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune.results import export, show
+    from autotune.results import export
 
-    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
     try:
         slos = _slo_pairs(args.slo)
     except ValueError as err:
         raise ConfigError(f"export: --slo: {err}") from None
+    st = _open_study(args)
     trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
     model = args.model or (trial.user_attrs.get("command") or ["", "", "MODEL"])[2]
     text = export.render(st, trial, args.format, model, args.image)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as err:
+            raise ConfigError(f"export: cannot write {args.output}: "
+                              f"{err.strerror or err}") from None
         print(f"trial #{trial.number} written to {args.output} ({args.format})", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -156,7 +203,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from autotune.results import show, views
+    from autotune.results import views
     from autotune.tuning import validate
 
     console = Console()
@@ -165,9 +212,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.client != "vllm":
         raise ConfigError("validate: --gpus places the runs of --client vllm")
     _gpus(args.gpus)  # a malformed list fails before the study is opened
-    st = show.open_existing(args.study_or_db, args.study, Path(args.studies_dir))
-    if args.repeats < 1:
-        raise ConfigError(f"validate: --repeats must be at least 1 (got {args.repeats})")
+    st = _open_study(args, write=True)  # the result is stored in the study
     candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
                                        against=args.against)
     if args.client == "vllm":
@@ -274,16 +319,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="run (or resume) the study of a scenario")
     p.add_argument("scenario", help="scenario YAML, e.g. search_spaces/cpu-smoke.yaml")
-    p.add_argument("--trials", type=int, help="trials to run now (default: budget.trials)")
-    p.add_argument("--timeout", help="stop starting trials after this long, e.g. 8h or 9m")
+    p.add_argument("--trials", type=whole(1),
+                   help="trials to run now (default: budget.trials)")
+    p.add_argument("--timeout", type=duration,
+                   help="stop starting trials after this long, e.g. 8h or 9m")
     p.add_argument("--storage", help="Optuna storage URL (default sqlite:///studies/NAME.db)")
-    p.add_argument("--study", help="study name (default: the scenario's name or file name)")
+    p.add_argument("--study", type=study_name,
+                   help="study name (default: the scenario's name or file name)")
     p.add_argument("--studies-dir", default="studies", help="databases and trial logs")
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
     _study_arguments(p)
-    p.add_argument("--trial", type=int, help="one trial in full, with its quality figures")
+    p.add_argument("--trial", type=whole(0), help="one trial in full, with its quality figures")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
 
@@ -296,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="a feasible configuration as a deployment artifact")
     _study_arguments(p)
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--trial", type=int, help="this trial (must be feasible)")
+    which.add_argument("--trial", type=whole(0), help="this trial (must be feasible)")
     which.add_argument("--policy", default="balanced",
                        choices=["max-throughput", "min-latency", "balanced"])
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
@@ -313,18 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "and report the gain with a 95%% confidence interval")
     _study_arguments(p)
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--trial", type=int, help="this trial (must be feasible)")
+    which.add_argument("--trial", type=whole(0), help="this trial (must be feasible)")
     which.add_argument("--policy", default="balanced",
                        choices=["max-throughput", "min-latency", "balanced"],
                        help="pick the trial as `export` does (default: balanced)")
-    p.add_argument("--against", type=int, help="baseline trial (default: vLLM's defaults)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of each (default 3)")
+    p.add_argument("--against", type=whole(0), help="baseline trial (default: vLLM's defaults)")
+    p.add_argument("--repeats", type=whole(1), default=3, help="runs of each (default 3)")
     p.add_argument("--client", default="autotune", choices=["autotune", "vllm"],
                    help="measure with autotune's load generator (default), or each run's "
                    "capacity at SLO with `vllm bench serve`, independently of autotune")
     p.add_argument("--gpus", metavar="0,1", help="--client vllm: run on these GPUs; with "
                    "two, each pair's runs go side by side, swapped every pair")
-    p.add_argument("--step-seconds", type=float, default=None, metavar="S",
+    p.add_argument("--step-seconds", type=positive, default=None, metavar="S",
                    help="--client vllm: length of each sustained step (default 20; every "
                    "step sends at least 20 prompts)")
     p.set_defaults(func=_cmd_validate)

@@ -14,8 +14,8 @@ from typing import Any
 
 import optuna
 
-from autotune.config import Param, Scenario
-from autotune.engine.info import EngineInfo
+from autotune.config import FlagSite, Param, Scenario, flag_sites
+from autotune.engine.info import EngineInfo, FlagInfo
 from autotune.errors import ConfigError
 from autotune.flags import normalize
 
@@ -97,24 +97,58 @@ def _tokens(value: Any) -> int | None:
 
 
 def check_against_engine(scenario: Scenario, info: EngineInfo, path: str | Path) -> None:
-    """Every flag the scenario sets must exist in the installed engine, with an allowed value."""
-    where: list[tuple[str, str, list[Any]]] = []
-    for name, value in normalize(scenario.engine.flags).items():
-        where.append((f"engine.flags.{name}", name, [value]))
-    for name, p in scenario.space.items():
-        where.append((f"space.{name}", name, list(p.choices or [])))
-    for i, base in enumerate(scenario.baselines):
-        for name, value in normalize(base.flags).items():
-            where.append((f"baselines[{i}].flags.{name}", name, [value]))
+    """Every flag the scenario sets must exist in the installed engine, with a value its
+    parser takes: one of its choices, a number where it converts to one, true/false for an
+    on/off flag. Checked before any launch: vLLM refuses a bad value only at start-up,
+    where it costs an engine start and reads as a pruned `invalid_flag` trial."""
+    sites = flag_sites(scenario)
     if scenario.speculative is not None:
-        where.append(("speculative", "speculative-config", []))
+        sites.append(FlagSite("speculative", "speculative-config", [], False))
     engine = f"{info.distribution} {info.version}"
-    for key, name, values in where:
-        bare = name.removeprefix("no-")
-        if not info.knows(name):
-            raise ConfigError(f"{path}: {key}: {engine} has no flag --{bare}")
-        allowed = info.choices(bare)
-        for value in values:
-            if allowed and not isinstance(value, bool) and str(value) not in allowed:
-                raise ConfigError(f"{path}: {key}: {value!r} is not accepted by {engine}; "
-                                  f"allowed: {', '.join(allowed)}")
+    for site in sites:
+        bare = site.name.removeprefix("no-")
+        if not info.knows(site.name):
+            raise ConfigError(f"{path}: {site.key}: {engine} has no flag --{bare}")
+        flag = info.flags.get(bare, FlagInfo())
+        problem = _range_problem(scenario.space[site.name], flag) if site.is_range else None
+        if problem:
+            raise ConfigError(f"{path}: {site.key}: {problem}")
+        for value in [] if site.is_range else site.values:
+            problem = _value_problem(value, flag)
+            if problem:
+                raise ConfigError(f"{path}: {site.key}: {value!r} is not accepted by "
+                                  f"{engine}; {problem}")
+
+
+def _range_problem(p: Param, flag: FlagInfo) -> str | None:
+    """Why a searched range cannot be passed to this flag, or None."""
+    if flag.boolean:
+        return "an on/off flag is searched with `choices: [true, false]`, not a range"
+    if flag.type == "int" and p.type != "int":
+        return "the flag takes whole numbers: give `low`, `high` and `step` as integers"
+    return None
+
+
+def _value_problem(value: Any, flag: FlagInfo) -> str | None:
+    """Why the engine's parser would refuse `value` (as `flags.to_args` writes it), or None."""
+    if isinstance(value, bool):
+        # True becomes `--x` and False `--no-x`: only an on/off flag (or one that takes
+        # no value) reads them; a flag with a typed value would miss its argument.
+        return None if flag.boolean or flag.type is None else "it takes a value, not true/false"
+    if flag.boolean:
+        return "allowed: true, false"
+    if flag.choices and str(value) not in flag.choices:
+        return f"allowed: {', '.join(flag.choices)}"
+    if flag.type == "int" and (isinstance(value, float) or not _parses(int, value)):
+        return "it takes a whole number"
+    if flag.type == "float" and not _parses(float, value):
+        return "it takes a number"
+    return None
+
+
+def _parses(convert: Any, value: Any) -> bool:
+    try:
+        convert(str(value))
+    except ValueError:
+        return False
+    return True

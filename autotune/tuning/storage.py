@@ -1,0 +1,140 @@
+"""Check a study's storage before Optuna touches it, so a bad one is one line, not a traceback.
+
+Optuna opens a storage URL as it is: a SQLite file that does not exist is created (so a
+read-only command such as `show` would leave an empty database behind), and a missing
+directory, a read-only or a corrupt file surface as SQLAlchemy tracebacks, or as "invalid
+data in the commit" once the first trial ends. `check` says what is wrong before any of
+that, and `locate` turns what a user types (a .db file, a study name, a URL) into the URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import sqlalchemy
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+
+from autotune.errors import ConfigError
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def locate(target: str, study_name: str | None, root: Path) -> tuple[str, str | None]:
+    """(storage URL, study name) for a .db file, a study name under `root`, or a URL.
+
+    A name found as `root/NAME.db` also names the study in it. Nothing is opened.
+    """
+    if "://" in target:
+        return target, study_name
+    path = Path(target)
+    if not path.exists() and (root / f"{target}.db").exists():
+        return f"sqlite:///{root / target}.db", study_name or target
+    if not path.exists():
+        raise ConfigError(f"no study database {target!r} (nor {root / (target + '.db')})")
+    return f"sqlite:///{path}", study_name
+
+
+def check(url: str, *, create: bool, write: bool | None = None) -> None:
+    """Raise ConfigError when the storage at `url` cannot be used as asked.
+
+    `create`: the study may be new, so a SQLite file may be created (`tune`); otherwise
+    it must exist already and is never created. `write` (default: `create`): the command
+    stores results, so the database must be writable (`tune`, `validate`); reading
+    (`show`, `report`, `export`) works on a read-only file.
+    """
+    write = create if write is None else write
+    try:
+        parsed = make_url(url)
+    except (sa_exc.ArgumentError, ValueError) as err:
+        raise ConfigError(f"{url}: not a storage URL ({err}); use e.g. sqlite:///studies/x.db "
+                          "or postgresql+psycopg://USER@HOST/DB") from None
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite(parsed, create=create, write=write)
+    else:
+        _check_server(parsed)
+
+
+def _check_sqlite(url: URL, *, create: bool, write: bool) -> None:
+    name = url.database or ""
+    if name in ("", ":memory:") or url.query.get("uri"):
+        return  # in memory (nothing to check), or a SQLite URI that SQLite itself reads
+    path = Path(name)
+    shown = url.render_as_string(hide_password=True)
+    if not path.exists():
+        if not create:
+            raise ConfigError(f"{shown}: database {path} does not exist")
+        _check_directory(path.parent, shown)
+        return
+    if path.is_dir():
+        raise ConfigError(f"{shown}: {path} is a directory, not a database")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{shown}: database {path} is not readable")
+    if write and not os.access(path, os.W_OK):
+        raise ConfigError(f"{shown}: database {path} is read-only")
+    if write:
+        # SQLite writes a journal next to the database on every commit.
+        _check_directory(path.parent, shown)
+    _check_contents(path, shown, optuna_tables=not create)
+
+
+def _check_directory(directory: Path, shown: str) -> None:
+    """The directory a SQLite database is (or will be) written in."""
+    directory = directory if str(directory) else Path(".")
+    if not directory.is_dir():
+        raise ConfigError(f"{shown}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{shown}: directory {directory} is not writable")
+
+
+def _check_contents(path: Path, shown: str, *, optuna_tables: bool) -> None:
+    """A SQLite database that is intact; with `optuna_tables`, also one Optuna has written
+    (a read command on another kind of database would have Optuna add its tables to it)."""
+    with path.open("rb") as f:
+        header = f.read(len(SQLITE_HEADER))
+    if header and header != SQLITE_HEADER:
+        raise ConfigError(f"{shown}: {path} is not a SQLite database (corrupt, or another kind "
+                          "of file)")
+    if not header:  # an empty file: SQLite reads it as an empty database
+        if optuna_tables:
+            raise ConfigError(f"{shown}: database {path} is empty (it holds no study)")
+        return
+    try:
+        # Read-only, so that the check itself can never change the file.
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            # `studies` is the table Optuna's RDB storage keeps its studies in.
+            tables = {row[0] for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise ConfigError(f"{shown}: database {path} is corrupt ({err})") from None
+    if verdict != "ok":
+        raise ConfigError(f"{shown}: database {path} is corrupt ({verdict})")
+    if optuna_tables and "studies" not in tables:
+        raise ConfigError(f"{shown}: database {path} holds no Optuna study")
+
+
+def _check_server(url: URL) -> None:
+    """A database server (PostgreSQL, MySQL): its driver is installed and it answers."""
+    shown = url.render_as_string(hide_password=True)
+    try:
+        engine = sqlalchemy.create_engine(url)
+    except (sa_exc.SQLAlchemyError, ImportError) as err:
+        raise ConfigError(f"{shown}: cannot use this storage: {_first_line(err)}") from None
+    try:
+        with engine.connect():
+            pass
+    except (sa_exc.SQLAlchemyError, ImportError) as err:
+        raise ConfigError(f"{shown}: cannot connect: {_first_line(err)}") from None
+    finally:
+        engine.dispose()
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(getattr(err, "orig", None) or err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
