@@ -207,3 +207,13 @@ def _build_weights(out: Path, shape: dict[str, Any], ids: dict[str, int], seed: 
     config["torch_dtype"] = config["dtype"] = "bfloat16"
     path.write_text(json.dumps(config, indent=2))
     return sum(p.numel() for p in model.parameters())
+
+
+def resolve(tiny: str | None, path: str | None) -> str:
+    """What the engine loads for a scenario's `model:` section: the tiny preset (built on
+    first use, then cached), else the given directory or model id."""
+    if tiny:
+        return str(build(preset=tiny).path)
+    if path is None:
+        raise ValueError("a model needs `tiny` or `path`")
+    return str(path)

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/results_table.py [studies/qwen3-4b-h200.db]
 
-Everything is read from the study database (user_attrs of each trial, the scenario
+Everything is read from the study database (each trial's record, the scenario
 stored with the study) and, for the start-up split, from the engine logs under
 studies/<name>/trials/<n>/engine.log. Gains are over the study's reference trial
 (`autotune.tuning.study.reference_trial`: vLLM's defaults, or the first trial that completed)
@@ -19,7 +19,8 @@ from typing import Any
 
 import optuna
 
-from autotune.tuning.study import reference_trial
+from autotune.tuning.ranking import reference_trial, stored_scenario
+from autotune.tuning.record import TrialRecord, records
 
 HBM_BPS = 4.8e12  # H200 HBM3e, bytes/s
 
@@ -36,9 +37,9 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
     return "\n".join([_row(head), _row(["---"] * len(head)), *(_row(r) for r in rows)])
 
 
-def _label(t: optuna.trial.FrozenTrial) -> str:
-    copy = t.user_attrs.get("duplicate_of")
-    return " ".join(x for x in (f"#{t.number}", t.user_attrs.get("baseline") or "",
+def _label(t: TrialRecord) -> str:
+    copy = t.duplicate_of
+    return " ".join(x for x in (f"#{t.number}", t.baseline or "",
                                 f"(copy of #{copy})" if copy is not None else "") if x)
 
 
@@ -47,31 +48,29 @@ def _rate(x: float) -> str:
     return f"{x:.3g}" if x < 100 else f"{x:.0f}"
 
 
-def _overrides(t: optuna.trial.FrozenTrial) -> str:
-    flags = t.user_attrs.get("flags") or {}
+def _overrides(t: TrialRecord) -> str:
+    flags = t.flags or {}
     return " ".join(f"{k}={v}" for k, v in flags.items()) or "(defaults)"
 
 
-def _capacity(t: optuna.trial.FrozenTrial) -> float:
-    return float(t.user_attrs["metrics"]["capacity"]["request_throughput"])
+def _capacity(t: TrialRecord) -> float:
+    return float(t.metrics["capacity"]["request_throughput"])
 
 
-def _best_article(trials: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
-    art = [t for t in trials if str(t.user_attrs.get("baseline", "")).startswith("article")
-           and t.user_attrs.get("feasible") and t.values]
+def _best_article(trials: list[TrialRecord]) -> TrialRecord | None:
+    art = [t for t in trials if t.name.startswith("article") and t.feasible and t.values]
     return max(art, key=lambda t: t.values[0]) if art else None
 
 
-def results(trials: list[optuna.trial.FrozenTrial], base: optuna.trial.FrozenTrial,
+def results(trials: list[TrialRecord], base: TrialRecord,
             output_len: int) -> str:
     """Baselines and searched trials that completed: figures at the capacity rate."""
     best_art = _best_article(trials)
     rows = []
     for t in trials:
-        ua = t.user_attrs
-        if ua.get("outcome") != "complete":
+        if t.outcome != "complete":
             continue
-        m, c, q = ua["metrics"], ua["metrics"]["capacity"], ua.get("quality") or {}
+        m, c, q = t.metrics, t.capacity, t.quality or {}
         lo, hi = c["low"] * (1 - c["spread"]), c["high"] * (1 + c["spread"])
         cap = c["request_throughput"]
         rows.append([
@@ -79,9 +78,9 @@ def results(trials: list[optuna.trial.FrozenTrial], base: optuna.trial.FrozenTri
             f"{c['output_throughput']:.0f}", f"{m['output_throughput']:.0f}",
             _f(m.get("request_goodput")), f"{m['p50_ttft_ms']:.0f} / {m['p95_ttft_ms']:.0f}",
             f"{m['p50_tpot_ms']:.1f} / {m['p95_tpot_ms']:.1f}",
-            f"{ua['measures']['memory_mib']:.0f}",
+            f"{t.measures['memory_mib']:.0f}",
             f"{q.get('drift', 0):.3f} {'pass' if q.get('passed') else 'FAIL'}",
-            len(ua.get("flags") or {}),
+            len(t.flags),
             f"{cap / _capacity(base):.3f}", f"{math.exp(t.values[0] - base.values[0]) - 1:+.1%}",
             *([f"{cap / _capacity(best_art):.3f}",
                f"{math.exp(t.values[0] - best_art.values[0]) - 1:+.1%}"] if best_art else []),
@@ -95,19 +94,18 @@ def results(trials: list[optuna.trial.FrozenTrial], base: optuna.trial.FrozenTri
     return _table(head, rows)
 
 
-def flags(trials: list[optuna.trial.FrozenTrial]) -> str:
+def flags(trials: list[TrialRecord]) -> str:
     """Every trial: flags, outcome, the burst's maximum throughput and the capacity."""
     rows = []
     for t in trials:
-        ua = t.user_attrs
-        c = (ua.get("metrics") or {}).get("capacity") or {}
+        c = t.capacity or {}
         steps = c.get("steps") or []
         burst = steps[0]["achieved_rps"] if steps else None
-        why = ua.get("reason") or ""
-        if ua.get("launched") is False:
+        why = t.reason
+        if t.launched is False:
             why += " (not launched)"
-        if ua.get("duplicate_of") is not None:
-            why = f"duplicate of #{ua['duplicate_of']} (not launched)"
+        if t.duplicate_of is not None:
+            why = f"duplicate of #{t.duplicate_of} (not launched)"
         rows.append([_label(t), _overrides(t), f"{t.state.name.lower()} {why}".strip(),
                      _rate(burst) if burst else "-",
                      _rate(c["request_throughput"]) if c.get("request_throughput") else "-",
@@ -115,25 +113,25 @@ def flags(trials: list[optuna.trial.FrozenTrial]) -> str:
     return _table(["trial", "flags", "state", "burst req/s", "capacity req/s", "steps"], rows)
 
 
-def timings(trials: list[optuna.trial.FrozenTrial]) -> str:
+def timings(trials: list[TrialRecord]) -> str:
     rows = []
     for t in trials:
-        tm, wall = t.user_attrs.get("timings") or {}, _wall(t)
-        if t.user_attrs.get("duplicate_of") is not None:
+        tm, wall = t.timings, _wall(t)
+        if t.duplicate_of is not None:
             rows.append([_label(t), "-", "-", "-", "-", f"{wall:.1f}", "copied, not launched"])
             continue
-        if t.user_attrs.get("launched") is False:
+        if t.launched is False:
             rows.append([_label(t), "-", "-", "-", "-", f"{wall:.1f}",
-                         f"{t.user_attrs.get('reason')}, not launched"])
+                         f"{t.reason}, not launched"])
             continue
         rows.append([_label(t), *(_f(tm.get(k)) for k in
                                   ("startup_s", "benchmark_s", "guardrail_s", "teardown_s")),
-                     f"{wall:.1f}", t.user_attrs.get("reason") or t.user_attrs.get("outcome")])
+                     f"{wall:.1f}", t.reason or t.outcome])
     return _table(["trial", "start-up s", "benchmark s", "guardrail s", "teardown s", "wall s",
                    "outcome"], rows)
 
 
-def _wall(t: optuna.trial.FrozenTrial) -> float:
+def _wall(t: TrialRecord) -> float:
     assert t.datetime_start and t.datetime_complete
     return (t.datetime_complete - t.datetime_start).total_seconds()
 
@@ -158,16 +156,16 @@ def _events(log: Path, year: int) -> dict[str, datetime]:
     return found
 
 
-def startup(trials: list[optuna.trial.FrozenTrial], root: Path) -> str:
+def startup(trials: list[TrialRecord], root: Path) -> str:
     """Start-up split from the engine log's timestamps (1 s resolution)."""
     rows = []
     for t in trials:
         log = root / "trials" / str(t.number) / "engine.log"
-        if not log.exists() or t.datetime_start is None:
+        if not log.exists() or t.datetime_start is None or t.startup_s is None:
             continue
-        ev, st = _events(log, t.datetime_start.year), t.user_attrs.get("startup") or {}
+        ev, st = _events(log, t.datetime_start.year), t.startup
         start = t.datetime_start.replace(microsecond=0)
-        end = t.datetime_start + _td(t.user_attrs["timings"]["startup_s"])
+        end = t.datetime_start + _td(t.timings["startup_s"])
         comp = re.search(r"torch\.compile took ([\d.]+) s", log.read_text(errors="replace"))
 
         def gap(a: str, b: str, ev: dict[str, datetime] = ev) -> str:
@@ -181,7 +179,7 @@ def startup(trials: list[optuna.trial.FrozenTrial], root: Path) -> str:
             comp.group(1) if comp else "- (eager)", gap("compiled" if comp else "weights", "kv"),
             _f(st.get("graph_capture_s"), "{:.0f}"), gap(after, "init"), gap("init", "serving"),
             f"{(end - ev['serving']).total_seconds():.0f}" if "serving" in ev else "-",
-            f"{t.user_attrs['timings']['startup_s']:.1f}"])
+            f"{t.timings['startup_s']:.1f}"])
     head = ["trial", "API-server spawn + imports", "model config", "engine-core spawn + imports",
             "device init + weights", "torch.compile s (vLLM)", "profiling + KV cache",
             "CUDA graphs", "warm-up after capture", "API ready", "to /health OK", "start-up s"]
@@ -194,7 +192,7 @@ def _td(s: float) -> Any:
     return timedelta(seconds=s)
 
 
-def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float,
+def roofline(trials: list[TrialRecord], weights_bytes: float,
              prompt: float, output: float) -> str:
     """Decode roofline at the batch implied by Little's law at the capacity rate.
 
@@ -203,14 +201,12 @@ def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float,
     """
     rows = []
     for t in trials:
-        ua = t.user_attrs
-        if ua.get("outcome") != "complete" or not ua.get("feasible") \
-                or ua.get("duplicate_of") is not None:
+        if t.outcome != "complete" or not t.feasible or t.duplicate_of is not None:
             continue
-        m = ua["metrics"]
+        m = t.metrics
         rate = m["capacity"]["request_throughput"]
         batch = rate * (m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 1000  # sequences decoding
-        kv_tok = ua["memory_estimate"]["kv_bytes_per_token"]
+        kv_tok = t.memory_estimate["kv_bytes_per_token"]
         ctx = prompt + output / 2
         step_bytes = weights_bytes + batch * ctx * kv_tok
         roof = batch / (step_bytes / HBM_BPS)
@@ -228,28 +224,29 @@ def roofline(trials: list[optuna.trial.FrozenTrial], weights_bytes: float,
 def main(db: str) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
-    trials = study.trials
-    w = study.user_attrs["scenario"]["workload"]
+    everything = records(study)
+    trials = [t for t in everything if t.datetime_complete]  # not the re-queued ones
+    w = stored_scenario(study)["workload"]
     prompt, output = w["prefix_len"] + w["input_len"], w["output_len"]
     base = reference_trial(study)
     assert base is not None, f"{db}: no completed trial"
-    launched = next(t for t in trials if t.user_attrs.get("memory_estimate"))
+    launched = next(t for t in trials if t.memory_estimate)
     root = Path(db).with_suffix("")
     counts: dict[str, int] = {}
-    for t in trials:
-        kind = "duplicate" if t.user_attrs.get("duplicate_of") is not None else (
-            "infeasible" if t.user_attrs.get("feasible") is False else t.state.name.lower())
+    for t in everything:
+        kind = "duplicate" if t.duplicate_of is not None else (
+            "infeasible" if t.state.name == "COMPLETE" and not t.feasible
+            else t.state.name.lower())
         counts[kind] = counts.get(kind, 0) + 1
-    first = base.user_attrs
-    print(f"study {study.study_name}: {len(trials)} trials {counts}; "
-          f"engine {first['engine_version']}; device {first['device']}; "
+    print(f"study {study.study_name}: {len(everything)} trials {counts}; "
+          f"engine {base.engine_version}; device {base.device}; "
           f"trial wall time {sum(_wall(t) for t in trials):.0f} s; gains over #{base.number}\n")
     for title, text in [
         ("Completed trials at their capacity rate", results(trials, base, output)),
         ("All trials", flags(trials)),
         ("Wall-time split per trial", timings(trials)),
         ("Start-up split from the engine logs (s)", startup(trials, root)),
-        ("Decode roofline", roofline(trials, launched.user_attrs["memory_estimate"]
+        ("Decode roofline", roofline(trials, launched.memory_estimate
                                      ["weights_bytes"], prompt, output)),
     ]:
         print(f"### {title}\n\n{text}\n")

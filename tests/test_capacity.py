@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 
-import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from autotune.measure import capacity
 from autotune.measure.capacity import Step
 from autotune.traffic import CapacitySpec, WorkloadSpec
+from autotune.tuning import ranking
+from autotune.tuning.record import TrialRecord
 
 
 class Engine:
@@ -137,11 +137,9 @@ def test_record_gives_throughputs_at_capacity():
 
 def _trial(number, value, cap, flags):
     lo, hi = cap
-    return optuna.trial.create_trial(
-        state=TrialState.COMPLETE, values=[value],
-        params={"x": number}, distributions={"x": CategoricalDistribution(list(range(9)))},
-        user_attrs={"flags": flags, "metrics": {"capacity": {
-            "request_throughput": lo, "low": lo, "high": hi, "spread": None}}})
+    return TrialRecord(number=number, state=TrialState.COMPLETE, values=(value,),
+                       constraints={"slo": -1.0}, flags=flags, metrics={"capacity": {
+                           "request_throughput": lo, "low": lo, "high": hi, "spread": None}})
 
 
 def test_ties_prefer_fewer_overrides_of_the_defaults():
@@ -151,12 +149,12 @@ def test_ties_prefer_fewer_overrides_of_the_defaults():
                                            "block-size": 32})
     clear = _trial(2, 0.30, (13.0, 13.5), {"enforce-eager": True, "max-num-seqs": 64})
     score = lambda t: t.values[0]  # noqa: E731
-    assert capacity.overrides(tuned, fixed) == 2 and capacity.overrides(defaults, fixed) == 0
+    assert ranking.overrides(tuned, fixed) == 2 and ranking.overrides(defaults, fixed) == 0
     # 10.2-10.6 overlaps 10.0-10.4: a tie, which the configuration with no overrides wins
-    assert capacity.pick([defaults, tuned], score, fixed) is defaults
+    assert ranking.pick([defaults, tuned], score, fixed) is defaults
     # a capacity clear of the noise wins despite its override
-    assert capacity.pick([defaults, tuned, clear], score, fixed) is clear
-    assert capacity.pick([], score, fixed) is None
+    assert ranking.pick([defaults, tuned, clear], score, fixed) is clear
+    assert ranking.pick([], score, fixed) is None
     assert not math.isnan(capacity.interval({"low": 1.0, "high": None, "spread": 0.1})[1])
 
 

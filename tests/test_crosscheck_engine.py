@@ -7,6 +7,7 @@ rather than tuned, so only the two validation engines are started here."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from autotune.cli import main as cli
-from autotune.measure import capacity
+from autotune.tuning import record
 from tests.conftest import SCENARIO, SESSION_MARK
 from tests.test_vllmbench import _trial
 
@@ -47,8 +48,8 @@ def study_db(tmp_path) -> Path:
     st = optuna.create_study(study_name="engine-test", storage=f"sqlite:///{path}",
                              direction="maximize")
     st.set_user_attr("scenario", scenario)
-    st.add_trial(_trial(10.0, baseline="vllm-defaults"))
-    st.add_trial(_trial(12.4, flags={"enforce-eager": True, "max-num-seqs": 8}))
+    _trial(st, 10.0, baseline="vllm-defaults")
+    _trial(st, 12.4, flags={"enforce-eager": True, "max-num-seqs": 8})
     return path
 
 
@@ -57,7 +58,8 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     """Alternating on one device, or each pair's two runs at once (two GPUs; here two CPU
     engines, which only shows the placement and the record, not a GPU's speed)."""
     db = str(study_db)
-    before = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}").trials
+    before = record.records(optuna.load_study(study_name="engine-test",
+                                              storage=f"sqlite:///{db}"))
 
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "1",
                            "--client", "vllm", "--repeats", "1", "--step-seconds", "3",
@@ -67,7 +69,8 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     assert not _helpers()
 
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    v = st.trials[1].user_attrs["validation_vllm"]
+    trials = record.records(st)
+    v = trials[1].validation_vllm
     assert (v["client"], v["repeats"], v["against"], v["step_s"]) == \
         ("vllm bench serve", 1, 0, 3.0)
     assert [(r["trial"], r["role"]) for r in v["runs"]] == [(0, "baseline"), (1, "candidate")]
@@ -75,16 +78,15 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
         assert r["capacity"] > 0 and r["startup_s"] > 0 and Path(r["log_path"]).exists()
         # from the capacity the study reported for that trial, not from a burst
         assert r["steps"] and r["steps"][0]["kind"] == "ceiling"
-        assert r["steps"][0]["rate"] == capacity.of(st.trials[r["trial"]])["request_throughput"]
-        assert r["flags"] == st.trials[r["trial"]].user_attrs["flags"]
+        assert r["steps"][0]["rate"] == trials[r["trial"]].capacity["request_throughput"]
+        assert r["flags"] == trials[r["trial"]].flags
         assert sorted(p.name for p in Path(r["dir"]).glob("step-*.json")) == \
             [f"step-{s['index']:02d}-{s['kind']}.json" for s in r["steps"]]
     base, cand = (r["capacity"] for r in v["runs"])
     assert v["ratio"] == pytest.approx(cand / base) and v["ci_low"] is None
     assert v["verdict"] == "one pair, no interval: no gain shown"
     assert v["study_ratio"] == pytest.approx(
-        capacity.of(st.trials[1])["request_throughput"]
-        / capacity.of(st.trials[0])["request_throughput"])
+        trials[1].capacity["request_throughput"] / trials[0].capacity["request_throughput"])
     assert Path(v["dir"]).parent == tmp_path / "engine-test" / "validate-vllm"
     if gpus:  # pair 0: the candidate on the first GPU, the baseline on the second
         assert [r["gpu"] for r in v["runs"]] == [1, 0]
@@ -93,10 +95,8 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
         assert v["order"] == "alternating, baseline first"
     assert v["helper_start_s"] > 0 and v["engine_version"].startswith("vllm")
     # Nothing else in the study changed.
-    for old, new in zip(before, st.trials, strict=True):
-        assert (old.state, old.values) == (new.state, new.values)
-        assert {k: a for k, a in new.user_attrs.items() if k != "validation_vllm"} == \
-            old.user_attrs
+    for old, new in zip(before, trials, strict=True):
+        assert dataclasses.replace(new, validation_vllm=None) == old
 
     printed = " ".join(proc.stdout.split())
     assert "run 2/2: trial #1 (candidate): capacity" in printed

@@ -8,34 +8,35 @@ import optuna
 import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.results import export
+from autotune.tuning import record
 
 
-def _trial(value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, flags=None, ttft=100.0):
-    attrs = {"feasible": feasible, "flags": flags or {"max-num-seqs": 64},
-             "measures": {"throughput": thr, "latency_ms": lat, "memory_mib": 1000.0},
-             "metrics": {"output_throughput": thr, "p95_ttft_ms": ttft, "median_ttft_ms": 50.0},
-             "engine_version": "vllm-0.26.0", "device": {"name": "NVIDIA H200"},
-             "command": ["vllm", "serve", "/models/q", "--max-num-seqs", "64"],
-             "gain": value, "timings": {"startup_s": 90.0}, "env": {"A": "1"},
-             "quality": {"drift": 0.01, "passed": True}}
-    return create_trial(state=state, values=[value] if state == TrialState.COMPLETE else None,
-                        params={"max-num-seqs": 64},
-                        distributions={"max-num-seqs": CategoricalDistribution([64])},
-                        user_attrs=attrs)
+def _trial(st, value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, flags=None,
+           ttft=100.0):
+    record.add(st, state, values=[value], constraints={"slo": -1.0 if feasible else 1.0},
+               params={"max-num-seqs": 64},
+               distributions={"max-num-seqs": CategoricalDistribution([64])},
+               flags=flags or {"max-num-seqs": 64},
+               measures={"throughput": thr, "latency_ms": lat, "memory_mib": 1000.0},
+               metrics={"output_throughput": thr, "p95_ttft_ms": ttft, "median_ttft_ms": 50.0},
+               engine_version="vllm-0.26.0", device={"name": "NVIDIA H200"},
+               command=["vllm", "serve", "/models/q", "--max-num-seqs", "64"],
+               gain=value, timings={"startup_s": 90.0}, env={"A": "1"},
+               quality={"drift": 0.01, "passed": True})
 
 
 @pytest.fixture
 def study():
     st = optuna.create_study(study_name="s", direction="maximize")
-    st.add_trial(_trial(0.0, 100.0, 50.0))                       # 0: defaults
-    st.add_trial(_trial(0.3, 200.0, 80.0, ttft=400.0))           # 1: fastest
-    st.add_trial(_trial(0.2, 150.0, 30.0))                       # 2: lowest latency
-    st.add_trial(_trial(0.9, 900.0, 10.0, feasible=False))       # 3: infeasible, never chosen
-    st.add_trial(_trial(0.0, 0, 0, state=TrialState.PRUNED))     # 4: pruned
+    _trial(st, 0.0, 100.0, 50.0)  # 0: defaults
+    _trial(st, 0.3, 200.0, 80.0, ttft=400.0)  # 1: fastest
+    _trial(st, 0.2, 150.0, 30.0)  # 2: lowest latency
+    _trial(st, 0.9, 900.0, 10.0, feasible=False)  # 3: infeasible, never chosen
+    _trial(st, 0.0, 0, 0, state=TrialState.PRUNED)  # 4: pruned
     return st
 
 

@@ -50,9 +50,10 @@ def test_verdict_and_constraints():
     ok = guardrail.verdict({"drift": 0.01, "agreement": 0.9}, ref)
     bad = guardrail.verdict({"drift": 0.2, "agreement": 0.9}, ref)
     assert ok["passed"] and not bad["passed"]
-    assert guardrail.constraints(ok) == pytest.approx([-0.04, -0.4])
-    assert guardrail.constraints(bad)[0] > 0
-    assert guardrail.constraints(None) == [0.0, 0.0]
+    assert guardrail.constraints(ok) == pytest.approx({"quality_drift": -0.04,
+                                                       "quality_agreement": -0.4})
+    assert guardrail.constraints(bad)["quality_drift"] > 0
+    assert guardrail.constraints(None) == {"quality_drift": 0.0, "quality_agreement": 0.0}
 
 
 def test_reference_round_trips(tmp_path):

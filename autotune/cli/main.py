@@ -145,11 +145,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     st = _open_study(args)
     if args.trial is not None:
-        trials = st.get_trials(deepcopy=False)
+        from autotune.tuning.record import records
+
+        trials = records(st)
         if not 0 <= args.trial < len(trials):
             raise ConfigError(f"show: no trial {args.trial} (the study has {len(trials)})")
         if args.json:
-            print(json.dumps(trials[args.trial].user_attrs, indent=2, default=str))
+            print(json.dumps(trials[args.trial].as_dict(), indent=2, default=str))
         else:
             views.print_trial(trials[args.trial])
         return 0
@@ -184,7 +186,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         raise ConfigError(f"export: --slo: {err}") from None
     st = _open_study(args)
     trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
-    model = args.model or (trial.user_attrs.get("command") or ["", "", "MODEL"])[2]
+    model = args.model or (trial.command or ["", "", "MODEL"])[2]
     text = export.render(st, trial, args.format, model, args.image)
     if args.output:
         try:

@@ -8,106 +8,62 @@ trial it came from, in comments where the format allows.
 from __future__ import annotations
 
 import json
-import math
+import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
 
 import optuna
 import yaml
-from optuna.trial import FrozenTrial, TrialState
 
-from autotune.config import latency_key
 from autotune.errors import ConfigError
 from autotune.flags import to_args
 from autotune.measure import capacity
 from autotune.tuning import crosscheck, paired
-from autotune.tuning.study import not_overrides, reference_name
+from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
+from autotune.tuning.record import TrialRecord
 
-POLICIES = ("max-throughput", "min-latency", "balanced")
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
 PORT = 8000
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def feasible(study: optuna.Study) -> list[FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("feasible") and t.user_attrs.get("measures")]
-
-
-def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
-           slos: Mapping[str, float] | None = None) -> FrozenTrial:
-    """The trial to export: a given number, or the best feasible one under a policy."""
-    if trial is not None:
-        trials = study.get_trials(deepcopy=False)
-        if not 0 <= trial < len(trials):
-            raise ConfigError(f"export: no trial {trial} (the study has {len(trials)})")
-        t = trials[trial]
-        if t.state != TrialState.COMPLETE or not t.user_attrs.get("feasible"):
-            raise ConfigError(f"export: trial {trial} is not a feasible completed trial "
-                              f"({t.state.name.lower()} {t.user_attrs.get('reason', '')}); "
-                              "only configurations that met the SLOs and the guardrail ship")
-        return t
-    if policy not in POLICIES:
-        raise ConfigError(f"export: unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
-    candidates = [t for t in feasible(study) if _meets(t, slos or {})]
-    if not candidates:
-        raise ConfigError("export: no feasible completed trial meets "
-                          + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
-                             or "the study's constraints"))
-    fixed = not_overrides(study)  # capacities within noise are ties: fewer overrides win
-    if policy == "max-throughput":
-        return capacity.pick(candidates, lambda t: t.user_attrs["measures"]["throughput"],
-                             fixed)
-    if policy == "min-latency":
-        return min(candidates, key=lambda t: t.user_attrs["measures"]["latency_ms"])
-    if len(study.directions) == 1:
-        return capacity.pick(candidates, lambda t: t.values[0], fixed)
-    # Pareto studies: the best throughput per unit of latency.
-    return max(candidates, key=lambda t: math.log(t.user_attrs["measures"]["throughput"])
-               - math.log(t.user_attrs["measures"]["latency_ms"]))
-
-
-def _meets(t: FrozenTrial, slos: Mapping[str, float]) -> bool:
-    metrics = t.user_attrs.get("metrics") or {}
-    for key, limit in slos.items():
-        try:
-            value = metrics.get(latency_key(key.removesuffix("_ms")))
-        except ValueError as err:
-            raise ConfigError(f"export: --slo {key}: {err}") from None
-        if value is None or value > limit:
-            return False
-    return True
-
-
-def facts(study: optuna.Study, t: FrozenTrial) -> dict[str, Any]:
+def facts(study: optuna.Study, r: TrialRecord) -> dict[str, Any]:
     """What the export says about where it came from and what was measured."""
-    m = t.user_attrs.get("metrics") or {}
-    q = t.user_attrs.get("quality") or {}
+    m, q = r.metrics, r.quality or {}
     return {
-        "study": study.study_name, "trial": t.number,
-        "baseline": t.user_attrs.get("baseline"),
-        "engine": t.user_attrs.get("engine_version"),
-        "device": (t.user_attrs.get("device") or {}).get("name"),
-        "gain_over_defaults": t.user_attrs.get("gain"),
+        "study": study.study_name, "trial": r.number,
+        "baseline": r.baseline,
+        "engine": r.engine_version,
+        "device": r.device_name,
+        "gain_over_defaults": r.gain,
         "gain_over": reference_name(study),
         "output_throughput": m.get("output_throughput"),
         "request_throughput": m.get("request_throughput"),
         "median_ttft_ms": m.get("median_ttft_ms"), "p95_ttft_ms": m.get("p95_ttft_ms"),
         "median_tpot_ms": m.get("median_tpot_ms"),
-        "memory_mib": (t.user_attrs.get("measures") or {}).get("memory_mib"),
+        "memory_mib": (r.measures or {}).get("memory_mib"),
         "quality_drift": q.get("drift"), "quality_passed": q.get("passed"),
-        "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
-        "validation": paired.compact(t.user_attrs.get("validation")),
-        "validation_vllm": crosscheck.compact(t.user_attrs.get(crosscheck.KEY)),
+        "startup_s": r.startup_s,
+        "validation": paired.compact(r.validation),
+        "validation_vllm": crosscheck.compact(r.validation_vllm),
         "capacity": capacity.describe(m["capacity"]) if m.get("capacity") else None,
     }
 
 
-def _comment(f: Mapping[str, Any]) -> list[str]:
+def inert(text: str) -> str:
+    """`text` on one line with no control characters, for a `#` comment: a newline in a
+    study or baseline name must not end the comment and start a command."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in str(text))
+
+
+def comment_lines(f: Mapping[str, Any]) -> list[str]:
+    """The comment lines of an export, each made inert (names are user data)."""
     def num(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
-    return [
+    return [inert(line) for line in [
         f"autotune: study {f['study']}, trial {f['trial']}"
         + (f" ({f['baseline']})" if f["baseline"] else "")
         + f", {f['engine']} on {f['device']}",
@@ -121,16 +77,20 @@ def _comment(f: Mapping[str, Any]) -> list[str]:
     ] + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
       + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else []) \
       + ([f"re-measured: {crosscheck.headline(f['validation_vllm'])}"]
-         if f.get("validation_vllm") else [])
+         if f.get("validation_vllm") else [])]
 
 
-def render(study: optuna.Study, t: FrozenTrial, fmt: str, model: str,
+def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
            image: str | None = None) -> str:
-    """The artifact for trial `t` in format `fmt`."""
-    flags: dict[str, Any] = dict(t.user_attrs.get("flags") or {})
-    env: dict[str, str] = dict(t.user_attrs.get("env") or {})
-    f = facts(study, t)
-    notes = _comment(f)
+    """The artifact for trial `r` in format `fmt`. Every name and value is data: quoted for
+    the shell, emitted by the YAML or JSON library, and made inert in comments."""
+    flags: dict[str, Any] = dict(r.flags)
+    env: dict[str, str] = {k: str(v) for k, v in r.env.items()}
+    if bad := [k for k in env if not ENV_NAME.fullmatch(k)]:
+        raise ConfigError(f"export: engine.env name {bad[0]!r} is not an environment variable "
+                          "name (letters, digits and _, not starting with a digit)")
+    f = facts(study, r)
+    notes = comment_lines(f)
     args = to_args(flags)
     version = str(f["engine"] or "").rsplit("-", 1)[-1]
     image = image or (f"vllm/vllm-openai:v{version}" if version[:1].isdigit()
@@ -143,7 +103,8 @@ def render(study: optuna.Study, t: FrozenTrial, fmt: str, model: str,
                   + "".join(f" \\\n    {g}" for g in groups)]
         return "\n".join(lines) + "\n"
     if fmt == "vllm-yaml":
-        head = [*(f"# {n}" for n in notes), f"# use: vllm serve {model} --config THIS_FILE"]
+        head = [*(f"# {n}" for n in notes),
+                f"# use: vllm serve {inert(shlex.quote(model))} --config THIS_FILE"]
         body = yaml.safe_dump(flags, sort_keys=False, allow_unicode=True) if flags else "{}\n"
         return "\n".join(head) + "\n" + body
     if fmt == "json":
@@ -176,7 +137,8 @@ def _compose(notes: list[str], model: str, args: list[str], env: dict[str, str],
 
 def _k8s(notes: list[str], model: str, args: list[str], env: dict[str, str], image: str,
          f: Mapping[str, Any]) -> str:
-    labels = {"app": "vllm", "autotune/study": str(f["study"]), "autotune/trial": str(f["trial"])}
+    labels = {"app": "vllm", "autotune/study": label_value(str(f["study"])),
+              "autotune/trial": str(f["trial"])}
     startup = int(max(120, 2 * (f.get("startup_s") or 150)))  # measured start-up, doubled
     probe = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10}
     container = {
@@ -193,7 +155,8 @@ def _k8s(notes: list[str], model: str, args: list[str], env: dict[str, str], ima
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "vllm", "labels": dict(labels),
-                     "annotations": {"autotune/measured": " | ".join(notes)}},
+                     "annotations": {"autotune/measured": " | ".join(notes),
+                                     "autotune/study": str(f["study"])}},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}},
                  "template": {"metadata": {"labels": dict(labels)}, "spec": {
                      "containers": [{k: v for k, v in container.items() if v is not None}],
@@ -210,3 +173,10 @@ def _k8s(notes: list[str], model: str, args: list[str], env: dict[str, str], ima
 def _copy(value: dict[str, Any]) -> dict[str, Any]:
     """A deep copy, so YAML writes each probe in full instead of as an alias."""
     return json.loads(json.dumps(value))
+
+
+def label_value(text: str) -> str:
+    """A Kubernetes label value (<= 63 of [A-Za-z0-9._-], alphanumeric at both ends); the
+    name itself goes into an annotation, where any text is allowed."""
+    value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:63].strip("._-")
+    return value or "study"

@@ -2,7 +2,7 @@
 
 Every figure is a plain function of a study that returns a plotly Figure, so the notebooks
 show exactly what `autotune report` writes (`autotune.results.reportpage` puts them in one HTML
-file). A trial is placed by what it measured (`user_attrs["measures"]`, or the probe phase's
+file). A trial is placed by what it measured (its record's `measures`, or the probe phase's
 partial figures for a trial pruned mid-run); baselines are labelled by name, since every
 gain reads against them.
 """
@@ -16,15 +16,15 @@ from typing import Any
 
 import optuna
 import plotly.graph_objects as go
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 from plotly.subplots import make_subplots
 
 from autotune.config import latency_key
 from autotune.errors import ConfigError
-from autotune.results.export import choose
 from autotune.results.show import outcome, reason
 from autotune.tuning import objective as obj
-from autotune.tuning.study import DEFAULTS, fixed_flags, reference_name
+from autotune.tuning.ranking import choose, fixed_flags, reference_name, stored_scenario
+from autotune.tuning.record import DEFAULTS, TrialRecord, records
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
 HEIGHT = 520
@@ -55,7 +55,7 @@ class Axes:
 
 
 def axes(study: optuna.Study) -> Axes:
-    scenario = study.user_attrs.get("scenario") or {}
+    scenario = stored_scenario(study)
     o = scenario.get("objective") or {}
     return Axes(o.get("mode") or ("weighted" if len(study.directions) == 1 else "pareto"),
                 o.get("throughput") or "output_throughput", o.get("latency") or "ttft_p95",
@@ -92,26 +92,24 @@ class Point:
         return "<br>".join(lines)
 
 
-def points(study: optuna.Study) -> tuple[list[Point], list[FrozenTrial]]:
+def points(study: optuna.Study) -> tuple[list[Point], list[TrialRecord]]:
     """The trials that can be placed, and the rest (pruned or failed with no figures)."""
     ax, fixed = axes(study), fixed_flags(study)
     placed, unplaced = [], []
-    for t in study.get_trials(deepcopy=False):
-        a = t.user_attrs
-        flags = {k: v for k, v in (a.get("flags") or {}).items() if fixed.get(k) != v}
-        common = {"number": t.number, "name": a.get("baseline") or "", "flags": flags,
-                  "why": reason(t), "gain": a.get("gain")}
-        if t.state == TrialState.COMPLETE and a.get("measures"):
-            m = a["measures"]
-            kind = FEASIBLE if a.get("feasible", True) else INFEASIBLE
-            placed.append(Point(kind=kind, throughput=m["throughput"],
-                                latency_ms=m["latency_ms"], memory_mib=m.get("memory_mib"),
-                                **common))
-        elif (partial := _partial(a.get("metrics") or {}, ax)) is not None:
+    for r in records(study):
+        flags = {k: v for k, v in r.flags.items() if fixed.get(k) != v}
+        common = {"number": r.number, "name": r.name, "flags": flags, "why": reason(r),
+                  "gain": r.gain}
+        if r.state == TrialState.COMPLETE and r.measures:
+            m = r.measures
+            placed.append(Point(kind=FEASIBLE if r.feasible else INFEASIBLE,
+                                throughput=m["throughput"], latency_ms=m["latency_ms"],
+                                memory_mib=m.get("memory_mib"), **common))
+        elif (partial := _partial(r.metrics, ax)) is not None:
             placed.append(Point(kind=PARTIAL, throughput=partial[0], latency_ms=partial[1],
-                                memory_mib=obj.memory_mib(a["metrics"]), **common))
+                                memory_mib=obj.memory_mib(r.metrics), **common))
         else:
-            unplaced.append(t)
+            unplaced.append(r)
     return placed, unplaced
 
 
@@ -138,10 +136,9 @@ def _scatter(pts: Sequence[Point], ax: Axes, name: str, **marker: Any) -> go.Sca
                       hoverinfo="text", marker={"size": 11, **marker})
 
 
-def _unplaced_note(unplaced: Sequence[FrozenTrial], limit: int = 8) -> str:
-    items = [f"#{t.number}" + (f" {t.user_attrs['baseline']}" if t.user_attrs.get("baseline")
-                               else "") + f" ({outcome(t)}: {reason(t) or '-'})"
-             for t in unplaced]
+def _unplaced_note(unplaced: Sequence[TrialRecord], limit: int = 8) -> str:
+    items = [f"#{r.number}" + (f" {r.name}" if r.name else "")
+             + f" ({outcome(r)}: {reason(r) or '-'})" for r in unplaced]
     more = f" and {len(items) - limit} more (see the table)" if len(items) > limit else ""
     return "not placed, no figures: " + ", ".join(items[:limit]) + more
 
@@ -244,8 +241,8 @@ def history_figure(study: optuna.Study) -> go.Figure:
                 mode="markers+text", text=[p.name for p, _ in sel], textposition="top center",
                 marker={"symbol": symbol, "size": 10, "color": colour}, name=kind,
                 hovertext=[p.hover(ax) for p, _ in sel], hoverinfo="text"))
-    checked = [(t.number, v) for t in study.get_trials(deepcopy=False)
-               if (v := t.user_attrs.get("validation")) and v.get("gain") is not None]
+    checked = [(r.number, v) for r in records(study)
+               if (v := r.validation) and v.get("gain") is not None]
     if checked:
         fig.add_trace(go.Scatter(
             x=[n for n, _ in checked], y=[v["gain"] * 100 for _, v in checked], mode="markers",
@@ -346,8 +343,7 @@ def parallel_figure(study: optuna.Study) -> go.Figure:
 
 def guardrail_figure(study: optuna.Study) -> go.Figure:
     """Drift (log scale) and agreement of every checked trial against their thresholds."""
-    checked = [t for t in study.get_trials(deepcopy=False)
-               if "drift" in (t.user_attrs.get("quality") or {})]
+    checked = [r for r in records(study) if "drift" in (r.quality or {})]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         "drift of the reference tokens' log-probabilities (nats, lower is better)",
         "agreement of greedy outputs (higher is better)"))
@@ -356,8 +352,8 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
         fig.add_annotation(text="no trial was checked (guardrail off, or nothing completed)",
                            xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
         return fig
-    qs = [t.user_attrs["quality"] for t in checked]
-    xs = [f"#{t.number} {t.user_attrs.get('baseline') or ''}".strip() for t in checked]
+    qs = [r.quality for r in checked]
+    xs = [f"#{r.number} {r.name}".strip() for r in checked]
     colours = ["#2ca02c" if q.get("passed") else "#d62728" for q in qs]
     hover = [("reference run (its drift is the noise floor)" if q.get("made_reference")
               else ("passed" if q.get("passed") else "REJECTED")) for q in qs]
@@ -380,7 +376,7 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
     return fig
 
 
-def best(study: optuna.Study) -> FrozenTrial | None:
+def best(study: optuna.Study) -> TrialRecord | None:
     """The trial `autotune export` ships by default (its `balanced` policy), if any."""
     try:
         return choose(study, policy="balanced")
@@ -395,8 +391,7 @@ def best_vs_baseline(study: optuna.Study, label: str | None = None) -> dict[str,
     ref = baseline_point(list(pts.values()))
     top = best(study)
     b = pts.get(top.number) if top is not None else None
-    any_t = next(iter(study.get_trials(deepcopy=False)), None)
-    device = ((any_t.user_attrs.get("device") or {}).get("name") if any_t else None) or "-"
+    device = next((r.device_name for r in records(study) if r.device_name), None) or "-"
 
     def figures(p: Point | None, prefix: str) -> dict[str, Any]:
         return {f"{prefix} #": p.number if p else None,

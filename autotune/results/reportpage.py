@@ -11,15 +11,14 @@ from typing import Any
 
 import optuna
 import plotly.io as pio
-from optuna.trial import FrozenTrial
 from plotly.offline import get_plotlyjs
 
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.results import report, show
 from autotune.results.show import fmt, outcome, reason
-from autotune.tuning import crosscheck
-from autotune.tuning.study import reference_name
+from autotune.tuning import crosscheck, ranking
+from autotune.tuning.record import TrialRecord, records
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1400px; color: #222; }
@@ -60,9 +59,9 @@ def _validation(v: dict[str, Any] | None) -> str:
     return text + (f", {v['verdict']}" if v.get("verdict") else "")
 
 
-def _capacity(t: FrozenTrial) -> tuple[str, str]:
+def _capacity(r: TrialRecord) -> tuple[str, str]:
     """Capacity at SLO (req/s with its bracket) and the output tok/s at that rate."""
-    cap = (t.user_attrs.get("metrics") or {}).get("capacity")
+    cap = r.capacity
     if not cap:
         return "", ""
     rate = cap.get("request_throughput", cap.get("request_rate"))
@@ -76,56 +75,53 @@ def _capacity(t: FrozenTrial) -> tuple[str, str]:
     return text, fmt(cap.get("output_throughput"))
 
 
-def _beyond(t: FrozenTrial, fixed: Mapping[str, Any]) -> dict[str, Any]:
+def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> dict[str, Any]:
     """The trial's flags less the scenario's fixed ones (those hold for every trial)."""
-    return {k: v for k, v in (t.user_attrs.get("flags") or {}).items() if fixed.get(k) != v}
+    return {k: v for k, v in r.flags.items() if fixed.get(k) != v}
 
 
-Column = tuple[str, Callable[[FrozenTrial], str], bool]  # header, cell, numeric
+Column = tuple[str, Callable[[TrialRecord], str], bool]  # header, cell, numeric
 
 
 def columns(study: optuna.Study) -> list[Column]:
     """The table's columns; capacity and validation only where some trial has them."""
     ax = report.axes(study)
     fixed = report.fixed_flags(study)
-    trials = study.get_trials(deepcopy=False)
+    trials = records(study)
 
-    def m(key: str, spec: str = ".1f") -> Callable[[FrozenTrial], str]:
-        return lambda t: fmt((t.user_attrs.get("measures") or {}).get(key), spec)
+    def m(key: str, spec: str = ".1f") -> Callable[[TrialRecord], str]:
+        return lambda r: fmt((r.measures or {}).get(key), spec)
 
-    def q(key: str, spec: str) -> Callable[[FrozenTrial], str]:
-        return lambda t: fmt((t.user_attrs.get("quality") or {}).get(key), spec)
+    def q(key: str, spec: str) -> Callable[[TrialRecord], str]:
+        return lambda r: fmt((r.quality or {}).get(key), spec)
 
     cols: list[Column] = [
-        ("#", lambda t: str(t.number), True),
-        ("baseline", lambda t: t.user_attrs.get("baseline") or "", False),
-        ("flags beyond the fixed ones", lambda t: _flags(_beyond(t, fixed)), False),
+        ("#", lambda r: str(r.number), True),
+        ("baseline", lambda r: r.name, False),
+        ("flags beyond the fixed ones", lambda r: _flags(_beyond(r, fixed)), False),
         ("outcome", outcome, False),
-        ("reason", lambda t: reason(t) + (f": {t.user_attrs['detail'][:160]}"
-                                          if t.user_attrs.get("detail") else ""), False),
+        ("reason", lambda r: reason(r) + (f": {r.detail[:160]}" if r.detail else ""), False),
         (ax.throughput_label, m("throughput"), True),
         (ax.latency_label, m("latency_ms"), True),
         ("memory MiB", m("memory_mib", ".0f"), True),
-        ("gain", lambda t: fmt(t.user_attrs.get("gain"), "+.1%"), True),
+        ("gain", lambda r: fmt(r.gain, "+.1%"), True),
         ("drift (nats)", q("drift", ".2g"), True),
         ("agreement", q("agreement", ".3f"), True),
-        ("quality", lambda t: {True: "passed", False: "REJECTED"}.get(
-            (t.user_attrs.get("quality") or {}).get("passed"), ""), False),
-        ("start-up s", lambda t: fmt((t.user_attrs.get("timings") or {}).get("startup_s")),
-         True),
+        ("quality", lambda r: {True: "passed", False: "REJECTED"}.get(
+            (r.quality or {}).get("passed"), ""), False),
+        ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
-    if any((t.user_attrs.get("metrics") or {}).get("capacity") for t in trials):
-        cols += [("capacity req/s (bracket)", lambda t: _capacity(t)[0], True),
-                 ("capacity out tok/s", lambda t: _capacity(t)[1], True),
-                 ("limited by", lambda t: capacity.limit_text(
-                     (t.user_attrs.get("metrics") or {}).get("capacity") or {}) or "", False)]
-    if any(t.user_attrs.get(crosscheck.KEY) for t in trials):
+    if any(r.capacity for r in trials):
+        cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], True),
+                 ("capacity out tok/s", lambda r: _capacity(r)[1], True),
+                 ("limited by", lambda r: capacity.limit_text(r.capacity or {}) or "", False)]
+    if any(r.validation_vllm for r in trials):
         cols.append(("re-measured by vllm bench serve",
-                     lambda t: crosscheck.headline(t.user_attrs[crosscheck.KEY])
-                     if t.user_attrs.get(crosscheck.KEY) else "", False))
-    if any(t.user_attrs.get("validation") for t in trials):
-        cols.append(("validated gain [95% CI] ×runs",
-                     lambda t: _validation(t.user_attrs.get("validation")), True))
+                     lambda r: crosscheck.headline(r.validation_vllm)
+                     if r.validation_vllm else "", False))
+    if any(r.validation for r in trials):
+        cols.append(("validated gain [95% CI] ×runs", lambda r: _validation(r.validation),
+                     True))
     return cols
 
 
@@ -134,10 +130,10 @@ def trials_table(study: optuna.Study) -> str:
     cols = columns(study)
     head = "".join(f"<th>{_e(name)}</th>" for name, _, _ in cols)
     rows = []
-    for t in study.get_trials(deepcopy=False):
-        cells = "".join(f"<td{' class=num' if num else ''}>{_e(cell(t))}</td>"
+    for r in records(study):
+        cells = "".join(f"<td{' class=num' if num else ''}>{_e(cell(r))}</td>"
                         for _, cell, num in cols)
-        rows.append(f"<tr class='{_e(outcome(t))}' data-trial='{t.number}'>{cells}</tr>")
+        rows.append(f"<tr class='{_e(outcome(r))}' data-trial='{r.number}'>{cells}</tr>")
     return (f"<table id='trials'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}"
             "</tbody></table>")
 
@@ -157,12 +153,12 @@ def table_html(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _about(study: optuna.Study) -> str:
     """What was tuned, where, against what: the context every figure needs."""
-    scenario = study.user_attrs.get("scenario") or {}
-    trials = study.get_trials(deepcopy=False)
-    first = next((t for t in trials if t.user_attrs.get("engine_version")), None)
+    scenario = ranking.stored_scenario(study)
+    trials = records(study)
+    first = next((r for r in trials if r.engine_version), None)
     counts: dict[str, int] = {}
-    for t in trials:
-        counts[outcome(t)] = counts.get(outcome(t), 0) + 1
+    for r in trials:
+        counts[outcome(r)] = counts.get(outcome(r), 0) + 1
     o = scenario.get("objective") or {}
     w = scenario.get("workload") or {}
     top = report.best(study)
@@ -170,9 +166,7 @@ def _about(study: optuna.Study) -> str:
     items = {
         "model": ", ".join(f"{k} {v}" for k, v in (scenario.get("model") or {}).items()
                            if v) or "-",
-        "engine, device": (f"{first.user_attrs.get('engine_version')} on "
-                           f"{(first.user_attrs.get('device') or {}).get('name')}"
-                           if first else "-"),
+        "engine, device": f"{first.engine_version} on {first.device_name}" if first else "-",
         "workload": ", ".join(f"{k} {w[k]}" for k in ("kind", "num_requests", "input_len",
                                                        "output_len", "max_concurrency",
                                                        "request_rate", "mode") if k in w),
@@ -181,34 +175,33 @@ def _about(study: optuna.Study) -> str:
         "fixed flags": _flags(fixed),
         "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
         "best feasible": (f"#{top.number} {_flags(_beyond(top, fixed))}, gain "
-                          f"{fmt(top.user_attrs.get('gain'), '+.1%')} over "
-                          f"{reference_name(study)}; ship "
+                          f"{fmt(top.gain, '+.1%')} over "
+                          f"{ranking.reference_name(study)}; ship "
                           f"it with: autotune export {study.study_name} --trial {top.number} "
                           "--format k8s" if top else "none yet"),
     }
-    ranking = show.ranking(trials, show.not_overrides(study))
-    tied = [r for r in ranking if r["tied"]]
+    ranked = show.ranking(trials, ranking.not_overrides(study))
+    tied = [r for r in ranked if r["tied"]]
     if len(tied) > 1:
         items["cannot separate"] = (
             f"the top {len(tied)} configurations ("
             + ", ".join(f"#{r['number']}" for r in tied) + ") have overlapping capacity "
             "intervals: the study cannot tell them apart; the one with the fewest "
             "overrides of vLLM's defaults is preferred")
-    if ranking and ranking[0].get("bottleneck"):
-        items["limited by"] = f"#{ranking[0]['number']}: {ranking[0]['bottleneck']}"
+    if ranked and ranked[0].get("bottleneck"):
+        items["limited by"] = f"#{ranked[0]['number']}: {ranked[0]['bottleneck']}"
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) \
         + "</dl>"
 
 
 def _guardrail(study: optuna.Study) -> str:
     ref = study.user_attrs.get("reference") or {}
-    checked = [t for t in study.get_trials(deepcopy=False)
-               if "drift" in (t.user_attrs.get("quality") or {})]
+    checked = [r for r in records(study) if "drift" in (r.quality or {})]
     if not checked:
         return "<p class='note'>No trial was checked against reference outputs.</p>"
-    q = checked[-1].user_attrs["quality"]
+    q = checked[-1].quality
     th, noise = q.get("thresholds") or {}, q.get("noise") or {}
-    rejected = [f"#{t.number}" for t in checked if not t.user_attrs["quality"].get("passed")]
+    rejected = [f"#{r.number}" for r in checked if not r.quality.get("passed")]
     return (f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
             f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
             f"{fmt(noise.get('agreement'), '.3f')}. A trial passes with drift &le; "

@@ -7,14 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.tuning import crosscheck
+from autotune.tuning import ranking as ranked
 from autotune.tuning.objective import gain
 from autotune.tuning.paired import compact
-from autotune.tuning.study import DEFAULTS, fixed_flags, not_overrides, reference_name
+from autotune.tuning.record import DEFAULTS, TrialRecord, records
 
 
 def open_existing(target: str, study_name: str | None = None,
@@ -45,60 +46,56 @@ def open_existing(target: str, study_name: str | None = None,
     return optuna.load_study(study_name=study_name, storage=url)
 
 
-def outcome(t: FrozenTrial) -> str:
-    if t.state == TrialState.COMPLETE:
-        return "ok" if t.user_attrs.get("feasible", True) else "infeasible"
-    if t.state == TrialState.PRUNED:
+def outcome(r: TrialRecord) -> str:
+    if r.state == TrialState.COMPLETE:
+        return "ok" if r.feasible else "infeasible"
+    if r.state == TrialState.PRUNED:
         return "pruned"
-    if t.state == TrialState.FAIL:
-        return t.user_attrs.get("outcome") or "fail"
-    return t.state.name.lower()
+    if r.state == TrialState.FAIL:
+        return r.outcome or "fail"
+    return r.state.name.lower()
 
 
-def reason(t: FrozenTrial) -> str:
-    if t.user_attrs.get("duplicate_of") is not None:
-        return f"same as #{t.user_attrs['duplicate_of']}"
-    if outcome(t) == "infeasible":
+def reason(r: TrialRecord) -> str:
+    if r.duplicate_of is not None:
+        return f"same as #{r.duplicate_of}"
+    if outcome(r) == "infeasible":
         why = []
-        q = t.user_attrs.get("quality") or {}
+        q = r.quality or {}
         if q and not q.get("passed", True):
             why.append(f"quality (drift {q.get('drift', 0):.3f})")
-        if (t.user_attrs.get("metrics") or {}).get("failed"):
+        if r.metrics.get("failed"):
             why.append("failed requests")
         return ", ".join(why) or "SLO missed"
-    text = str(t.user_attrs.get("reason") or "")
-    return f"{text} (not launched)" if t.user_attrs.get("launched") is False else text
+    return f"{r.reason} (not launched)" if r.launched is False else r.reason
 
 
-def trial_row(t: FrozenTrial, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
     """One trial as plain data: for the table and for `--json` (`fixed` flags left out)."""
-    m = t.user_attrs.get("measures") or {}
-    flags = t.user_attrs.get("flags") or {}
-    row: dict[str, Any] = {
-        "number": t.number,
-        "name": t.user_attrs.get("baseline") or "",
-        "outcome": outcome(t),
-        "reason": reason(t),
-        "flags": {k: v for k, v in flags.items() if k not in (fixed or {})},
+    m = r.measures or {}
+    return {
+        "number": r.number,
+        "name": r.name,
+        "outcome": outcome(r),
+        "reason": reason(r),
+        "flags": {k: v for k, v in r.flags.items() if k not in (fixed or {})},
         "throughput": m.get("throughput"),
         "latency_ms": m.get("latency_ms"),
         "memory_mib": m.get("memory_mib"),
-        "values": t.values,
-        "gain": t.user_attrs.get("gain"),
-        "startup_s": (t.user_attrs.get("timings") or {}).get("startup_s"),
-        "capacity": _capacity(t),
-        "detail": t.user_attrs.get("detail"),
-        "quality": {k: (t.user_attrs.get("quality") or {}).get(k)
-                    for k in ("passed", "drift", "agreement")},
-        "validation": compact(t.user_attrs.get("validation")),
-        "validation_vllm": crosscheck.compact(t.user_attrs.get(crosscheck.KEY)),
+        "values": list(r.values) if r.values is not None else None,
+        "gain": r.gain,
+        "startup_s": r.startup_s,
+        "capacity": _capacity(r),
+        "detail": r.detail,
+        "quality": {k: (r.quality or {}).get(k) for k in ("passed", "drift", "agreement")},
+        "validation": compact(r.validation),
+        "validation_vllm": crosscheck.compact(r.validation_vllm),
     }
-    return row
 
 
-def _capacity(t: FrozenTrial) -> dict[str, Any] | None:
+def _capacity(r: TrialRecord) -> dict[str, Any] | None:
     """Capacity at SLO, its interval and its uncertainty (capacity mode only)."""
-    cap = capacity.of(t)
+    cap = r.capacity
     if cap is None:
         return None
     lo, hi = capacity.interval(cap)
@@ -108,68 +105,49 @@ def _capacity(t: FrozenTrial) -> dict[str, Any] | None:
         "text": capacity.describe(cap), "bottleneck": capacity.limit_text(cap)}
 
 
-def ranking(trials: list[FrozenTrial], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[str, Any]]:
     """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
     the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
     parser defaults and the scenario's fixed flags)."""
-    done = [t for t in trials if t.state == TrialState.COMPLETE
-            and t.user_attrs.get("feasible", True) and capacity.of(t)
-            and t.user_attrs.get("duplicate_of") is None]
-    done.sort(key=lambda t: -capacity.of(t)["request_throughput"])
-    return [{"number": t.number, "name": t.user_attrs.get("baseline") or "",
-             "overrides": capacity.overrides(t, defaults),
-             "tied": capacity.tied(capacity.of(t), capacity.of(done[0])),
-             **(_capacity(t) or {})} for t in done]
+    done = [r for r in trials if r.feasible and r.capacity and r.duplicate_of is None]
+    done.sort(key=lambda r: -r.capacity["request_throughput"])
+    return [{"number": r.number, "name": r.name, "overrides": ranked.overrides(r, defaults),
+             "tied": capacity.tied(r.capacity, done[0].capacity), **(_capacity(r) or {})}
+            for r in done]
 
 
 def summary(study: optuna.Study) -> dict[str, Any]:
     """Every trial, the baseline, and the best feasible trial or the feasible Pareto set."""
-    trials = study.get_trials(deepcopy=False)
-    fixed = fixed_flags(study)
-    rows = [trial_row(t, fixed) for t in trials]
-    feasible = [t for t in trials if t.state == TrialState.COMPLETE
-                and t.user_attrs.get("feasible", True)]
+    trials = records(study)
+    fixed = ranked.fixed_flags(study)
+    rows = [trial_row(r, fixed) for r in trials]
+    feasible = [r for r in trials if r.feasible]
     base = next((r for r in rows if r["name"] == DEFAULTS and r["outcome"] != "pruned"), None)
     out: dict[str, Any] = {"study": study.study_name, "directions":
                            [d.name.lower() for d in study.directions], "trials": rows,
                            "baseline": base}
-    errors = [t.user_attrs["memory_estimate"]["kv_capacity_tokens"]
-              / t.user_attrs["kv_capacity_reported"] - 1 for t in trials
-              if (t.user_attrs.get("memory_estimate") or {}).get("kv_capacity_tokens")
-              and t.user_attrs.get("kv_capacity_reported")
-              and t.user_attrs.get("duplicate_of") is None]
+    launched = [r for r in trials if r.duplicate_of is None]
+    errors = [r.memory_estimate["kv_capacity_tokens"] / r.kv_capacity_reported - 1
+              for r in launched
+              if (r.memory_estimate or {}).get("kv_capacity_tokens") and r.kv_capacity_reported]
     out["memory_model"] = {
         "trials": len(errors),
         "median_error": sorted(errors)[len(errors) // 2] if errors else None,
         "max_abs_error": max((abs(e) for e in errors), default=None),
-        "not_launched": sum(1 for t in trials if t.user_attrs.get("launched") is False
-                            and t.user_attrs.get("duplicate_of") is None),
+        "not_launched": sum(1 for r in launched if r.launched is False),
     }
+    defaults = ranked.not_overrides(study)
     if len(study.directions) == 1:
-        best = capacity.pick(feasible, lambda t: t.values[0], not_overrides(study))
+        best = ranked.pick(feasible, lambda r: r.values[0], defaults)
         out["best"] = trial_row(best, fixed) if best else None
         out["best_gain"] = gain(best.values[0]) if best else None
-        out["gain_over"] = reference_name(study)
+        out["gain_over"] = ranked.reference_name(study)
     else:
-        out["pareto"] = [trial_row(t, fixed) for t in _pareto(feasible)]
-    out["ranking"] = ranking(trials, not_overrides(study))
+        front = {t.number for t in study.best_trials}  # feasible and non-dominated
+        out["pareto"] = [trial_row(r, fixed) for r in feasible if r.number in front]
+    out["ranking"] = ranking(trials, defaults)
     out["fixed_flags"] = fixed
     return out
-
-
-def _pareto(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """Non-dominated trials for (max throughput, min latency, min memory)."""
-    def key(t: FrozenTrial) -> tuple[float, float, float]:
-        v = t.values
-        return (-v[0], v[1], v[2])
-
-    front = []
-    for t in trials:
-        kt = key(t)
-        if not any(all(a <= b for a, b in zip(key(o), kt, strict=True)) and key(o) != kt
-                   for o in trials):
-            front.append(t)
-    return front
 
 
 def fmt(value: Any, spec: str = ".1f") -> str:

@@ -6,7 +6,6 @@ import json
 import math
 from typing import Any
 
-from optuna.trial import FrozenTrial
 from rich.console import Console
 from rich.table import Table
 
@@ -14,6 +13,7 @@ from autotune.measure import capacity
 from autotune.results.show import fmt, outcome, reason
 from autotune.tuning import crosscheck
 from autotune.tuning.paired import one_line
+from autotune.tuning.record import TrialRecord
 from autotune.tuning.study import Progress
 
 
@@ -31,8 +31,8 @@ def progress_line(p: Progress) -> str:
         left = min(left, max(0.0, p.deadline_s - p.elapsed_s))
     if p.done < p.planned:
         parts[-1] += f", ~{_clock(left)} left"
-    if p.best is not None and p.best.user_attrs.get("gain") is not None:
-        parts.append(f"best #{p.best.number} {p.best.user_attrs['gain']:+.1%} vs defaults")
+    if p.best is not None and p.best.gain is not None:
+        parts.append(f"best #{p.best.number} {p.best.gain:+.1%} vs defaults")
     if p.last is not None:
         why = reason(p.last)
         parts.append(f"last #{p.last.number} {outcome(p.last)}" + (f" ({why})" if why else ""))
@@ -127,21 +127,22 @@ def print_capacity(cap: dict[str, Any], slo_keys: list[str], console: Console) -
     console.print(table)
 
 
-def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
+def print_trial(r: TrialRecord, console: Console | None = None) -> None:
     """One trial in full: configuration, outcome, key figures, quality and worst prompts."""
     console = console or Console()
-    a = t.user_attrs
-    console.print(f"trial #{t.number} {a.get('baseline') or ''}: {outcome(t)}"
-                  + (f" ({reason(t)})" if reason(t) else ""))
-    console.print("command: " + " ".join(str(x) for x in a.get("command") or []))
-    if a.get("detail"):
-        console.print(f"detail: {a['detail']}")
-    console.print(f"engine: {a.get('engine_version', '-')} on {(a.get('device') or {}).get('name')}"
-                  f"; log {a.get('log_path', '-')}")
-    if a.get("timings"):
+    console.print(f"trial #{r.number} {r.name}: {outcome(r)}"
+                  + (f" ({reason(r)})" if reason(r) else ""))
+    console.print("command: " + (" ".join(str(x) for x in r.command) or "-")
+                  + ("" if r.command else f" (flags {_flags(r.flags)})"))
+    if r.detail:
+        console.print(f"detail: {r.detail}")
+    if r.engine_version or r.device_name:
+        console.print(f"engine: {r.engine_version or '-'} on {r.device_name or '-'}"
+                      f"; log {r.log_path or '-'}")
+    if r.timings:
         console.print("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
-                                           for k, v in a["timings"].items()))
-    m = a.get("metrics") or {}
+                                           for k, v in r.timings.items()))
+    m = r.metrics
     if m:
         console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "
                       f"{fmt(m.get('request_throughput'), '.2f')} req/s; TTFT p50/p95 "
@@ -151,7 +152,7 @@ def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
     if m.get("capacity"):
         print_capacity(m["capacity"], [k for k in m["capacity"]["steps"][0]["figures"]
                                        if k.endswith("_ms")], console)
-    v = a.get("validation")
+    v = r.validation
     if v:
         console.print(f"validation: {one_line(v)}; {v.get('when')}, {v.get('engine_version')}")
         for name, m in (v.get("per_metric") or {}).items():
@@ -160,13 +161,13 @@ def print_trial(t: FrozenTrial, console: Console | None = None) -> None:
                     f"95% CI {_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
                 console.print(f"  {m['key']}: {_ratio(m['ratio'])} of #{v['against']} ({ci}, "
                               f"{m['better']} is better)")
-    vv = a.get(crosscheck.KEY)
+    vv = r.validation_vllm
     if vv:
         console.print(f"capacity re-measured: {crosscheck.headline(vv)}; {vv.get('when')}, "
                       f"{vv.get('engine_version')}")
         if vv.get("workload_note"):
             console.print(f"  {vv['workload_note']}")
-    q = a.get("quality")
+    q = r.quality
     if q and "drift" in q:
         th = q.get("thresholds") or {}
         console.print(f"quality: {'passed' if q.get('passed') else 'REJECTED'}; drift "

@@ -5,8 +5,8 @@ quoted, the candidate and the baseline are launched again, alternating, each on 
 fresh engine started as the study's trials are, and each one's capacity at SLO is
 searched with vLLM's own client at sustained steps (`autotune.measure.vllmbench`). The
 ratio candidate/baseline comes with a 95 % interval from the pairs' log-ratios and
-is stored on the candidate as `user_attrs["validation_vllm"]`, beside (never in
-place of) the autotune-client validation.
+is kept with the study as the candidate's `validation_vllm` (`record.store_validation`),
+beside (never in place of) the autotune-client validation.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
 
 from autotune.config import Scenario
 from autotune.engine import gpu
@@ -27,11 +26,11 @@ from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError
-from autotune.measure import capacity, vllmbench
+from autotune.measure import vllmbench
 from autotune.tuning import paired, prune, validate
 from autotune.tuning import study as study_mod
+from autotune.tuning.record import TrialRecord
 
-KEY = "validation_vllm"
 # A re-check starts at the study's capacity and moves by this factor from there.
 START_FACTOR = 1.25
 CLIENT = "vllm bench serve"
@@ -71,9 +70,9 @@ def verdict(v: Mapping[str, Any]) -> str:
     return "within noise (the interval includes 1): no gain shown"
 
 
-def study_ratio(candidate: FrozenTrial, against: FrozenTrial) -> float | None:
+def study_ratio(candidate: TrialRecord, against: TrialRecord) -> float | None:
     """candidate/baseline capacity as the study itself measured it (autotune's steps)."""
-    c, b = capacity.of(candidate), capacity.of(against)
+    c, b = candidate.capacity, against.capacity
     if not c or not b or not b.get("request_throughput"):
         return None
     return c["request_throughput"] / b["request_throughput"]
@@ -99,7 +98,7 @@ def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {k: v.get(k) for k in keys}
 
 
-def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repeats: int,
+def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repeats: int,
         out_dir: Path, *, step_s: float = vllmbench.STEP_S, gpus: list[int] | None = None,
         on_run: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
@@ -159,13 +158,13 @@ def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repea
               "dir": str(where),
               "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     result["verdict"] = verdict(result)
-    with study_mod._no_interrupts():  # a Ctrl-C now must not lose the runs
-        validate.store(study, candidate, KEY, result)
+    with study_mod.no_interrupts():  # a Ctrl-C now must not lose the runs
+        record.store_validation(study, candidate.number, record.VALIDATION_VLLM, result)
     return result
 
 
-def _side_by_side(scenario: Scenario, model: str, candidate: FrozenTrial,
-                  against: FrozenTrial, order: list[tuple[int, str]], where: Path,
+def _side_by_side(scenario: Scenario, model: str, candidate: TrialRecord,
+                  against: TrialRecord, order: list[tuple[int, str]], where: Path,
                   step_s: float, gpus: list[int], runs: list[dict[str, Any]],
                   on_run: Callable[[int, int, dict[str, Any]], None] | None
                   ) -> tuple[float | None, str | None]:
@@ -196,18 +195,18 @@ def _side_by_side(scenario: Scenario, model: str, candidate: FrozenTrial,
         return max(h0.start_s or 0, h1.start_s or 0), h0.version
 
 
-def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: FrozenTrial,
+def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,
              run_dir: Path, step_s: float, what: str, device: int | None = None
              ) -> dict[str, Any]:
     """One fresh engine with the trial's flags, launched as `trial.run` launches it
     (the scenario's env, hardware emulation with its ballast), on `device` when given,
     and its capacity by vLLM's client, searched from the capacity the study reported."""
-    flags = dict(t.user_attrs["flags"])
+    flags = dict(t.flags)
     launch = prune.emulate(flags, scenario.hardware, prune.device_bytes())
     env = dict(scenario.engine.env)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
-    reported = (capacity.of(t) or {}).get("request_throughput") or None
+    reported = (t.capacity or {}).get("request_throughput") or None
     t0 = time.monotonic()
     try:
         with Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=env), \

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -27,8 +28,14 @@ from typing import Any
 
 import aiohttp
 
+from autotune import tinymodel
+from autotune.config import GuardrailSpec, Scenario
+from autotune.errors import ConfigError
+from autotune.measure import watch
 from autotune.measure.loadgen import Target
+from autotune.measure.workloads import Tokenizer
 
+log = logging.getLogger("autotune")
 DRIFT_FLOOR = 0.01  # nats: below this, differences are rounding on any backend
 
 
@@ -192,22 +199,28 @@ def thresholds(noise: dict[str, float], factor: float, drift: float | None,
 
 def make_reference(target: Target, prompts: list[str], max_tokens: int, *, factor: float,
                    drift: float | None, agreement: float | None,
-                   context: dict[str, Any]) -> tuple[Reference, dict[str, Any]]:
+                   context: dict[str, Any], alive: watch.Alive | None = None
+                   ) -> tuple[Reference, dict[str, Any]]:
     """Two reference runs (batched, then one by one): the first is the reference, the pair
-    gives the noise floor. Returns the reference and the second run's comparison."""
-    first = asyncio.run(_run(target, prompts, max_tokens, batched=True))
+    gives the noise floor. Returns the reference and the second run's comparison.
+    `alive` watches the engine (`autotune.measure.watch`): `Halted` once it names a reason.
+    """
+    first = watch.run(_run(target, prompts, max_tokens, batched=True), alive)
     base = Reference(prompts, max_tokens, first, {}, {}, context)
-    second = asyncio.run(_run(target, prompts, max_tokens, batched=False, reference=base))
+    second = watch.run(_run(target, prompts, max_tokens, batched=False, reference=base),
+                       alive)
     report = compare(first, second, prompts)
     base.noise = {"drift": report["drift"], "agreement": report["agreement"]}
     base.thresholds = thresholds(base.noise, factor, drift, agreement)
     return base, report
 
 
-def check(target: Target, reference: Reference) -> dict[str, Any]:
-    """This configuration's outputs against the reference, with pass/fail."""
-    samples = asyncio.run(_run(target, reference.prompts, reference.max_tokens, batched=True,
-                               reference=reference))
+def check(target: Target, reference: Reference,
+          alive: watch.Alive | None = None) -> dict[str, Any]:
+    """This configuration's outputs against the reference, with pass/fail; `alive` as in
+    `make_reference`."""
+    samples = watch.run(_run(target, reference.prompts, reference.max_tokens, batched=True,
+                             reference=reference), alive)
     report = compare(reference.samples, samples, reference.prompts)
     return verdict(report, reference)
 
@@ -219,9 +232,59 @@ def verdict(report: dict[str, Any], reference: Reference) -> dict[str, Any]:
     return report
 
 
-def constraints(report: dict[str, Any] | None) -> list[float]:
-    """Two Optuna constraint terms (<= 0 is met); zeros when the guardrail is off."""
+def constraints(report: dict[str, Any] | None) -> dict[str, float]:
+    """Two named Optuna constraints (<= 0 is met); zeros when the guardrail is off."""
     if not report:
-        return [0.0, 0.0]
+        return {"quality_drift": 0.0, "quality_agreement": 0.0}
     t = report["thresholds"]
-    return [report["drift"] - t["drift"], t["agreement"] - report["agreement"]]
+    return {"quality_drift": report["drift"] - t["drift"],
+            "quality_agreement": t["agreement"] - report["agreement"]}
+
+
+@dataclass
+class Guard:
+    """The guardrail's part in a trial: check against `reference`, or make it when None."""
+
+    spec: GuardrailSpec
+    prompts: list[str]
+    reference: Reference | None = None
+
+
+def reference_path(scenario: Scenario, study_dir: Path) -> Path:
+    """Where the guardrail's reference lives: the scenario's file, else the study's folder."""
+    return Path(scenario.guardrail.reference) if scenario.guardrail.reference \
+        else study_dir / "reference.json"
+
+
+def make_guard(scenario: Scenario, study_dir: Path) -> Guard | None:
+    """The guardrail for this run: an existing reference is reused, else the first
+    completed trial (vLLM's defaults) makes it."""
+    spec = scenario.guardrail
+    if not spec.enabled:
+        return None
+    try:
+        prompts = read_prompts(spec.prompts, spec.num_prompts)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"guardrail.prompts: cannot read {spec.prompts}: {err}") from None
+    path = reference_path(scenario, study_dir)
+    reference = None
+    if spec.prompts and not path.exists():
+        model = tinymodel.resolve(scenario.model.tiny, scenario.model.path)
+        reference = expected_reference(spec.prompts, spec.num_prompts, spec.max_tokens,
+                                       Tokenizer(model), {"model": model})
+        if reference is not None:
+            reference.thresholds = thresholds(reference.noise, spec.noise_factor,
+                                              spec.drift_threshold, spec.agreement_threshold)
+            reference.save(path)
+    if path.exists() and reference is None:
+        try:
+            reference = Reference.load(path)
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise ConfigError(f"guardrail.reference: {path} is not a reference: {err}") from None
+        if reference.prompts != prompts or reference.max_tokens != spec.max_tokens:
+            raise ConfigError(f"guardrail.reference: {path} was made with other prompts or "
+                              "max_tokens; remove it or point `reference` elsewhere")
+        reference.thresholds = thresholds(reference.noise, spec.noise_factor,
+                                          spec.drift_threshold, spec.agreement_threshold)
+        log.info("guardrail: reusing the reference in %s", path)
+    return Guard(spec, prompts, reference)

@@ -81,15 +81,21 @@ def values(m: Measures, base: Measures | None, objective: Objective) -> list[flo
     return [m.throughput, m.latency_ms, m.memory_mib if m.memory_mib is not None else 0.0]
 
 
-def constraints(summary: Mapping[str, Any], objective: Objective) -> list[float]:
-    """One value per SLO, in ms over the limit (<= 0 is met); a failed request breaks all."""
-    out = []
+def constraints(summary: Mapping[str, Any], objective: Objective) -> dict[str, float]:
+    """Optuna's named constraints (<= 0 is met): `slo:<key>` per SLO in ms over the limit,
+    and `failed_requests`, which any failed request breaks."""
+    out = {}
     for key, limit in objective.slos.items():
         value = summary.get(latency_key(key.removesuffix("_ms")))
-        out.append(1e9 if value is None else float(value) - limit)
-    # Always present, so every trial has as many constraints (GPSampler requires it).
-    out.append(float(summary.get("failed") or 0))
+        out[f"slo:{key}"] = 1e9 if value is None else float(value) - limit
+    # Always present, so every trial has the same constraints (GPSampler requires it).
+    out["failed_requests"] = float(summary.get("failed") or 0)
     return out
+
+
+def constraint_names(objective: Objective) -> list[str]:
+    """The names `constraints` gives, for trials that measured nothing (all broken)."""
+    return list(constraints({}, objective))
 
 
 def gain(score: float) -> float:

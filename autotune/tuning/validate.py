@@ -4,8 +4,8 @@ One tuning run per configuration cannot tell a real gain from a lucky start-up.
 `validate` launches the baseline and the candidate K times each, alternating
 (baseline, candidate, baseline, ...), each run a fresh engine with the study's
 own scenario, and reports candidate/baseline from the K pairs with a 95 %
-interval (`autotune.tuning.paired`). The result is stored on the candidate trial as
-`user_attrs["validation"]`, where `show`, `export` and `report` read it.
+interval (`autotune.tuning.paired`). The result is kept with the study as the candidate's
+validation (`record.store_validation`), where `show`, `export` and `report` read it.
 `validate --client vllm` (`autotune.tuning.crosscheck`) re-measures capacity with
 `vllm bench serve` instead, independently of autotune's load generator.
 """
@@ -13,23 +13,22 @@ interval (`autotune.tuning.paired`). The result is stored on the candidate trial
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 from pydantic import ValidationError
 
 from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
-from autotune.results import export
 from autotune.tuning import objective as obj
-from autotune.tuning import paired, prune
+from autotune.tuning import paired, prune, ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.record import TrialRecord
 
 ROLES = ("baseline", "candidate")
 
@@ -45,51 +44,35 @@ def schedule(repeats: int) -> list[tuple[int, str]]:
 
 
 def pick(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
-         against: int | None = None) -> tuple[FrozenTrial, FrozenTrial]:
+         against: int | None = None) -> tuple[TrialRecord, TrialRecord]:
     """(candidate, baseline): a feasible trial (`export`'s choice by default) and the
     vLLM-defaults trial or `against`."""
-    trials = study.get_trials(deepcopy=False)
-    if trial is not None:
-        cand = _numbered(trials, trial)
-        if cand.state != TrialState.COMPLETE or not cand.user_attrs.get("feasible"):
-            raise ConfigError(f"validate: trial {trial} is not a feasible completed trial "
-                              f"({_state(cand)}); only configurations that met the SLOs and "
-                              "the guardrail can be validated")
-    else:
-        if not export.feasible(study):
-            raise ConfigError("validate: the study has no feasible completed trial to validate")
-        cand = export.choose(study, policy=policy)
+    if trial is None and not ranking.feasible(study):
+        raise ConfigError("validate: the study has no feasible completed trial to validate")
+    cand = ranking.choose(study, trial=trial, policy=policy, what="validate")
+    trials = record.records(study)
     if against is not None:
-        base = _numbered(trials, against)
+        if not 0 <= against < len(trials):
+            raise ConfigError(f"validate: no trial {against} (the study has {len(trials)})")
+        base = trials[against]
         if base.state != TrialState.COMPLETE:
             raise ConfigError(f"validate: trial {against} cannot be the baseline: it never "
-                              f"completed ({_state(base)})")
+                              f"completed ({ranking.state_text(base)})")
     else:
-        base = next((t for t in trials if t.state == TrialState.COMPLETE
-                     and t.user_attrs.get("baseline") == study_mod.DEFAULTS), None)
+        base = next((r for r in trials if r.state == TrialState.COMPLETE and r.is_defaults),
+                    None)
         if base is None:
             raise ConfigError("validate: the study has no completed vLLM-defaults trial; "
                               "choose a baseline with --against N")
-    for t in (cand, base):
-        if not isinstance(t.user_attrs.get("flags"), dict):
-            raise ConfigError(f"validate: trial {t.number} has no recorded flags")
+    for r in (cand, base):
+        if not r.command and not r.flags and not r.is_defaults:
+            raise ConfigError(f"validate: trial {r.number} has no recorded flags")
     return cand, base
-
-
-def _numbered(trials: list[FrozenTrial], number: int) -> FrozenTrial:
-    if not 0 <= number < len(trials):
-        raise ConfigError(f"validate: no trial {number} (the study has {len(trials)})")
-    return trials[number]
-
-
-def _state(t: FrozenTrial) -> str:
-    why = t.user_attrs.get("reason") or ("infeasible" if t.state == TrialState.COMPLETE else "")
-    return t.state.name.lower() + (f": {why}" if why else "")
 
 
 def scenario_of(study: optuna.Study) -> Scenario:
     """The scenario the study was tuned with, as `tune` stored it."""
-    raw = study.user_attrs.get("scenario")
+    raw = ranking.stored_scenario(study) or None
     if raw is None:
         raise ConfigError(f"validate: study {study.study_name} has no stored scenario")
     try:
@@ -155,7 +138,7 @@ def _measures(run: dict[str, Any]) -> obj.Measures:
     return obj.Measures(run["throughput"], run["latency_ms"], run["memory_mib"])
 
 
-def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repeats: int,
+def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repeats: int,
         out_dir: Path, on_run: Callable[[int, int, dict[str, Any]], None] | None = None
         ) -> dict[str, Any]:
     """Launch both configurations `repeats` times each, alternating; store and return the
@@ -177,7 +160,7 @@ def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repea
     for i, (pair, role) in enumerate(order):
         t = candidate if role == "candidate" else against
         prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)
-        outcome = trial_mod.run(runs_scenario, model, dict(t.user_attrs["flags"]),
+        outcome = trial_mod.run(runs_scenario, model, dict(t.flags),
                                 trial_dir=where / f"{i + 1:02d}-{role}")
         if outcome.state != trial_mod.COMPLETE:
             raise ValidationRunFailed(
@@ -198,38 +181,7 @@ def run(study: optuna.Study, candidate: FrozenTrial, against: FrozenTrial, repea
               "order": "alternating, baseline first", "dir": str(where),
               "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     result["verdict"] = paired.verdict(result)
-    with study_mod._no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
-        store(study, candidate, "validation", result)
+    with study_mod.no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
+        record.store_validation(study, candidate.number, record.VALIDATION, result)
     return result
 
-
-def store(study: optuna.Study, t: FrozenTrial, key: str, value: Any) -> None:
-    """Set a user attribute on a finished trial.
-
-    Optuna's storage refuses any change to a finished trial (UpdateFinishedTrialError),
-    and a validation always comes after its trial ended; so the attribute row is
-    upserted the way RDBStorage itself writes it, in one transaction that a crash
-    either commits or rolls back. Only the RDB storages (SQLite, PostgreSQL) are used.
-    """
-    storage = getattr(study._storage, "_backend", study._storage)
-    if not isinstance(storage, optuna.storages.RDBStorage):
-        raise AutotuneError(f"validate: cannot store on {type(storage).__name__}; "
-                            "autotune studies live in an RDB storage")
-    from optuna.storages._rdb import models
-
-    text = json.dumps(value)
-    session = storage.scoped_session()
-    try:
-        row = session.query(models.TrialUserAttributeModel).filter_by(
-            trial_id=t._trial_id, key=key).one_or_none()
-        if row is None:
-            session.add(models.TrialUserAttributeModel(trial_id=t._trial_id, key=key,
-                                                       value_json=text))
-        else:
-            row.value_json = text
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()

@@ -5,8 +5,8 @@
     boxtool.py report DB STUDY --since N [--json FILE] [--set KEY=VALUE ...]
 
 `report` prints one line per trial numbered N or above (state, reason, the time
-split of user_attrs["timings"], the engine's own start-up figures of
-user_attrs["startup"], output throughput) and writes them, with the box's
+split of each trial record's `timings`, the engine's own start-up figures of its
+`startup`, output throughput) and writes them, with the box's
 set-up figures given by --set, as JSON. Runs on the device and here.
 """
 
@@ -49,23 +49,23 @@ def report(db: str, study: str, since: int, json_path: str | None,
            extra: dict[str, str]) -> None:
     import optuna
 
+    from autotune.tuning.record import records
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     st = optuna.load_study(study_name=study, storage=f"sqlite:///{db}")
     rows = []
-    for t in st.get_trials(deepcopy=False):
+    for t in records(st):
         if t.number < since:
             continue
-        a = t.user_attrs
-        metrics = a.get("metrics") or {}
         rows.append({
-            "number": t.number, "state": t.state.name, "outcome": a.get("outcome"),
-            "reason": a.get("reason"), "baseline": a.get("baseline"),
-            "duplicate_of": a.get("duplicate_of"), "flags": a.get("flags"),
-            "timings": a.get("timings"), "startup": a.get("startup"),
-            "output_throughput": metrics.get("output_throughput"),
+            "number": t.number, "state": t.state.name, "outcome": t.outcome,
+            "reason": t.reason, "baseline": t.baseline,
+            "duplicate_of": t.duplicate_of, "flags": t.flags,
+            "timings": t.timings, "startup": t.startup,
+            "output_throughput": t.metrics.get("output_throughput"),
             "wall_s": (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start else None,
-            "device": a.get("device"), "engine_version": a.get("engine_version"),
+            "device": t.device, "engine_version": t.engine_version,
         })
     print(f"{'#':>3} {'state':8} {'reason':14} {'wall':>5} {'start':>5} {'bench':>5} "
           f"{'guard':>5} {'down':>4} | {'compile':>7} {'graphs':>6} {'init':>5} "

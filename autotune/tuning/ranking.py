@@ -1,0 +1,135 @@
+"""Where trials stand: the reference every score is relative to, and the best feasible trial.
+
+Capacities whose uncertainty intervals overlap cannot be told apart, so among trials tied
+with the leader the one that overrides fewest of vLLM's defaults wins: a user should not
+deploy five extra flags for a gain inside the noise. The study loop, `show`, `report`,
+`export` and `validate` all rank through here, on `TrialRecord`s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config import latency_key
+from autotune.errors import ConfigError
+from autotune.flags import normalize
+from autotune.measure import capacity
+from autotune.tuning.record import TrialRecord, records
+
+POLICIES = ("max-throughput", "min-latency", "balanced")
+
+
+def overrides(rec: TrialRecord, defaults: Mapping[str, Any]) -> int:
+    """How many flags the trial sets to other than `defaults` (vLLM's own defaults and the
+    scenario's fixed flags): 0 for vLLM's defaults."""
+    return sum(1 for k, v in rec.flags.items() if k not in defaults or defaults[k] != v)
+
+
+def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float],
+         defaults: Mapping[str, Any]) -> TrialRecord | None:
+    """The best by `score`, except that among trials whose capacity is tied with the best's,
+    the one with the fewest overrides of vLLM's defaults wins (then the higher score)."""
+    best = max(candidates, key=score, default=None)
+    if best is None or best.capacity is None:
+        return best
+    ties = [r for r in candidates if r.capacity is not None
+            and capacity.tied(r.capacity, best.capacity)]
+    return min(ties, key=lambda r: (overrides(r, defaults), -score(r)))
+
+
+def reference_trial(study: optuna.Study) -> TrialRecord | None:
+    """The trial scores are relative to: vLLM's defaults, else the first completed trial
+    (on a 24 GB card the defaults' max-model-len does not fit, and they never run)."""
+    done = records(study, (TrialState.COMPLETE,))
+    done.sort(key=lambda r: (not r.is_defaults, r.number))
+    return next((r for r in done if r.measures), None)
+
+
+def reference_name(study: optuna.Study) -> str:
+    """What gains are over, for display: "vLLM defaults" or the trial standing in for them."""
+    r = reference_trial(study)
+    if r is None or r.is_defaults:
+        return "vLLM defaults"
+    return f"{r.baseline or 'trial'} #{r.number} (vLLM defaults did not run)"
+
+
+def stored_scenario(study: optuna.Study) -> dict[str, Any]:
+    """The scenario `tune` stored with the study (plain data; {} for a foreign study)."""
+    return study.user_attrs.get("scenario") or {}
+
+
+def fixed_flags(study: optuna.Study) -> dict[str, Any]:
+    """The scenario's fixed engine flags (set for every trial, so not an override)."""
+    return normalize((stored_scenario(study).get("engine") or {}).get("flags") or {})
+
+
+def not_overrides(study: optuna.Study) -> dict[str, Any]:
+    """Flag values that do not count as overriding vLLM's defaults: the engine parser's own
+    defaults (recorded when the study started) and the scenario's fixed flags."""
+    return {**(study.user_attrs.get("engine_defaults") or {}), **fixed_flags(study)}
+
+
+def feasible(study: optuna.Study) -> list[TrialRecord]:
+    """Completed trials that met every constraint and carry measures."""
+    return [r for r in records(study, (TrialState.COMPLETE,)) if r.feasible and r.measures]
+
+
+def feasible_best(study: optuna.Study) -> TrialRecord | None:
+    """The best feasible completed trial (weighted mode); None if there is none."""
+    done = [r for r in feasible(study) if len(r.values or ()) == 1]
+    return pick(done, lambda r: r.values[0], not_overrides(study))
+
+
+def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
+           slos: Mapping[str, float] | None = None, what: str = "export") -> TrialRecord:
+    """A given trial number, or the best feasible trial under a policy (`export`'s and
+    `validate`'s choice); ConfigError, prefixed with `what`, when there is none."""
+    if trial is not None:
+        rows = records(study)
+        if not 0 <= trial < len(rows):
+            raise ConfigError(f"{what}: no trial {trial} (the study has {len(rows)})")
+        rec = rows[trial]
+        if not rec.feasible:
+            raise ConfigError(f"{what}: trial {trial} is not a feasible completed trial "
+                              f"({state_text(rec)}); only configurations that met the SLOs "
+                              "and the guardrail qualify")
+        return rec
+    if policy not in POLICIES:
+        raise ConfigError(f"{what}: unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
+    candidates = [r for r in feasible(study) if _meets(r, slos or {}, what)]
+    if not candidates:
+        raise ConfigError(f"{what}: no feasible completed trial meets "
+                          + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
+                             or "the study's constraints"))
+    fixed = not_overrides(study)
+    if policy == "max-throughput":
+        return pick(candidates, lambda r: r.measures["throughput"], fixed)
+    if policy == "min-latency":
+        return min(candidates, key=lambda r: r.measures["latency_ms"])
+    if len(study.directions) == 1:
+        return pick(candidates, lambda r: r.values[0], fixed)
+    # Pareto studies: the best throughput per unit of latency.
+    return max(candidates, key=lambda r: math.log(r.measures["throughput"])
+               - math.log(r.measures["latency_ms"]))
+
+
+def state_text(rec: TrialRecord) -> str:
+    """`pruned: oom`, `complete: infeasible`: a trial's state and why, for messages."""
+    why = rec.reason or ("infeasible" if rec.state == TrialState.COMPLETE else "")
+    return rec.state.name.lower() + (f": {why}" if why else "")
+
+
+def _meets(rec: TrialRecord, slos: Mapping[str, float], what: str) -> bool:
+    for key, limit in slos.items():
+        try:
+            value = rec.metrics.get(latency_key(key.removesuffix("_ms")))
+        except ValueError as err:
+            raise ConfigError(f"{what}: --slo {key}: {err}") from None
+        if value is None or value > limit:
+            return False
+    return True

@@ -1,0 +1,211 @@
+"""The trial record: everything a trial measured, as one typed value, and its only writer.
+
+A study database must explain itself, so each trial keeps what it ran and measured in
+Optuna's user attributes. Those are a dictionary of string keys; read by hand in many places
+they drift apart (one reader took a missing `feasible` for true, another for false). Here
+they are read in one place, `TrialRecord.of`, and written in one place, `write`; every other
+module sees a typed `TrialRecord`.
+
+Feasible has one meaning: the trial completed and every Optuna constraint on it is met
+(<= 0). Constraints are Optuna's named constraints (`Trial.set_constraint`); studies written
+before them carry a positional list, which `FrozenTrial.constraints` reads as well.
+
+Validations come after their trial has finished, when Optuna refuses changes to the trial;
+they are kept as study user attributes under `validation:<n>` and `validation_vllm:<n>`
+(`store_validation`), and `records` puts them back on their trial. Older studies wrote them
+on the trial itself; those still read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+VERSION = 2  # 1: before named constraints and study-level validations
+DEFAULTS = "vllm-defaults"
+VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
+# The trial outcome written when a tuner was stopped mid-trial (the trial is FAIL, re-queued).
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as the study stored it. Missing attributes read as their defaults."""
+
+    number: int
+    state: TrialState
+    values: tuple[float, ...] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    datetime_start: dt.datetime | None = None
+    datetime_complete: dt.datetime | None = None
+    constraints: dict[str, float] = field(default_factory=dict)
+    version: int = 1
+    # Queued with the trial: a named baseline and its flags (None for a searched trial).
+    baseline: str | None = None
+    baseline_flags: dict[str, Any] | None = None
+    # What ran: the flags, the command line, where and on what.
+    flags: dict[str, Any] = field(default_factory=dict)
+    launched_flags: dict[str, Any] | None = None
+    command: list[str] = field(default_factory=list)
+    engine_version: str | None = None
+    device: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: str | None = None
+    launched: bool | None = None
+    memory_estimate: dict[str, Any] | None = None
+    kv_capacity_reported: int | None = None
+    startup: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    ballast: dict[str, Any] | None = None
+    # How it ended and what it measured.
+    outcome: str | None = None
+    reason: str = ""
+    detail: str | None = None
+    duplicate_of: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    measures: dict[str, float] | None = None
+    quality: dict[str, Any] | None = None
+    gain: float | None = None
+    validation: dict[str, Any] | None = None
+    validation_vllm: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, t: FrozenTrial, study_attrs: Mapping[str, Any] | None = None) -> TrialRecord:
+        """The record of a stored trial; `study_attrs` (the study's user attributes) supply
+        validations stored after the trial finished."""
+        a = t.user_attrs
+        known = {f.name for f in dataclasses.fields(cls)} - _FROM_TRIAL
+        fields_ = {k: a[k] for k in known if a.get(k) is not None}
+        constraints = dict(t.constraints)
+        if not constraints and isinstance(a.get("constraints"), list):  # version 1, no system attr
+            constraints = {str(i): float(c) for i, c in enumerate(a["constraints"])}
+        for key in (VALIDATION, VALIDATION_VLLM):
+            later = (study_attrs or {}).get(f"{key}:{t.number}")
+            if later is not None:
+                fields_[key] = later
+        fields_.setdefault("reason", "")
+        return cls(number=t.number, state=t.state,
+                   values=tuple(t.values) if t.values is not None else None,
+                   params=dict(t.params), datetime_start=t.datetime_start,
+                   datetime_complete=t.datetime_complete, constraints=constraints,
+                   **{k: v for k, v in fields_.items() if k != "version"},
+                   version=int(a.get("record_version") or 1))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for `--json`: every field, the state by name, `feasible` spelled out."""
+        out = dataclasses.asdict(self)
+        out["state"] = self.state.name.lower()
+        out["feasible"] = self.feasible
+        return out
+
+    @property
+    def feasible(self) -> bool:
+        """Completed, with every constraint met; a completed trial without constraints
+        (none was recorded) is not known to be feasible."""
+        return self.state == TrialState.COMPLETE and bool(self.constraints) \
+            and all(c <= 0 for c in self.constraints.values())
+
+    @property
+    def capacity(self) -> dict[str, Any] | None:
+        """The capacity search's record, if the trial ran in capacity mode."""
+        return self.metrics.get("capacity")
+
+    @property
+    def startup_s(self) -> float | None:
+        return self.timings.get("startup_s")
+
+    @property
+    def device_name(self) -> str | None:
+        return self.device.get("name")
+
+    @property
+    def is_defaults(self) -> bool:
+        return self.baseline == DEFAULTS
+
+    @property
+    def name(self) -> str:
+        """The baseline's name, or "" for a searched trial."""
+        return self.baseline or ""
+
+
+# Fields of a record that come from Optuna's own trial, not from user attributes.
+_FROM_TRIAL = {"number", "state", "values", "params", "datetime_start", "datetime_complete",
+               "constraints", "version"}
+WRITABLE = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - _FROM_TRIAL \
+    - {VALIDATION, VALIDATION_VLLM}
+
+
+def write(trial: optuna.Trial, **values: Any) -> None:
+    """Store record fields on a running trial (before `tell`); unknown names are a bug."""
+    unknown = set(values) - WRITABLE
+    if unknown:
+        raise TypeError(f"not trial record fields: {', '.join(sorted(unknown))}")
+    trial.set_user_attr("record_version", VERSION)
+    for key, value in values.items():
+        trial.set_user_attr(key, value)
+
+
+def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The user attributes a queued trial starts with (`Study.enqueue_trial`)."""
+    return {"baseline": baseline, "baseline_flags": dict(flags) if flags is not None else None}
+
+
+def queued_again(rec: TrialRecord) -> dict[str, Any]:
+    """What a trial that did not finish takes back into the queue: its baseline, if any."""
+    return queued(rec.baseline, rec.baseline_flags) if rec.baseline_flags is not None \
+        else {}
+
+
+def copied(rec: TrialRecord) -> dict[str, Any]:
+    """A finished trial's measured fields, for a trial that ran the same flags."""
+    skip = {"baseline", "baseline_flags", "duplicate_of"}
+    return {k: getattr(rec, k) for k in sorted(WRITABLE - skip)
+            if getattr(rec, k) not in (None, {}, [])}
+
+
+def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
+    """Optuna's named constraints: a trial is feasible when every value is <= 0."""
+    for key, value in constraints.items():
+        trial.set_constraint(key, float(value))
+
+
+def records(study: optuna.Study, states: Sequence[TrialState] | None = None
+            ) -> list[TrialRecord]:
+    """Every trial of a study (or those in `states`) as records, validations included."""
+    attrs = study.user_attrs
+    return [TrialRecord.of(t, attrs)
+            for t in study.get_trials(deepcopy=False, states=tuple(states) if states else None)]
+
+
+def store_validation(study: optuna.Study, number: int, key: str, value: Any) -> None:
+    """Keep a validation of finished trial `number` (a study user attribute: Optuna allows
+    no change to a finished trial). `key` is VALIDATION or VALIDATION_VLLM."""
+    if key not in (VALIDATION, VALIDATION_VLLM):
+        raise ValueError(f"not a validation key: {key!r}")
+    study.set_user_attr(f"{key}:{number}", value)
+
+
+def add(study: optuna.Study, state: TrialState = TrialState.COMPLETE, *,
+        values: Sequence[float] | None = None, constraints: Mapping[str, float] | None = None,
+        params: Mapping[str, Any] | None = None,
+        distributions: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
+        **fields: Any) -> TrialRecord:
+    """Add a trial with its record through Optuna's ask-and-tell API, as the study loop
+    writes one: for tests, and for bringing figures measured elsewhere into a study."""
+    if params:
+        study.enqueue_trial(dict(params), skip_if_exists=False)
+    trial = study.ask(fixed_distributions=dict(distributions or {}))
+    if constraints:
+        set_constraints(trial, constraints)
+    write(trial, **fields)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, list(values or ()))
+    elif state != TrialState.RUNNING:
+        study.tell(trial, state=state)
+    return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number], study.user_attrs)

@@ -1,0 +1,185 @@
+"""The study loop on a real SQLite study, with `trial.run` replaced by canned outcomes.
+
+Seam tests: everything between Optuna and the engine (baselines first, duplicate copying,
+named constraints, the reference a score is relative to, Ctrl-C re-queueing, recovery of
+trials a killed tuner left RUNNING, the time box) runs in milliseconds here; the engine
+tests check the same loop once with real engines.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from autotune.config import Scenario
+from autotune.tuning import ranking, record, study
+from autotune.tuning import trial as trial_mod
+
+SCENARIO = """
+name: seam
+model: {tiny: tiny}
+engine: {flags: {enforce-eager: true}}
+space:
+  max-num-seqs: {choices: [2, 8, 32]}
+workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16}
+objective:
+  mode: weighted
+  latency: ttft_p95
+  weights: {throughput: 1.0, latency: 0.0, memory: 0.0}
+  slos: {ttft_p95_ms: 500}
+baselines:
+  - {name: refused, flags: {max-num-seqs: 4}}
+budget: {trials: 6}
+sampler: {name: grid, seed: 0}
+"""
+
+
+def _scenario(**changes: Any) -> Scenario:
+    raw = yaml.safe_load(SCENARIO)
+    raw.update(changes)
+    return Scenario.model_validate(raw)
+
+
+class Canned:
+    """A stand-in for `trial.run`: throughput grows with max-num-seqs, TTFT too; the
+    `refused` baseline's flags are pruned as the engine would refuse them."""
+
+    def __init__(self, ttft_per_seq: float = 10.0, sleep_s: float = 0.0,
+                 interrupt_at: int | None = None):
+        self.calls: list[dict[str, Any]] = []
+        self.ttft_per_seq, self.sleep_s, self.interrupt_at = ttft_per_seq, sleep_s, interrupt_at
+
+    def __call__(self, scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
+                 **_: Any) -> trial_mod.Outcome:
+        self.calls.append(dict(flags))
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        time.sleep(self.sleep_s)
+        attrs = {"flags": flags, "command": trial_mod.command_line(model, flags),
+                 "engine_version": "vllm-test", "device": {"name": "cpu"},
+                 "timings": {"startup_s": 1.0}}
+        seqs = flags.get("max-num-seqs", 16)  # the defaults: between 8 and 32
+        if seqs == 4:
+            return trial_mod.Outcome(trial_mod.PRUNED, "invalid_flag",
+                                     attrs={**attrs, "detail": "refused"})
+        summary = {"completed": 16, "failed": 0, "output_throughput": 100.0 + seqs,
+                   "p95_ttft_ms": self.ttft_per_seq * seqs}
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, attrs)
+
+
+def _run(tmp_path: Path, scenario: Scenario, runner: Canned, trials: int,
+         timeout_s: float | None = None) -> optuna.Study:
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    study.loop(st, scenario, "/models/tiny", tmp_path / "seam", trials=trials,
+               timeout_s=timeout_s, runner=runner)
+    return st
+
+
+def test_baselines_first_then_the_search_with_one_record_each(tmp_path):
+    runner = Canned()
+    st = _run(tmp_path, _scenario(), runner, trials=5)
+    recs = record.records(st)
+    assert [r.name for r in recs[:2]] == [record.DEFAULTS, "refused"]
+    assert runner.calls[0] == {"enforce-eager": True}  # fixed flags hold for baselines too
+    assert recs[0].values == (0.0,) and recs[0].feasible and recs[0].gain == 0.0
+    assert recs[1].state == TrialState.PRUNED and recs[1].reason == "invalid_flag"
+    assert not recs[1].feasible and recs[1].detail == "refused"
+    # Named constraints, the same names on every trial; the refused one breaks all of them.
+    names = {"slo:ttft_p95_ms", "failed_requests", "quality_drift", "quality_agreement",
+             "completed"}
+    assert all(set(r.constraints) == names for r in recs)
+    assert all(v > 0 for v in recs[1].constraints.values())
+    assert all(r.version == record.VERSION and r.outcome for r in recs)
+    # max-num-seqs 32: TTFT 320 ms, within the 500-ms SLO; scores relative to the defaults.
+    by_seqs = {r.flags.get("max-num-seqs"): r for r in recs[2:]}
+    assert set(by_seqs) == {2, 8, 32}
+    assert by_seqs[32].gain > by_seqs[8].gain > by_seqs[2].gain
+    assert ranking.feasible_best(st).number == by_seqs[32].number
+
+
+def test_an_slo_miss_is_infeasible_and_never_best(tmp_path):
+    st = _run(tmp_path, _scenario(), Canned(ttft_per_seq=20.0), trials=5)  # 32 -> 640 ms
+    recs = {r.flags.get("max-num-seqs"): r for r in record.records(st)[2:]}
+    assert recs[32].state == TrialState.COMPLETE and not recs[32].feasible
+    assert recs[32].constraints["slo:ttft_p95_ms"] == pytest.approx(140.0)
+    assert ranking.feasible_best(st).number == 0  # the defaults beat the feasible 2 and 8
+    # Optuna's own Pareto front agrees: infeasible trials are not on it.
+    assert recs[32].number not in {t.number for t in st.best_trials}
+
+
+def test_a_repeated_configuration_is_copied_not_launched(tmp_path):
+    runner = Canned()
+    scenario = _scenario(space={"max-num-seqs": {"choices": [8]}}, sampler={"name": "random"})
+    st = _run(tmp_path, scenario, runner, trials=4)
+    recs = record.records(st)
+    assert len(runner.calls) == 3  # defaults, refused, one max-num-seqs 8
+    copy = recs[3]
+    assert copy.duplicate_of == 2 and copy.flags == recs[2].flags
+    assert copy.values == recs[2].values and copy.metrics == recs[2].metrics
+    assert copy.baseline is None  # the twin's identity is not copied
+
+
+def test_the_first_completed_trial_stands_in_when_the_defaults_are_pruned(tmp_path):
+    class DefaultsRefused(Canned):
+        def __call__(self, scenario, model, flags, trial_dir, **kw):
+            if "max-num-seqs" not in flags:
+                return trial_mod.Outcome(trial_mod.PRUNED, "kv_too_small", attrs={"flags": flags})
+            return super().__call__(scenario, model, flags, trial_dir, **kw)
+
+    st = _run(tmp_path, _scenario(baselines=[]), DefaultsRefused(), trials=3)
+    recs = record.records(st)
+    ref = ranking.reference_trial(st)
+    assert recs[0].state == TrialState.PRUNED and ref.number == 1 and ref.values == (0.0,)
+    assert ranking.reference_name(st).endswith("(vLLM defaults did not run)")
+
+
+def test_ctrl_c_marks_the_trial_interrupted_and_queues_it_again(tmp_path):
+    scenario = _scenario()
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    with pytest.raises(KeyboardInterrupt):
+        study.loop(st, scenario, "/m", tmp_path / "seam", trials=3,
+                   runner=Canned(interrupt_at=2))
+    recs = record.records(st)
+    assert recs[1].state == TrialState.FAIL and recs[1].outcome == record.INTERRUPTED
+    assert recs[1].flags == {"enforce-eager": True, "max-num-seqs": 4}  # what it was running
+    assert recs[2].state == TrialState.WAITING and recs[2].baseline == "refused"
+    runner = Canned()
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=1, runner=runner)
+    assert runner.calls == [{"enforce-eager": True, "max-num-seqs": 4}]
+
+
+def test_a_killed_tuners_running_trial_runs_again(tmp_path):
+    scenario = _scenario()
+    url = f"sqlite:///{tmp_path / 'seam.db'}"
+    st = study.open_study(scenario, url)
+    st.ask()  # the defaults, left RUNNING as a SIGKILL leaves them
+    assert study.recover_interrupted(st, url) == 1
+    recs = record.records(st)
+    assert recs[0].state == TrialState.FAIL
+    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == \
+        ["refused", record.DEFAULTS]
+    assert study.recover_interrupted(st, url) == 0
+
+
+def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
+    runner = Canned(sleep_s=1.0)
+    _run(tmp_path, _scenario(), runner, trials=6, timeout_s=2.5)
+    # 1 s each: after two (2 s) a third would end past 2.5 s.
+    assert len(runner.calls) == 2
+
+
+def test_progress_reports_records(tmp_path):
+    scenario = _scenario()
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    seen: list[study.Progress] = []
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=3, runner=Canned(),
+               on_progress=seen.append)
+    assert [p.done for p in seen] == [1, 2, 3]
+    assert isinstance(seen[-1].last, record.TrialRecord) and seen[-1].last.number == 2
+    assert seen[-1].best.number == 0  # max-num-seqs 2 is slower than the defaults
