@@ -183,3 +183,33 @@ def test_progress_reports_records(tmp_path):
     assert [p.done for p in seen] == [1, 2, 3]
     assert isinstance(seen[-1].last, record.TrialRecord) and seen[-1].last.number == 2
     assert seen[-1].best.number == 0  # max-num-seqs 2 is slower than the defaults
+
+
+def test_a_fault_of_autotunes_own_fails_one_trial_and_the_study_goes_on(tmp_path):
+    class Faulty(Canned):
+        def __call__(self, scenario, model, flags, trial_dir, **kw):
+            if "max-num-seqs" not in flags:
+                raise RuntimeError("a bug in the load generator")
+            return super().__call__(scenario, model, flags, trial_dir, **kw)
+
+    st = _run(tmp_path, _scenario(), Faulty(), trials=3)
+    recs = record.records(st)
+    assert recs[0].state == TrialState.FAIL and recs[0].outcome == record.ERROR
+    assert (recs[0].reason, recs[0].detail) == ("RuntimeError", "a bug in the load generator")
+    assert recs[0].flags == {"enforce-eager": True}
+    assert [r.state for r in recs[1:]] == [TrialState.PRUNED, TrialState.COMPLETE]
+    assert not st.get_trials(states=(TrialState.RUNNING,))
+
+
+def test_a_bad_input_found_mid_trial_stops_the_study_without_a_running_trial(tmp_path):
+    from autotune.errors import ConfigError
+
+    class Refusing(Canned):
+        def __call__(self, *args, **kw):
+            raise ConfigError("guardrail.prompts: cannot read x")
+
+    with pytest.raises(ConfigError):
+        _run(tmp_path, _scenario(), Refusing(), trials=3)
+    st = optuna.load_study(study_name="seam", storage=f"sqlite:///{tmp_path / 'seam.db'}")
+    (only,) = record.records(st, (TrialState.FAIL, TrialState.RUNNING))
+    assert only.state == TrialState.FAIL and only.reason == "ConfigError"

@@ -30,8 +30,9 @@ from optuna.trial import FrozenTrial, TrialState
 VERSION = 2  # 1: before named constraints and study-level validations
 DEFAULTS = "vllm-defaults"
 VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
-# The trial outcome written when a tuner was stopped mid-trial (the trial is FAIL, re-queued).
-INTERRUPTED = "interrupted"
+# Outcomes of FAIL trials: the tuner was stopped mid-trial (the trial is queued again), or
+# autotune itself failed (its reason is the exception's type, its detail the message).
+INTERRUPTED, ERROR = "interrupted", "error"
 
 
 @dataclass(frozen=True)

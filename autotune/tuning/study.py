@@ -27,6 +27,7 @@ from autotune import tinymodel
 from autotune.config import Scenario
 from autotune.engine import gpu
 from autotune.engine.info import engine_info
+from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
 from autotune.tuning import guardrail, prune, ranking, record, space
@@ -213,7 +214,19 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
             study.enqueue_trial(trial.params, user_attrs=record.queued_again(asked),
                                 skip_if_exists=False)
         raise
-    _tell(study, trial, scenario, outcome, guard, trials_root.parent)
+    except Exception as err:
+        # A fault of autotune's own (the configuration's faults are pruned outcomes): the
+        # trial is FAIL with what happened, never left RUNNING. A bad input stops the
+        # study; anything else is logged with its traceback and the study goes on.
+        with no_interrupts():
+            record.write(trial, outcome=record.ERROR, reason=type(err).__name__,
+                         detail=str(err)[:2000], flags=flags)
+            study.tell(trial, state=TrialState.FAIL)
+        if isinstance(err, AutotuneError):
+            raise
+        log.exception("trial %d failed in autotune itself; the study goes on", trial.number)
+    else:
+        _tell(study, trial, scenario, outcome, guard, trials_root.parent)
     return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
 
 
