@@ -168,9 +168,19 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
 
 
 def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
-    runner = Canned(sleep_s=1.0)
-    _run(tmp_path, _scenario(), runner, trials=6, timeout_s=2.5)
-    # 1 s each: after two (2 s) a third would end past 2.5 s.
+    now = [0.0]
+
+    class OneSecond(Canned):  # each trial takes one second of the loop's clock
+        def __call__(self, *args, **kw):
+            now[0] += 1.0
+            return super().__call__(*args, **kw)
+
+    runner = OneSecond()
+    scenario = _scenario()
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=6, timeout_s=2.5, runner=runner,
+               clock=lambda: now[0])
+    # After two (2 s) a third would end past 2.5 s.
     assert len(runner.calls) == 2
 
 

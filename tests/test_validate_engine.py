@@ -3,6 +3,7 @@ and a gain with its 95 % interval stored on the trial, shown and exported."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from autotune.cli import main as cli
 from autotune.config import Scenario
 from autotune.tuning import objective as obj
+from autotune.tuning import ranking, record
 from tests.conftest import copy_study
 
 pytestmark = pytest.mark.engine
@@ -30,7 +32,8 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
                                                       no_leftover_engine):
     run = copy_study(cpu_study, tmp_path / "studies")
     db = str(run.root / "engine-test.db")
-    before = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}").trials
+    before = record.records(optuna.load_study(study_name="engine-test",
+                                              storage=f"sqlite:///{db}"))
 
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "2",
                            "--repeats", "2"], capture_output=True, text=True, timeout=900,
@@ -38,7 +41,8 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    v = st.trials[2].user_attrs["validation"]
+    trials = record.records(st)
+    v = trials[2].validation
     assert (v["repeats"], v["against"], v["metric"]) == (2, 0, "weighted score")
     assert [(r["trial"], r["role"]) for r in v["runs"]] == [
         (0, "baseline"), (2, "candidate"), (0, "baseline"), (2, "candidate")]
@@ -48,7 +52,7 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
     assert Path(v["dir"]).parent == run.root / "engine-test" / "validate"
     assert v["engine_version"].startswith("vllm") and v["device"] == {"name": "cpu"}
     # The headline is the geometric mean of the pairs' weighted scores, inside its interval.
-    scenario = Scenario.model_validate(st.user_attrs["scenario"])
+    scenario = Scenario.model_validate(ranking.stored_scenario(st))
     scores = [obj.weighted_score(obj.Measures(c["throughput"], c["latency_ms"], c["memory_mib"]),
                                  obj.Measures(b["throughput"], b["latency_ms"], b["memory_mib"]),
                                  scenario.objective.weights)
@@ -57,9 +61,8 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
     assert v["ci_low"] < v["gain"] < v["ci_high"]
     assert {"throughput", "latency_ms", "score"} <= set(v["per_metric"])
     # Nothing else in the study changed.
-    for old, new in zip(before, st.trials, strict=True):
-        assert (old.state, old.values) == (new.state, new.values)
-        assert {k: a for k, a in new.user_attrs.items() if k != "validation"} == old.user_attrs
+    for old, new in zip(before, trials, strict=True):
+        assert dataclasses.replace(new, validation=None) == old
 
     printed = " ".join(proc.stdout.split())
     line = f"{v['gain']:+.1%} weighted score (95% CI {v['ci_low']:+.1%} .. {v['ci_high']:+.1%}"

@@ -90,13 +90,11 @@ class TrialRecord:
             later = (study_attrs or {}).get(f"{key}:{t.number}")
             if later is not None:
                 fields_[key] = later
-        fields_.setdefault("reason", "")
         return cls(number=t.number, state=t.state,
                    values=tuple(t.values) if t.values is not None else None,
                    params=dict(t.params), datetime_start=t.datetime_start,
                    datetime_complete=t.datetime_complete, constraints=constraints,
-                   **{k: v for k, v in fields_.items() if k != "version"},
-                   version=int(a.get("record_version") or 1))
+                   version=int(a.get("record_version") or 1), **fields_)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for `--json`: every field, the state by name, `feasible` spelled out."""

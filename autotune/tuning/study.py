@@ -283,13 +283,14 @@ def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
 def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *,
          trials: int, timeout_s: float | None = None, guard: guardrail.Guard | None = None,
          runner: Runner = trial_mod.run, between: Callable[[], None] | None = None,
-         on_progress: Callable[[Progress], None] | None = None) -> None:
+         on_progress: Callable[[Progress], None] | None = None,
+         clock: Callable[[], float] = time.monotonic) -> None:
     """Run up to `trials` trials, never starting one that the time box cannot hold (the
     longest trial so far); `between` runs before each launch (e.g. wait for the GPU)."""
-    t0 = time.monotonic()
+    t0 = clock()
     longest = 0.0
     for done in range(trials):
-        elapsed = time.monotonic() - t0
+        elapsed = clock() - t0
         if timeout_s is not None and elapsed + longest > timeout_s:
             log.info("stopping: %.0f s left, a trial takes up to %.0f s",
                      timeout_s - elapsed, longest)
@@ -299,11 +300,11 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
             break
         if between is not None:
             between()
-        start = time.monotonic()
+        start = clock()
         last = run_one(study, scenario, model, study_dir / "trials", guard, runner)
-        longest = max(longest, time.monotonic() - start)
+        longest = max(longest, clock() - start)
         if on_progress is not None:
-            on_progress(Progress(done + 1, trials, time.monotonic() - t0, timeout_s, last,
+            on_progress(Progress(done + 1, trials, clock() - t0, timeout_s, last,
                                  ranking.feasible_best(study)))
 
 
