@@ -34,3 +34,12 @@ class EngineNotInstalled(AutotuneError):
     """No vLLM build is importable in this environment."""
 
     exit_code = 3
+
+
+class Halted(AutotuneError):
+    """A measurement was cut short because the engine could no longer be used (it died,
+    or the trial's time was spent); `why` is the reason its watch named."""
+
+    def __init__(self, why: str):
+        super().__init__(f"measurement stopped: {why}")
+        self.why = why

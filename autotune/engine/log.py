@@ -10,6 +10,8 @@ import re
 import signal
 from dataclasses import asdict, dataclass
 
+from autotune.engine.reaper import MARK
+
 # Failure reasons, stored on pruned trials and shown to users.
 OOM = "oom"
 KV_TOO_SMALL = "kv_too_small"
@@ -118,6 +120,36 @@ def error_summary(log: str, limit: int = 300) -> str:
         if re.search(r"Error|error|Exception", line):
             return _shorten(line, limit)
     return _shorten(lines[-1], limit) if lines else "no output"
+
+
+# An exception as Python prints it (`vllm...EngineDeadError: ...`), or a line logged at
+# ERROR level; a loose "error" anywhere also matches names in a native library's exit
+# chatter (nanobind lists leaked functions by name when the engine dies).
+_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b|\b(?:ERROR|CRITICAL)\b")
+# vLLM's prefix of a logged line: `(APIServer pid=1) ERROR 11-30 12:11:03 [file.py:906] `.
+_PREFIX = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:[A-Z]+ \d\d-\d\d [\d:]+ \[[^\]]*\] )?")
+
+
+def last_error(log: str, limit: int = 300) -> str | None:
+    """The last error line of a log (an exception, or a line logged at ERROR level) without
+    vLLM's prefix; None when there is none. For an engine that died while serving, its
+    last words say more than the start-up failure patterns of `error_summary`."""
+    for line in reversed(log.splitlines()):
+        text = _PREFIX.sub("", line.strip(), count=1)
+        if text and not text.startswith("Traceback") and (
+                _ERROR_LINE.search(text) or _ERROR_LINE.search(line)):
+            return _shorten(text, limit)
+    return None
+
+
+_STATUS = re.compile(re.escape(MARK) + r".*\(status (-?\d+)\)")
+
+
+def launcher_status(log: str) -> int | None:
+    """The launched command's exit status as the reaper wrote it in the log (negative: the
+    signal that killed it), or None when it has not ended yet."""
+    found = _STATUS.findall(log)
+    return int(found[-1]) if found else None
 
 
 def _shorten(line: str, limit: int) -> str:

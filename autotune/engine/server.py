@@ -5,7 +5,14 @@ with a private API key, waits for it to answer a real completion while watching
 for it to die, writes the whole log to a file, and on exit by any path stops
 the whole process group (SIGTERM, then SIGKILL after a grace period) and waits
 until every process of it is gone. Processes are never found by name. If the
-tuner itself dies, `autotune.engine.reaper` (the session leader) does the same.
+tuner itself dies, `autotune.engine.reaper` (the session leader) does the same,
+and it also clears the group when the launched command dies alone.
+
+While it serves, `Server.death` says whether every process of the engine still
+lives, and if not, which died, how (signal or exit code) and the log's last error:
+callers pass it as a plain callable to whatever waits on the engine
+(`autotune.measure.watch`), so a crash ends a measurement within a poll, not after
+an idle or HTTP timeout.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from typing import Any
 import psutil
 
 from autotune import flags as flagmod
+from autotune.engine import liveness, prometheus
 from autotune.engine import log as enginelog
-from autotune.engine import prometheus
 from autotune.engine.info import base_command, installed
+from autotune.engine.reaper import describe
 from autotune.errors import ConfigError, EngineError
 
 # Flags the launcher owns: setting them in a scenario would break the server's isolation.
@@ -39,6 +47,12 @@ RESERVED = ("host", "port", "api-key", "model")
 
 # Servers alive in this process, stopped at interpreter exit as a last resort.
 _LIVE: set[Server] = set()
+# What the launched command is called in reports of its death, whatever the entry point.
+LAUNCHER = "vllm serve"
+# How long a death report waits for the reaper to write the launched command's status.
+STATUS_WAIT_S = 2.0
+# How long a death report waits for an error line in the log (a SIGKILL leaves none).
+ERROR_WAIT_S = 1.0
 
 
 def free_port() -> int:
@@ -89,6 +103,11 @@ class Server:
         self.startup_s: float | None = None
         self.figures = enginelog.StartupFigures()
         self.cache_info: dict[str, str] = {}
+        self._watch = liveness.Watch()
+        self._launcher: liveness.Member | None = None
+        self._death: str | None = None
+        self._launch_offset = 0  # the log's size when the current launch began
+        self._ready_offset = 0  # and when the engine became ready
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -127,6 +146,7 @@ class Server:
                 raise
 
     def _launch(self) -> None:
+        self._watch, self._launcher, self._death = liveness.Watch(), None, None
         self.port = free_port()
         servers = int(self.flags.get("api-server-count") or 1)
         self.command = [*base_command(api_servers=servers), self.model, "--host", "127.0.0.1",
@@ -137,6 +157,7 @@ class Server:
                "DO_NOT_TRACK": "1", **cpu_memory_default(self.flags, self.env), **self.env,
                "VLLM_API_KEY": self.api_key}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._launch_offset = self._ready_offset = self._log_size()
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.command)}\n".encode())  # holds no key
             log.flush()
@@ -153,25 +174,28 @@ class Server:
         healthy = False
         while True:
             assert self.proc is not None
-            if self.proc.poll() is not None:
-                log = self.read_log()
-                code = self.proc.returncode
-                how = (f"killed by {signal.Signals(-code).name}" if code < 0
-                       else f"exited with code {code}")
+            self._find_launcher()
+            if self.proc.poll() is not None or self._watch.gone():
+                code = self._launcher_status()
+                log = self.read_log(self._launch_offset)  # not an earlier launch's failure
+                how = describe(code) if code is not None else "died"
                 raise EngineError(enginelog.classify_failure(log, code),
                                   f"{how} during start-up: {enginelog.error_summary(log)}",
                                   enginelog.tail(log), str(self.log_path))
             if time.monotonic() > deadline:
                 raise EngineError(enginelog.TIMEOUT,
                                   f"not ready after {self.startup_timeout:.0f} s",
-                                  enginelog.tail(self.read_log()), str(self.log_path))
+                                  enginelog.tail(self.read_log(self._launch_offset)),
+                                  str(self.log_path))
             if not healthy:
                 healthy = self._get("/health") == 200
             elif self._first_completion():
                 break
             time.sleep(0.5)
         self.startup_s = time.monotonic() - self._t0
-        figures = enginelog.parse_startup(self.read_log())
+        self._watch.add_titled(self.processes())
+        self._ready_offset = self._log_size()
+        figures = enginelog.parse_startup(self.read_log(self._launch_offset))
         info = prometheus.cache_config(self.get_text("/metrics") or "")
         self.cache_info = info
         self.figures = dataclasses.replace(
@@ -180,6 +204,71 @@ class Server:
             block_size=prometheus.as_int(info.get("block_size")) or figures.block_size,
             kv_cache_tokens=figures.kv_cache_tokens
             or prometheus.as_int(info.get("kv_cache_size_tokens")))
+
+    def _find_launcher(self) -> None:
+        """Watch the launched command (the reaper's child) from the moment it exists."""
+        if self._launcher is not None or self.proc is None:
+            return
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.Error:
+            return
+        if children:
+            self._launcher = self._watch.add(children[0], LAUNCHER)
+
+    def _launcher_status(self, wait_s: float = STATUS_WAIT_S) -> int | None:
+        """The launched command's exit status (negative: killed by that signal).
+
+        The reaper writes it to the log the moment the command ends, then clears the
+        group before it exits itself; its own exit status mirrors the command's.
+        Waits up to `wait_s` for either; None when neither came (the reaper was killed).
+        """
+        assert self.proc is not None
+        deadline = time.monotonic() + wait_s
+        while True:
+            code = enginelog.launcher_status(self.read_log(self._launch_offset))
+            if code is None and self.proc.poll() is not None:
+                code = enginelog.launcher_status(self.read_log(self._launch_offset))
+                return code if code is not None else self.proc.returncode
+            if code is not None or time.monotonic() > deadline:
+                return code
+            time.sleep(0.05)
+
+    def death(self) -> str | None:
+        """None while every process of the engine lives; else what died, how, and the last
+        error line of the engine's log since it became ready.
+
+        Cheap enough to poll every half second (a status read per watched process). The
+        first report is kept: later calls return the same text.
+        """
+        if self._death is not None or self.proc is None:
+            return self._death
+        gone = self._watch.gone()
+        if not gone and self.proc.poll() is None:
+            return None
+        parts = []
+        for member in gone:
+            if member == self._launcher:
+                code = self._launcher_status()
+                parts.append(f"{member} {describe(code) if code is not None else 'died'}")
+            else:
+                parts.append(f"{member} died")
+        if self._launcher not in gone and self.proc.poll() is not None:  # the reaper, killed
+            parts.append(f"the reaper (pid {self.proc.pid}) {describe(self.proc.returncode)}")
+        error = self._last_error()
+        self._death = ", ".join(parts) + (f"; last error in the engine log: {error}" if error
+                                          else "; no error in the engine log")
+        return self._death
+
+    def _last_error(self, wait_s: float = ERROR_WAIT_S) -> str | None:
+        """The last error line logged since the engine became ready, waiting up to `wait_s`
+        for one: the survivors of a death log it a moment later (the API server's
+        `EngineDeadError` when its engine core died)."""
+        deadline = time.monotonic() + wait_s
+        while (error := enginelog.last_error(self.read_log(self._ready_offset))) is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return error
 
     def get_text(self, path: str, timeout: float = 5.0) -> str | None:
         """GET a path of the server; None when it does not answer 200."""
@@ -209,11 +298,20 @@ class Server:
         except (urllib.error.URLError, OSError):
             return False
 
-    def read_log(self) -> str:
+    def read_log(self, since: int = 0) -> str:
+        """The engine's log from byte offset `since`; empty when it cannot be read."""
         try:
-            return self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")
         except OSError:
             return ""
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
 
     def processes(self) -> list[psutil.Process]:
         """Every live process of this server: the leader, its descendants, its group."""
@@ -277,11 +375,7 @@ class Server:
                 pass
 
 
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+_alive = liveness.running
 
 
 @atexit.register

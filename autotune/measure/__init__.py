@@ -4,8 +4,9 @@ Public API: `workloads.build_sessions` (what to send), `loadgen.run` (streaming 
 `metrics.summarize` (vLLM bench serve's definitions), `probes.Sampler` (engine gauges and
 per-process CPU while a load runs), `steady` (the steady-state window of a step),
 `bottleneck.attribute` (what limited a step), `bench.benchmark` (one fixed workload),
-`capacity.search` (the highest request rate that meets the SLOs) and `vllmbench` (the same
-steps through vLLM's own client).
+`capacity.search` (the highest request rate that meets the SLOs), `vllmbench` (the same
+steps through vLLM's own client) and `watch` (every wait on the engine ends within a poll
+of its death: the callers pass a plain `alive` callable).
 
 Imports the engine layer and the top-level basics, never tuning, results or the CLI.
 """

@@ -7,11 +7,10 @@ stored on a trial, or compared with vLLM's own file.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotune.measure import loadgen, metrics, probes
+from autotune.measure import loadgen, metrics, probes, watch
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.traffic import WorkloadSpec
 
@@ -53,12 +52,15 @@ def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: st
               pids: Callable[[], list[int]] | None = None, offset: int = 0,
               probe_interval: float = 1.0, probe_sessions: int = 0,
               on_probe: Callable[[dict[str, Any]], str | None] | None = None,
-              tokenizer: Tokenizer | None = None) -> dict[str, Any]:
+              tokenizer: Tokenizer | None = None,
+              alive: watch.Alive | None = None) -> dict[str, Any]:
     """Run `spec` against `target` and return the summary with probes.
 
     With `probe_sessions`, the first sessions are a probe phase: `on_probe` sees its
     summary and may return a reason to stop there (the summary then carries
     `stopped_after_probe`); otherwise the rest is sent and everything is summarised.
+    `alive` watches the engine throughout (`autotune.measure.watch`): `Halted` once it
+    names a reason.
     """
     measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
 
@@ -76,22 +78,24 @@ def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: st
         runs.append(await _phase(target, spec, rest, pids, probe_interval))
         return _summary(runs, spec, slos)
 
-    return asyncio.run(go())
+    return watch.run(go(), alive)
 
 
 def step(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: str,
          pids: Callable[[], list[int]] | None = None, offset: int = 0,
-         probe_interval: float = 0.5, tokenizer: Tokenizer | None = None
+         probe_interval: float = 0.5, tokenizer: Tokenizer | None = None,
+         alive: watch.Alive | None = None
          ) -> tuple[dict[str, Any], loadgen.RunResult, probes.Sampler]:
     """One load step: its whole-step summary, and the requests and probe series from
-    which a steady-state window can be cut (`autotune.measure.steady`)."""
+    which a steady-state window can be cut (`autotune.measure.steady`). `alive` watches
+    the engine throughout, as in `benchmark`."""
     measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
 
     async def go() -> tuple[loadgen.RunResult, probes.Sampler]:
         await _warm(target, spec, warmup)
         return await _phase(target, spec, measured, pids, probe_interval)
 
-    run, sampler = asyncio.run(go())
+    run, sampler = watch.run(go(), alive)
     return _summary([(run, sampler)], spec, None), run, sampler
 
 

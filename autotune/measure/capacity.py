@@ -43,7 +43,7 @@ from optuna.trial import FrozenTrial
 
 from autotune.config import latency_key
 from autotune.engine import prometheus
-from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady
+from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
 from autotune.traffic import CapacitySpec, WorkloadSpec
@@ -394,16 +394,21 @@ async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
 
 def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
            slos: Mapping[str, float], pids: Callable[[], list[int]] | None = None,
-           should_stop: StopRule | None = None) -> dict[str, Any]:
+           should_stop: StopRule | None = None,
+           alive: watch.Alive | None = None) -> dict[str, Any]:
     """Find the capacity of the engine behind `target`; the result is a bench summary
-    (of the step at capacity) with a `capacity` record."""
+    (of the step at capacity) with a `capacity` record.
+
+    `alive` watches the engine through every wait, the idle waits between steps
+    included: once it names a reason the search ends with `Halted` within a poll,
+    instead of waiting `idle_timeout_s` per step for an engine that is gone."""
     cap = spec.capacity
     tokenizer = Tokenizer(tokenizer_model) if spec.kind in ("random", "chat") else None
     count = "conversations" if spec.kind == "chat" else "num_requests"
     base_n = getattr(spec, count)
 
     def measure(kind: str, rate: float | None, index: int) -> Step:
-        waited = asyncio.run(wait_idle(target.url, cap.idle_timeout_s))
+        waited = watch.run(wait_idle(target.url, cap.idle_timeout_s), alive)
         n = base_n
         if rate is not None:  # long enough to be measured, short enough at low rates
             n = max(base_n, math.ceil(rate * cap.min_step_s))
@@ -413,7 +418,8 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
             "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0})
         t0 = time.monotonic()
         whole, run, sampler = bench.step(target, step_spec, tokenizer_model=tokenizer_model,
-                                         pids=pids, offset=7919 * index, tokenizer=tokenizer)
+                                         pids=pids, offset=7919 * index, tokenizer=tokenizer,
+                                         alive=alive)
         step = judge(kind, rate, index, whole, run, sampler, spec.capacity, slos)
         step.idle_wait_s = round(waited, 3)
         step.duration_s = round(time.monotonic() - t0, 3)

@@ -215,18 +215,26 @@ async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
         lag.start()
         t0 = time.perf_counter()
         deadline = t0 + spec.max_duration_s if spec.max_duration_s else None
-        tasks = []
+        tasks: list[asyncio.Task[bool]] = []
         truncated = False
-        for session, offset in zip(sessions, offsets, strict=True):
-            if deadline is not None and t0 + offset >= deadline:
-                truncated = True
-                break
-            delay = t0 + offset - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(
-                _session(http, target, spec, session, sem, results, deadline, on_result)))
-        truncated = any(await asyncio.gather(*tasks)) or truncated
+        try:
+            for session, offset in zip(sessions, offsets, strict=True):
+                if deadline is not None and t0 + offset >= deadline:
+                    truncated = True
+                    break
+                delay = t0 + offset - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(
+                    _session(http, target, spec, session, sem, results, deadline, on_result)))
+            truncated = any(await asyncio.gather(*tasks)) or truncated
+        except BaseException:
+            # Cancelled (the engine died, Ctrl-C): no request may outlive its session.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await lag.stop()
+            raise
         duration = time.perf_counter() - t0
         await lag.stop()
     return RunResult(results, duration, truncated=truncated, t0=t0,

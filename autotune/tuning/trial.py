@@ -3,6 +3,12 @@
 `run` never raises for anything the configuration itself causes: an engine that
 cannot start is a pruned outcome with its reason; an exception of autotune's
 own propagates, and the study records the trial as FAIL.
+
+An engine that dies while it is measured ends the trial within a poll as pruned
+`crashed` (its detail: which process died, by which signal or exit code, and the log's
+last error), and a trial whose `budget.trial_timeout` is spent, wherever it is, ends as
+pruned `timeout` (`autotune.tuning.deadline`). Either way the engine's whole process
+group is gone when `run` returns.
 """
 
 from __future__ import annotations
@@ -23,15 +29,18 @@ from autotune.engine import gpu
 from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
-from autotune.errors import EngineError
+from autotune.errors import EngineError, Halted
 from autotune.flags import to_args
 from autotune.measure import capacity
 from autotune.measure.bench import benchmark
 from autotune.measure.loadgen import Target
+from autotune.measure.watch import Alive
+from autotune.traffic import WorkloadSpec
 from autotune.tuning import guardrail, prune
+from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.space import relation_violation
 
-COMPLETE, PRUNED = "complete", "pruned"
+COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are pruned reasons
 
 
 @dataclass
@@ -68,8 +77,11 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
     In capacity mode the search stops once the capacity is known to lie below
-    `capacity_floor` (the best trial's lower bound, requests/s).
+    `capacity_floor` (the best trial's lower bound, requests/s). The trial's clock
+    (`budget.trial_timeout`) starts here.
     """
+    deadline = Deadline(parse_duration(scenario.budget.trial_timeout),
+                        scenario.budget.trial_timeout)
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
     attrs: dict[str, Any] = {
@@ -100,48 +112,46 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     workload = scenario.workload
-    cap = parse_duration(scenario.budget.trial_timeout)
-    if workload.max_duration_s is None or workload.max_duration_s > cap:
-        workload = workload.model_copy(update={"max_duration_s": cap})
+    if workload.max_duration_s is None or workload.max_duration_s > deadline.seconds:
+        workload = workload.model_copy(update={"max_duration_s": deadline.seconds})
+    watch: TrialWatch | None = None
     try:
         # The ballast starts before the engine and stops after it, on every path.
         with ballast, Server(model, launch_flags, env=scenario.engine.env,
                              log_path=trial_dir / "engine.log",
-                             startup_timeout=scenario.engine.startup_timeout_s) as srv:
+                             startup_timeout=min(scenario.engine.startup_timeout_s,
+                                                 deadline.left())) as srv:
             timings["startup_s"] = time.monotonic() - t0
             attrs["startup"] = srv.figures.as_dict()
-            t1 = time.monotonic()
-            target = Target(srv.url, model, srv.headers)
-            probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
-                if spec.enabled and workload.kind != "chat" else 0
-
-            def on_probe(partial: dict[str, Any]) -> str | None:
-                return prune.probe_verdict(partial, spec) or (
-                    intermediate(partial) if intermediate else None)
-
-            pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
-            if workload.mode == "capacity":
-                summary = capacity.search(target, workload, tokenizer_model=model,
-                                          slos=scenario.objective.slos, pids=pids,
-                                          should_stop=_below(capacity_floor))
-                if summary["capacity"]["stopped"] == capacity.BELOW_BEST:
-                    summary["stopped_after_probe"] = capacity.BELOW_BEST
-            else:
-                summary = benchmark(target, workload, tokenizer_model=model, pids=pids,
-                                    probe_sessions=probe_n, on_probe=on_probe)
-            attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
-            timings["benchmark_s"] = time.monotonic() - t1
-            quality, new_ref = None, None
-            if guard is not None and summary["completed"] and \
-                    "stopped_after_probe" not in summary:
+            watch = TrialWatch(srv.death, deadline)
+            try:
                 t1 = time.monotonic()
-                quality, new_ref = _quality(target, guard, {**attrs, "model": model})
-                timings["guardrail_s"] = time.monotonic() - t1
+                summary = _measure(srv, scenario, workload, model, watch, intermediate,
+                                   capacity_floor)
+                attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
+                timings["benchmark_s"] = time.monotonic() - t1
+                quality, new_ref = None, None
+                if guard is not None and summary["completed"] and \
+                        "stopped_after_probe" not in summary:
+                    t1 = time.monotonic()
+                    quality, new_ref = _quality(Target(srv.url, model, srv.headers), guard,
+                                                {**attrs, "model": model}, watch)
+                    timings["guardrail_s"] = time.monotonic() - t1
+            finally:
+                srv.stop_grace = deadline.grace(srv.stop_grace)  # the teardown is bounded too
             t2 = time.monotonic()
         timings["teardown_s"] = time.monotonic() - t2
+    except Halted as halt:
+        reason = watch.fired if watch is not None and watch.fired else CRASHED
+        timings["until_stopped_s"] = time.monotonic() - t0  # start-up, measuring, teardown
+        attrs.update(detail=halt.why, timings=timings, **ballast.record())
+        return Outcome(PRUNED, reason, attrs=attrs)
     except EngineError as err:
         timings["startup_s"] = time.monotonic() - t0
-        attrs.update(detail=err.detail, timings=timings, **ballast.record())
+        detail = err.detail
+        if err.reason == TIMEOUT and deadline.spent():
+            detail = f"{deadline.reason()} during start-up ({detail})"
+        attrs.update(detail=detail, timings=timings, **ballast.record())
         return Outcome(PRUNED, err.reason, attrs=attrs)
     attrs.update(timings=timings, **ballast.record())
     (trial_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -152,6 +162,32 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     if quality is not None and "error" in quality:
         return Outcome(PRUNED, "guardrail_error", summary, {**attrs, "detail": quality["error"]})
     return Outcome(COMPLETE, "", summary, attrs, quality, new_ref)
+
+
+def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
+             intermediate: Callable[[dict[str, Any]], str | None] | None,
+             capacity_floor: float | None) -> dict[str, Any]:
+    """The workload against the running engine: a capacity search, or the fixed workload
+    with its probe phase; every wait watched by `alive`."""
+    spec = scenario.prune
+    target = Target(srv.url, model, srv.headers)
+    pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
+    if workload.mode == "capacity":
+        summary = capacity.search(target, workload, tokenizer_model=model,
+                                  slos=scenario.objective.slos, pids=pids,
+                                  should_stop=_below(capacity_floor), alive=alive)
+        if summary["capacity"]["stopped"] == capacity.BELOW_BEST:
+            summary["stopped_after_probe"] = capacity.BELOW_BEST
+        return summary
+    probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
+        if spec.enabled and workload.kind != "chat" else 0
+
+    def on_probe(partial: dict[str, Any]) -> str | None:
+        return prune.probe_verdict(partial, spec) or (
+            intermediate(partial) if intermediate else None)
+
+    return benchmark(target, workload, tokenizer_model=model, pids=pids,
+                     probe_sessions=probe_n, on_probe=on_probe, alive=alive)
 
 
 def _below(floor: float | None) -> capacity.StopRule | None:
@@ -165,17 +201,18 @@ def _below(floor: float | None) -> capacity.StopRule | None:
     return rule
 
 
-def _quality(target: Target, guard: Guard, context: dict[str, Any]
+def _quality(target: Target, guard: Guard, context: dict[str, Any], alive: Alive
              ) -> tuple[dict[str, Any], guardrail.Reference | None]:
     """Check against the reference, or make the reference (with its noise floor)."""
     spec = guard.spec
     try:
         if guard.reference is not None:
-            return guardrail.check(target, guard.reference), None
+            return guardrail.check(target, guard.reference, alive), None
         ref, report = guardrail.make_reference(
             target, guard.prompts, spec.max_tokens, factor=spec.noise_factor,
             drift=spec.drift_threshold, agreement=spec.agreement_threshold,
-            context={k: context.get(k) for k in ("model", "flags", "engine_version", "device")})
+            context={k: context.get(k) for k in ("model", "flags", "engine_version", "device")},
+            alive=alive)
         return {**guardrail.verdict(report, ref), "made_reference": True}, ref
     except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:
         return {"error": f"{type(err).__name__}: {err}"}, None
