@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import aiohttp
-from optuna.trial import FrozenTrial
 
 from autotune.config import latency_key
 from autotune.engine import prometheus
@@ -291,33 +290,10 @@ def interval(cap: Mapping[str, Any]) -> tuple[float, float]:
     return low * (1 - spread), high * (1 + spread)
 
 
-def of(t: FrozenTrial) -> dict[str, Any] | None:
-    """A trial's capacity record, if it ran in capacity mode."""
-    return (t.user_attrs.get("metrics") or {}).get("capacity")
-
-
-def overrides(t: FrozenTrial, defaults: Mapping[str, Any]) -> int:
-    """How many flags the trial sets to other than `defaults` (vLLM's own defaults and the
-    scenario's fixed flags): 0 for vLLM's defaults."""
-    return sum(1 for k, v in (t.user_attrs.get("flags") or {}).items()
-               if k not in defaults or defaults[k] != v)
-
-
 def tied(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Capacities whose uncertainty intervals overlap cannot be told apart."""
     (alo, ahi), (blo, bhi) = interval(a), interval(b)
     return alo <= bhi and blo <= ahi
-
-
-def pick(candidates: Sequence[FrozenTrial], score: Callable[[FrozenTrial], float],
-         defaults: Mapping[str, Any]) -> FrozenTrial | None:
-    """The best by `score`, except that among trials whose capacity is tied with the best's,
-    the one with the fewest overrides of vLLM's defaults wins (then the higher score)."""
-    best = max(candidates, key=score, default=None)
-    if best is None or of(best) is None:
-        return best
-    ties = [t for t in candidates if of(t) is not None and tied(of(t), of(best))]
-    return min(ties, key=lambda t: (overrides(t, defaults), -score(t)))
 
 
 def summary_of(result: Result) -> dict[str, Any]:
