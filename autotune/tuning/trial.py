@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from autotune.config import GuardrailSpec, Scenario, parse_duration
+from autotune.config import Scenario, parse_duration
 from autotune.engine import gpu
 from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
@@ -55,21 +55,12 @@ class Outcome:
     new_reference: guardrail.Reference | None = None
 
 
-@dataclass
-class Guard:
-    """The guardrail's part in a trial: check against `reference`, or make it when None."""
-
-    spec: GuardrailSpec
-    prompts: list[str]
-    reference: guardrail.Reference | None = None
-
-
 def command_line(model: str, flags: dict[str, Any]) -> list[str]:
     return ["vllm", "serve", model, *to_args(flags)]
 
 
 def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
-        guard: Guard | None = None,
+        guard: guardrail.Guard | None = None,
         intermediate: Callable[[dict[str, Any]], str | None] | None = None,
         capacity_floor: float | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs.
@@ -201,7 +192,7 @@ def _below(floor: float | None) -> capacity.StopRule | None:
     return rule
 
 
-def _quality(target: Target, guard: Guard, context: dict[str, Any], alive: Alive
+def _quality(target: Target, guard: guardrail.Guard, context: dict[str, Any], alive: Alive
              ) -> tuple[dict[str, Any], guardrail.Reference | None]:
     """Check against the reference, or make the reference (with its noise floor)."""
     spec = guard.spec
