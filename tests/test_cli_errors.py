@@ -109,3 +109,16 @@ def test_bench_capacity_options(tmp_path, args, words):
     proc, seconds = autotune("bench", "--url", "http://127.0.0.1:1", *args, cwd=tmp_path)
     assert_one_line_error(proc, *words)
     assert seconds < QUICK_S
+
+
+@pytest.mark.parametrize("args", [["show", "studies/qwen3-4b-h200.db"],
+                                  ["show", "studies/qwen3-4b-h200.db", "--json"],
+                                  ["export", "studies/qwen3-4b-h200.db", "--format", "k8s"]])
+def test_a_reader_that_leaves_early_gets_no_traceback(args):
+    """`autotune show ... | head -1`: a closed pipe ends the command quietly."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(" ".join([sys.executable, "-m", "autotune", *args]) + " | head -c 1",
+                          shell=True, cwd=root, capture_output=True, text=True, timeout=120,
+                          executable="/bin/bash")
+    assert proc.stdout and "Traceback" not in proc.stderr and "Error" not in proc.stderr, \
+        proc.stderr

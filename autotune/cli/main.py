@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -403,6 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `autotune show ... | head`: the reader left; say nothing more, as `cat` does.
+        # Python would complain again when it flushes stdout at exit, so stdout is pointed
+        # at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
