@@ -37,6 +37,8 @@ endif
 	touch $@
 
 $(VENV)/.stamp-deps: pyproject.toml $(VENV)/.stamp-engine
+	@# The distribution was called `autotune` before it became `vllm-autotune`.
+	$(BIN)/pip uninstall --quiet --yes autotune 2>/dev/null || true
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 

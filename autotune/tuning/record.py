@@ -27,7 +27,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-VERSION = 2  # 1: before named constraints and study-level validations
+from autotune.measure import capacity
+
+# 1: before named constraints and study-level validations; 2: before the short scalars
+VERSION = 3
 DEFAULTS = "vllm-defaults"
 VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
 # Outcomes of FAIL trials: the tuner was stopped mid-trial (the trial is queued again), or
@@ -132,6 +135,12 @@ class TrialRecord:
         """The baseline's name, or "" for a searched trial."""
         return self.baseline or ""
 
+    def scalars(self) -> dict[str, Any]:
+        """The record's key figures as short scalars (see `SCALARS`), derived from its long
+        fields, so that a record of any version has them; None where not measured."""
+        return {"feasible": self.feasible, "outcome": self.outcome, "reason": self.reason,
+                "gain": self.gain, **_scalars(self.metrics, self.quality)}
+
 
 # Fields of a record that come from Optuna's own trial, not from user attributes.
 _FROM_TRIAL = {"number", "state", "values", "params", "datetime_start", "datetime_complete",
@@ -140,14 +149,45 @@ WRITABLE = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - _FROM_TR
     - {VALIDATION, VALIDATION_VLLM}
 
 
+# Short scalar copies of figures kept inside long fields: optuna-dashboard shows a user
+# attribute as text cut at 1,024 characters, so `metrics` and `quality` (several thousand)
+# arrive there as broken JSON. `write` stores these beside the fields they come from (record
+# version 3), `set_constraints` stores `feasible`; `TrialRecord.scalars` derives them for a
+# record of any version. They are not fields of their own: nothing else may write them.
+SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
+           "capacity_uncertainty", "bottleneck", "drift", "agreement", "quality_passed")
+
+
+def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | None
+             ) -> dict[str, Any]:
+    """The short scalars of `metrics` (capacity, bottleneck) and `quality` (drift, ...)."""
+    out: dict[str, Any] = {}
+    if metrics is not None:
+        cap = metrics.get("capacity") or {}
+        out.update(capacity_rps=cap.get("request_throughput") if cap.get("low") else
+                   (0.0 if cap else None),
+                   capacity_low=cap.get("low"), capacity_high=cap.get("high"),
+                   capacity_uncertainty=cap.get("uncertainty"),
+                   bottleneck=capacity.limit_text(cap) if cap else None)
+    if quality is not None:
+        out.update(drift=quality.get("drift"), agreement=quality.get("agreement"),
+                   quality_passed=quality.get("passed"))
+    return out
+
+
 def write(trial: optuna.Trial, **values: Any) -> None:
-    """Store record fields on a running trial (before `tell`); unknown names are a bug."""
+    """Store record fields on a running trial (before `tell`); unknown names are a bug.
+    The short scalars of `metrics` and `quality` are stored with them (`SCALARS`)."""
     unknown = set(values) - WRITABLE
     if unknown:
         raise TypeError(f"not trial record fields: {', '.join(sorted(unknown))}")
     trial.set_user_attr("record_version", VERSION)
     for key, value in values.items():
         trial.set_user_attr(key, value)
+    short = _scalars(values.get("metrics"), values.get("quality"))
+    for key, value in short.items():
+        if value is not None:
+            trial.set_user_attr(key, value)
 
 
 def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -169,9 +209,13 @@ def copied(rec: TrialRecord) -> dict[str, Any]:
 
 
 def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
-    """Optuna's named constraints: a trial is feasible when every value is <= 0."""
+    """Optuna's named constraints: a trial is feasible when every value is <= 0. `feasible`
+    is stored beside them as a plain attribute (a pruned trial breaks `completed`, so it is
+    false there), for readers that show attributes but not constraints."""
     for key, value in constraints.items():
         trial.set_constraint(key, float(value))
+    if constraints:
+        trial.set_user_attr("feasible", all(float(v) <= 0 for v in constraints.values()))
 
 
 def records(study: optuna.Study, states: Sequence[TrialState] | None = None
