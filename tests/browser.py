@@ -81,7 +81,7 @@ def _devtools_port(proc: subprocess.Popen, port_file: Path, timeout: float = 30.
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"chromium exited with {proc.returncode} before listening")
-        with contextlib.suppress(FileNotFoundError, ValueError):
+        with contextlib.suppress(FileNotFoundError, ValueError, IndexError):  # half-written
             return int(port_file.read_text().split()[0])
         time.sleep(0.1)
     raise TimeoutError(f"chromium did not open its DevTools port within {timeout:.0f} s")

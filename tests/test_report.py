@@ -9,7 +9,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.cli.main import main
-from autotune.results import report, reportpage
+from autotune.results import report, reportpage, show
 from autotune.tuning import ranking, record
 
 SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
@@ -87,42 +87,152 @@ def test_points_and_front_place_every_trial_by_what_it_measured(study):
     assert by[1].flags == {} and by[3].flags == {"max-num-seqs": 64, "block-size": 32}
 
 
+def _labels(fig) -> dict[str, object]:
+    """The figure's point labels (annotations placed next to their points) by text."""
+    return {a.text: a for a in fig.layout.annotations if a.xref != "paper"}
+
+
 def test_pareto_figure_marks_baselines_infeasible_and_pruned_trials(study):
     fig = report.pareto_figure(study)
     traces = {t.name: t for t in fig.data}
     assert list(traces["Pareto front (feasible)"].x) == [120.0, 150.0]
-    assert list(traces["searched, feasible"].text) == ["#3", "#4", "#5"]
+    assert list(traces["searched, feasible"].x) == [150.0, 120.0, 110.0]
     assert list(traces["infeasible (SLO or quality)"].x) == [200.0]  # never on the front
-    assert list(traces["baselines"].text) == ["vllm-defaults #0",
-                                              "article-1 #1 (infeasible)"]
     assert list(traces["baselines"].marker.symbol) == ["star", "diamond"]
     assert list(traces["pruned mid-run (probe figures)"].x) == [80.0]
+    labels = _labels(fig)  # numbers of feasible points, baselines by name, each placed once
+    assert {"#3", "#4", "#5", "vllm-defaults #0", "article-1 #1 (infeasible)"} <= set(labels)
+    assert (labels["#3"].x, labels["#3"].y) == (150.0, 45.0)
     note = [a.text for a in fig.layout.annotations]
     assert any("tiny-kv (pruned: kv_too_small)" in n for n in note)
     assert fig.layout.xaxis.title.text == "output throughput (tok/s)"
     assert fig.layout.yaxis.title.text == "TTFT p95 (ms)"
 
 
+def test_labels_of_close_or_equal_points_do_not_overlap():
+    """Points at one place share a label (`#1 = #2`: a configuration measured twice);
+    close points get labels that do not cover one another."""
+    st = optuna.create_study(direction="maximize")
+    st.set_user_attr("scenario", SCENARIO)
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
+    for i, (thr, lat) in enumerate(((150.0, 45.0), (150.0, 45.0), (151.0, 45.5),
+                                    (149.0, 44.0), (152.0, 46.0))):
+        _done(st, thr, lat, 0.1, params={"max-num-seqs": 8 + i})
+    fig = report.pareto_figure(st)
+    labels = _labels(fig)
+    assert "#1 = #2" in labels and "#1" not in labels
+    xr, yr = fig.layout.xaxis.range, fig.layout.yaxis.range
+
+    def box(a):  # the label's box in the figure's pixels, as `place_labels` reckons them
+        cx = (a.x - xr[0]) / (xr[1] - xr[0]) * report.PLOT_W
+        cy = (yr[1] - a.y) / (yr[1] - yr[0]) * report.PLOT_H
+        dx, dy = (a.xshift or 0, -(a.yshift or 0)) if not a.showarrow else (a.ax, a.ay)
+        w = report.CHAR_W * len(a.text) + 4
+        return (cx + dx - w / 2, cy + dy - 8, cx + dx + w / 2, cy + dy + 8)
+
+    boxes = [box(a) for a in labels.values()]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not report._overlap(a, b), (a, b)
+
+
 def test_history_shows_gain_best_so_far_and_validation(study):
     fig = report.history_figure(study)
     traces = {t.name: t for t in fig.data}
-    assert list(traces["best feasible so far"].y) == [0.0, 0.0, 20.0, 20.0, 20.0, 20.0]
+    best = traces["best feasible so far (ties: fewest overrides)"]
+    assert list(best.y) == [0.0, 0.0, 20.0, 20.0, 20.0, 20.0]
     assert list(traces["infeasible"].x) == [1, 7]
     val = traces["validated (95% CI)"]
     assert list(val.x) == [3] and val.error_y.array[0] == pytest.approx(8.0)
     assert "2 pruned or failed" in fig.layout.title.text
+    assert {"vllm-defaults", "article-1"} <= set(_labels(fig))
 
 
-def test_importances_need_two_searched_trials(study, tmp_path):
-    imp = report.importances(study)
+def test_a_tie_is_shown_as_a_tie(tmp_path):
+    """Three capacities whose intervals overlap: the best is the one with the fewest
+    overrides (vLLM's defaults), and a tied trial's gain reads as a tie, not a loss."""
+    st = optuna.create_study(direction="maximize")
+    st.set_user_attr("scenario", SCENARIO)
+    for i, (rate, gain) in enumerate(((9.7, 0.0), (10.7, 0.347), (7.0, -0.53))):
+        cap = {"request_throughput": rate, "output_throughput": rate * 128, "low": rate,
+               "high": rate * 1.6, "uncertainty": 0.5, "spread": 0.0, "steps": []}
+        _done(st, rate * 128, 50.0, gain, baseline="vllm-defaults" if i == 0 else None,
+              params={"max-num-seqs": 4 * (i + 1)} if i else None,
+              metrics=_metrics(rate * 128, 50.0, capacity=cap))
+    assert show.tied_with_best(st) == {1, 2}
+    hist = {t.name: t for t in report.history_figure(st).data}
+    assert list(hist["best feasible so far (ties: fewest overrides)"].y) == [0.0, 0.0, 0.0]
+    assert list(hist["tied with the best (capacity within noise)"].x) == [1, 2]
+    table = reportpage.trials_table(st)
+    assert "tied with #0 (-53.0% measured, within noise)" in table
+    assert ">-53.0%<" not in table
+
+
+def test_importances_need_enough_distinct_configurations(study, tmp_path):
+    few = report.importances(study)  # 4 distinct searched configurations
+    assert isinstance(few, str) and "at least 5 distinct" in few and "has 4" in few
+    st = optuna.create_study(direction="maximize")
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
+    for i, (seqs, block) in enumerate(((16, 16), (64, 32), (8, 128), (128, 16), (32, 32))):
+        _done(st, 100.0 + 10 * i, 50.0 - i, 0.02 * i,
+              params={"max-num-seqs": seqs, "block-size": block})
+    # Two identical trials (a copy, `same as #N`) count once.
+    _done(st, 100.0, 50.0, 0.0, params={"max-num-seqs": 16, "block-size": 16},
+          duplicate_of=1)
+    imp = report.importances(st)
     assert isinstance(imp, dict) and set(imp) == {"max-num-seqs", "block-size"}
-    assert sum(imp.values()) == pytest.approx(1.0)
-    few = optuna.create_study(direction="maximize")
-    _done(few, 100.0, 50.0, 0.0, baseline="vllm-defaults")
-    _done(few, 120.0, 30.0, 0.1, params={"max-num-seqs": 16})
-    assert "this study has 1" in report.importances(few)
-    fig = report.importance_figure(few)
-    assert not fig.data and "at least two" in fig.layout.annotations[0].text
+    assert imp.configurations == 5 and "5 distinct" in imp.caption
+    fig = report.importance_figure(st)
+    assert "5 distinct searched configurations" in fig.layout.xaxis.title.text
+    empty = report.importance_figure(study)
+    assert not empty.data and "at least 5" in empty.layout.annotations[0].text
+
+
+def test_no_warnings_on_stderr(study, capfd):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reportpage.build(study)
+    assert not caught, [str(w.message) for w in caught]
+    assert capfd.readouterr().err == ""
+
+
+def test_header_is_plain_words(tmp_path):
+    st = optuna.create_study(study_name="words", direction="maximize")
+    st.set_user_attr("scenario", {
+        "model": {"tiny": "tiny", "path": None},
+        "engine": {"flags": {"enforce-eager": True}},
+        "workload": {"kind": "random", "num_requests": 32, "input_len": 64,
+                     "output_len": 128, "max_concurrency": None,
+                     "request_rate": float("inf"), "mode": "capacity",
+                     "capacity": {"min_step_s": 3.0}},
+        "objective": {"mode": "weighted", "latency": "e2el_p95",
+                      "weights": {"throughput": 1.0, "latency": 0.5, "memory": 0.1},
+                      "slos": {"e2el_p95_ms": 800.0}}})
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
+    head = reportpage.build(st).split("<section>", 1)[0]
+    about = head[head.index("<dl>"):]
+    for repr_ in ("None", "inf", "{'", "tiny tiny", "'throughput'"):
+        assert repr_ not in about, repr_
+    assert "tiny random-weight test model" in about
+    assert "32 requests of 64 tokens in, 128 out" in about
+    assert "throughput ×1, latency (E2EL p95) ×0.5, memory ×0.1" in about
+    assert "E2EL p95 ≤ 800 ms" in about
+
+
+def test_a_burst_is_no_headline_capacity():
+    """A capacity resting on a 0.3-s burst (and ±52 %) is not presented as a figure."""
+    st = optuna.create_study(direction="maximize")
+    st.set_user_attr("scenario", SCENARIO)
+    cap = {"request_throughput": 103.0, "output_throughput": 103.0 * 128, "low": 103.0,
+           "high": 156.0, "uncertainty": 0.52, "spread": 0.0,
+           "steps": [{"index": 0, "kind": "burst", "rate": None, "passed": True,
+                      "achieved_rps": 103.0, "duration_s": 0.3}]}
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults",
+          metrics=_metrics(100.0, 50.0, capacity=cap))
+    page = reportpage.build(st)
+    assert "not a figure to quote: from a 0.3-s burst, not a sustained rate; ±52%" in page
 
 
 def test_parallel_coordinates_show_defaults_as_a_value(study):
@@ -135,8 +245,9 @@ def test_parallel_coordinates_show_defaults_as_a_value(study):
 
 def test_page_has_every_section_and_optional_columns(study):
     page = reportpage.build(study)
-    for div in ("pareto", "history", "importances", "parallel", "guardrail"):
+    for div in ("pareto", "history", "parallel", "guardrail"):
         assert f'id="{div}"' in page
+    assert "need at least 5 distinct completed searched configurations" in page
     assert "https://" not in page.split("</script>", 1)[1]  # nothing fetched after plotly.js
     table = reportpage.trials_table(study)
     assert table.count("<tr class=") == 8
@@ -149,7 +260,7 @@ def test_page_has_every_section_and_optional_columns(study):
 def test_page_without_optional_attributes_or_trials(tmp_path):
     empty = optuna.create_study(study_name="empty", direction="maximize")
     page = reportpage.build(empty)
-    assert "no trial has measured figures yet" in page and "need at least two" in page
+    assert "no trial has measured figures yet" in page and "need at least 5" in page
     st = optuna.create_study(direction="maximize")
     _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
     cols = [name for name, _, _ in reportpage.columns(st)]

@@ -9,7 +9,10 @@ gain reads against them.
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +24,17 @@ from plotly.subplots import make_subplots
 
 from autotune.config import latency_key
 from autotune.errors import ConfigError
+from autotune.results import show
 from autotune.results.show import outcome, reason
 from autotune.tuning import objective as obj
-from autotune.tuning.ranking import choose, fixed_flags, reference_name, stored_scenario
+from autotune.tuning.ranking import (choose, fixed_flags, not_overrides, pick, reference_name,
+                                     stored_scenario)
 from autotune.tuning.record import DEFAULTS, TrialRecord, records
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
 HEIGHT = 520
+THROUGHPUT_SHORT = {"output_throughput": "output tok/s", "request_throughput": "req/s",
+                    "total_token_throughput": "total tok/s"}
 THROUGHPUT_LABELS = {"output_throughput": "output throughput (tok/s)",
                      "request_throughput": "request throughput (req/s)",
                      "total_token_throughput": "total token throughput (tok/s)"}
@@ -143,6 +150,93 @@ def _unplaced_note(unplaced: Sequence[TrialRecord], limit: int = 8) -> str:
     return "not placed, no figures: " + ", ".join(items[:limit]) + more
 
 
+# Pixel size of a figure's plotting area on the report page (1,280-px window) and of its
+# label text, for placing labels where they cannot overlap.
+PLOT_W, PLOT_H = 1000, HEIGHT - 180
+CHAR_W, LINE_H = 7.0, 14.0
+MARKER = 16.0  # px: a marker's box, kept clear of labels
+
+
+@dataclass
+class Label:
+    """A text to write next to the point (x, y) of a figure, in data coordinates."""
+
+    x: float
+    y: float
+    text: str
+    colour: str = "#222"
+
+
+def axis_range(values: Sequence[float], pad: float = 0.08, log: bool = False
+               ) -> list[float]:
+    """A range holding `values` with `pad` of it spare on both sides (labels fit inside)."""
+    lo, hi = min(values), max(values)
+    if log:
+        lo, hi = math.log10(max(lo, 1e-9)), math.log10(max(hi, 1e-9))
+    span = (hi - lo) or abs(hi) or 1.0
+    return [lo - pad * span, hi + pad * span]
+
+
+def place_labels(fig: go.Figure, labels: Sequence[Label], xr: Sequence[float],
+                 yr: Sequence[float], points: Sequence[tuple[float, float]] = (),
+                 row: int | None = None, col: int | None = None, width: float = PLOT_W
+                 ) -> None:
+    """Write each label beside its point where it overlaps no other label, no marker and
+    stays inside the plot (a label that finds no such place beside its point goes further
+    out, on a leader line). Positions are worked out in pixels of the report's plot area."""
+    def px(x: float, y: float) -> tuple[float, float]:
+        return ((x - xr[0]) / (xr[1] - xr[0]) * width,
+                (yr[1] - y) / (yr[1] - yr[0]) * PLOT_H)
+
+    taken = [(cx - MARKER / 2, cy - MARKER / 2, cx + MARKER / 2, cy + MARKER / 2)
+             for cx, cy in (px(x, y) for x, y in points)]
+    for lab in sorted(labels, key=lambda lb: (lb.x, lb.y)):
+        cx, cy = px(lab.x, lab.y)
+        w, h = CHAR_W * len(lab.text) + 4, LINE_H + 2
+        chosen = None
+        for dist in (14, 26, 40, 60, 85):
+            for dx, dy in ((0, dist), (0, -dist), (dist + w / 2, 0), (-dist - w / 2, 0),
+                           (dist + w / 2, dist), (-dist - w / 2, dist),
+                           (dist + w / 2, -dist), (-dist - w / 2, -dist)):
+                box = (cx + dx - w / 2, cy + dy - h / 2, cx + dx + w / 2, cy + dy + h / 2)
+                inside = box[0] >= 0 and box[2] <= width and box[1] >= 0 and box[3] <= PLOT_H
+                if inside and not any(_overlap(box, t) for t in taken):
+                    chosen = (dx, dy, box)
+                    break
+            if chosen:
+                break
+        if chosen is None:  # crowded: straight up, as far as it takes
+            dy = -30.0
+            while any(_overlap((cx - w / 2, cy + dy - h / 2, cx + w / 2, cy + dy + h / 2), t)
+                      for t in taken) and dy > -PLOT_H:
+                dy -= h
+            chosen = (0.0, dy, (cx - w / 2, cy + dy - h / 2, cx + w / 2, cy + dy + h / 2))
+        dx, dy, box = chosen
+        taken.append(box)
+        near = abs(dx) <= w / 2 + 14 and abs(dy) <= 14
+        # Beside its point the text is shifted (plotly's y grows upwards); further out it
+        # hangs on a leader line from the point.
+        where = {"xshift": dx, "yshift": -dy, "showarrow": False} if near else \
+            {"ax": dx, "ay": dy, "showarrow": True, "arrowwidth": 1, "arrowhead": 0,
+             "arrowcolor": "#999", "standoff": 6}
+        fig.add_annotation(x=lab.x, y=lab.y, text=lab.text, font={"size": 11,
+                           "color": lab.colour}, **where,
+                           **({"row": row, "col": col} if row else {}))
+
+
+def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _grouped(pts: Sequence[Point]) -> list[tuple[Point, str]]:
+    """Points at the same place (a configuration measured twice: `same as #N`) share one
+    label, `#2 = #3`."""
+    groups: dict[tuple[float, float], list[Point]] = {}
+    for p in pts:
+        groups.setdefault((p.throughput, p.latency_ms), []).append(p)
+    return [(g[0], " = ".join(p.label for p in g)) for g in groups.values()]
+
+
 def pareto_figure(study: optuna.Study) -> go.Figure:
     """Throughput against the objective's latency, memory as colour; the feasible front as a
     line, baselines labelled, infeasible trials as crosses, trials pruned mid-run hollow."""
@@ -158,12 +252,8 @@ def pareto_figure(study: optuna.Study) -> go.Figure:
     searched = [p for p in pts if not p.name]
     colour = {"coloraxis": "coloraxis", "line": {"width": 1, "color": "#222"}}
     ok = [p for p in searched if p.kind == FEASIBLE]
-    searched_trace = _scatter(ok, ax, "searched, feasible", symbol="circle",
-                              color=[p.memory_mib for p in ok], **colour)
-    # Trial numbers on the points: the number is what `autotune export --trial` takes.
-    searched_trace.update(mode="markers+text", text=[p.label for p in ok],
-                          textposition="bottom center")
-    fig.add_trace(searched_trace)
+    fig.add_trace(_scatter(ok, ax, "searched, feasible", symbol="circle",
+                           color=[p.memory_mib for p in ok], **colour))
     bad = [p for p in searched if p.kind == INFEASIBLE]
     if bad:
         fig.add_trace(_scatter(bad, ax, "infeasible (SLO or quality)", symbol="x",
@@ -175,17 +265,22 @@ def pareto_figure(study: optuna.Study) -> go.Figure:
                                line={"width": 2}))
     bases = [p for p in pts if p.name and p.kind != PARTIAL]
     if bases:
-        trace = _scatter(bases, ax, "baselines", color=[p.memory_mib for p in bases],
-                         symbol=["star" if p.name == DEFAULTS else "diamond" for p in bases],
-                         **{**colour, "line": {"width": 2, "color": "#000"}}, size=16)
-        trace.update(mode="markers+text", textposition="top center",
-                     text=[p.label + ("" if p.kind == FEASIBLE else " (infeasible)")
-                           for p in bases])
-        fig.add_trace(trace)
-    for p in part:
-        if p.name:
-            fig.add_annotation(x=p.throughput, y=p.latency_ms, text=p.label, showarrow=False,
-                               yshift=14)
+        fig.add_trace(_scatter(bases, ax, "baselines", color=[p.memory_mib for p in bases],
+                               symbol=["star" if p.name == DEFAULTS else "diamond"
+                                       for p in bases],
+                               **{**colour, "line": {"width": 2, "color": "#000"}}, size=16))
+    # Labels: trial numbers (what `autotune export --trial` takes) of the feasible points,
+    # and every baseline by name; placed so that none hides another.
+    labelled = [p for p in pts if p.name or p.kind == FEASIBLE]
+    labels = [Label(p.throughput, p.latency_ms, text + ("" if p.kind == FEASIBLE or not p.name
+                                                        else f" ({p.kind.split()[0]})"))
+              for p, text in _grouped(labelled)]
+    if pts:
+        xr = axis_range([p.throughput for p in pts])
+        yr = axis_range([p.latency_ms for p in pts])
+        fig.update_xaxes(range=xr)
+        fig.update_yaxes(range=yr)
+        place_labels(fig, labels, xr, yr, [(p.throughput, p.latency_ms) for p in pts])
     fig.update_layout(title=f"Pareto front: {ax.throughput_label} against {ax.latency_label}",
                       xaxis_title=ax.throughput_label, yaxis_title=ax.latency_label,
                       coloraxis={"colorscale": "Viridis", "colorbar": {"title": "memory MiB"}},
@@ -216,32 +311,49 @@ def baseline_point(pts: Sequence[Point]) -> Point | None:
 
 
 def history_figure(study: optuna.Study) -> go.Figure:
-    """Gain over vLLM's defaults per trial, with the best feasible gain so far as a line."""
+    """Gain over vLLM's defaults per trial, with the best feasible trial so far as a line.
+
+    The best is chosen as `autotune show` chooses it: among trials whose capacities cannot
+    be told apart, the one with the fewest overrides of vLLM's defaults. Trials tied with
+    the study's best are drawn as ties (hollow), not read as the losses or gains their own
+    figures suggest."""
     ax = axes(study)
     pts, unplaced = points(study)
     ref = baseline_point(pts)
-    done = [(p, g) for p in pts if p.kind != PARTIAL
-            and (g := gain_of(p, ref, ax)) is not None]
+    done = sorted(((p, g) for p in pts if p.kind != PARTIAL
+                   and (g := gain_of(p, ref, ax)) is not None), key=lambda pg: pg[0].number)
     what = "weighted gain" if ax.mode == "weighted" else "throughput gain"
+    recs = {r.number: r for r in records(study)}
+    gains = {p.number: g for p, g in done}
+    defaults = not_overrides(study)
     fig = go.Figure()
-    best, xs, ys = -math.inf, [], []
-    for p, g in sorted(done, key=lambda pg: pg[0].number):
-        if p.kind == FEASIBLE:
-            best = max(best, g)
-        if best > -math.inf:
+    xs, ys = [], []
+    for p, _ in done:
+        so_far = [recs[q.number] for q, _ in done if q.number <= p.number and q.kind == FEASIBLE]
+        if ax.mode == "weighted":
+            top = pick([r for r in so_far if r.values], lambda r: r.values[0], defaults)
+        else:
+            top = max(so_far, key=lambda r: gains[r.number], default=None)
+        if top is not None:
             xs.append(p.number)
-            ys.append(best * 100)
+            ys.append(gains[top.number] * 100)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"shape": "hv", "color": "#2ca02c"},
-                             name="best feasible so far"))
-    for kind, symbol, colour in ((FEASIBLE, "circle", "#1f77b4"), (INFEASIBLE, "x", "#d62728")):
-        sel = [(p, g) for p, g in done if p.kind == kind]
+                             name="best feasible so far (ties: fewest overrides)"))
+    tied = show.tied_with_best(study)
+    for name, sel_kind, symbol, colour in (
+            ("feasible", lambda p: p.kind == FEASIBLE and p.number not in tied, "circle",
+             "#1f77b4"),
+            ("tied with the best (capacity within noise)",
+             lambda p: p.kind == FEASIBLE and p.number in tied, "circle-open", "#1f77b4"),
+            ("infeasible", lambda p: p.kind == INFEASIBLE, "x", "#d62728")):
+        sel = [(p, g) for p, g in done if sel_kind(p)]
         if sel:
             fig.add_trace(go.Scatter(
-                x=[p.number for p, _ in sel], y=[g * 100 for _, g in sel],
-                mode="markers+text", text=[p.name for p, _ in sel], textposition="top center",
-                marker={"symbol": symbol, "size": 10, "color": colour}, name=kind,
+                x=[p.number for p, _ in sel], y=[g * 100 for _, g in sel], mode="markers",
+                marker={"symbol": symbol, "size": 10, "color": colour,
+                        "line": {"width": 2, "color": colour}}, name=name,
                 hovertext=[p.hover(ax) for p, _ in sel], hoverinfo="text"))
-    checked = [(r.number, v) for r in records(study)
+    checked = [(r.number, v) for r in recs.values()
                if (v := r.validation) and v.get("gain") is not None]
     if checked:
         fig.add_trace(go.Scatter(
@@ -252,37 +364,88 @@ def history_figure(study: optuna.Study) -> go.Figure:
                                for _, v in checked],
                      "arrayminus": [(v["gain"] - (v.get("ci_low") or v["gain"])) * 100
                                     for _, v in checked]}))
-    fig.add_hline(y=0, line_dash="dash", line_color="#888", annotation_text=ax.reference)
-    title = f"Optimisation history: {what} over {ax.reference}"
+    fig.add_hline(y=0, line_dash="dash", line_color="#888")
+    if done:
+        ypts = [g * 100 for _, g in done] + [0.0] + [
+            (v.get(k) if v.get(k) is not None else v["gain"]) * 100
+            for _, v in checked for k in ("ci_low", "ci_high")]
+        xr = [min(p.number for p, _ in done) - 0.6, max(p.number for p, _ in done) + 0.6]
+        yr = axis_range(ypts, pad=0.15)
+        fig.update_xaxes(range=xr)
+        fig.update_yaxes(range=yr)
+        place_labels(fig, [Label(p.number, g * 100, p.name) for p, g in done if p.name],
+                     xr, yr, [(p.number, g * 100) for p, g in done])
+    title = f"Optimisation history: {what} over {ax.reference} (the dashed line)"
     if unplaced or any(p.kind == PARTIAL for p in pts):
         n = len(unplaced) + sum(p.kind == PARTIAL for p in pts)
-        title += f" ({n} pruned or failed trial(s) have no gain: see the table)"
+        title += f"; {n} pruned or failed trial(s) have no gain: see the table"
     fig.update_layout(title=title, xaxis_title="trial", yaxis_title=f"{what} (%)",
                       height=HEIGHT, legend={"orientation": "h", "y": -0.18})
     return fig
 
 
+MIN_DISTINCT = 5  # distinct searched configurations before importances mean anything
+
+
 def importances(study: optuna.Study) -> dict[str, float] | str:
     """fANOVA importances of the searched flags for the first objective, or why there are
-    none (fewer than two completed searched trials, or nothing varied)."""
+    none: fewer than `MIN_DISTINCT` distinct completed searched configurations (a copy of a
+    configuration measured before, `same as #N`, adds nothing; two identical trials once
+    gave 0.33/0.33/0.33), or no flag that varied."""
+    done = [r for r in records(study, (TrialState.COMPLETE,))
+            if r.params and r.duplicate_of is None and r.values]
+    distinct = {json.dumps(r.params, sort_keys=True, default=str) for r in done}
+    if len(distinct) < MIN_DISTINCT:
+        return (f"Parameter importances need at least {MIN_DISTINCT} distinct completed "
+                f"searched configurations to mean anything; this study has {len(distinct)}.")
+    params = sorted(p for p in set.intersection(*(set(r.params) for r in done))
+                    if len({json.dumps(r.params[p], default=str) for r in done}) > 1)
+    if not params:
+        return "Parameter importances: no searched flag took more than one value."
+    numbers = {r.number for r in done}
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.params]
-    params = sorted(set.intersection(*(set(t.params) for t in trials))) if trials else []
-    if len(trials) < 2 or not params:
-        return (f"Parameter importances need at least two completed searched trials; "
-                f"this study has {len(trials)}.")
+              if t.number in numbers]
+    view = optuna.create_study(directions=study.directions)  # the distinct trials only
+    view.add_trials(trials)
     target = None if len(study.directions) == 1 else (lambda t: t.values[0])
-    try:
-        return optuna.importance.get_param_importances(study, params=params, target=target)
-    except (ValueError, RuntimeError, ZeroDivisionError) as err:
-        return f"Parameter importances could not be computed: {err}"
+    # Optuna's default evaluator (PED-ANOVA; fANOVA would need scikit-learn). It warns when
+    # a flag's values were each tried by few trials: that caveat is kept, for the caption,
+    # instead of going to stderr.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            imp = optuna.importance.get_param_importances(view, params=params, target=target)
+        except (ValueError, RuntimeError, ZeroDivisionError) as err:
+            return f"Parameter importances could not be computed: {err}"
+    thin = sorted({m.group(1) for w in caught
+                   if (m := re.search(r"parameter `([^`]+)` have less than", str(w.message)))})
+    return Importances(imp, len(distinct), thin)
+
+
+class Importances(dict):
+    """Importances by flag, with how many distinct configurations they rest on and the
+    flags some of whose values only one trial tried (where the figure may be off)."""
+
+    def __init__(self, values: Mapping[str, float], configurations: int,
+                 thin: Sequence[str] = ()):
+        super().__init__(values)
+        self.configurations = configurations
+        self.thin = list(thin)
+
+    @property
+    def caption(self) -> str:
+        text = f"from {self.configurations} distinct searched configurations"
+        if self.thin:
+            text += (f"; some values of {', '.join(self.thin)} were tried only once, so "
+                     "their share may be off")
+        return text
 
 
 def importance_figure(study: optuna.Study) -> go.Figure:
     """Bars of `importances`, or the reason there are none written on an empty figure."""
     imp = importances(study)
     what = "weighted score" if len(study.directions) == 1 else axes(study).throughput_label
-    fig = go.Figure(layout={"title": f"Parameter importances (fANOVA, for the {what})",
+    fig = go.Figure(layout={"title": f"Parameter importances (PED-ANOVA, for the {what})",
                             "height": HEIGHT})
     if isinstance(imp, str):
         fig.add_annotation(text=imp, xref="paper", yref="paper", x=0.5, y=0.5,
@@ -291,7 +454,7 @@ def importance_figure(study: optuna.Study) -> go.Figure:
     names = list(reversed(imp))
     fig.add_trace(go.Bar(x=[imp[n] for n in names], y=names, orientation="h",
                          text=[f"{imp[n]:.2f}" for n in names], name="importance"))
-    fig.update_layout(xaxis_title="share of the score's variance")
+    fig.update_layout(xaxis_title=f"importance ({imp.caption})")
     return fig
 
 
@@ -305,9 +468,23 @@ def _categories(values: Sequence[Any]) -> tuple[list[int], list[Any], list[str]]
 def _key(v: Any) -> tuple[int, Any, str]:
     if v is None:
         return (0, 0, "default")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
+    if isinstance(v, bool):
+        return (2, str(v), "on" if v else "off")
+    if isinstance(v, (int, float)):
         return (1, float(v), f"{v:g}")
-    return (2, str(v), str(v))
+    return (2, json.dumps(v, sort_keys=True, default=str), short_value(v))
+
+
+def short_value(v: Any, limit: int = 14) -> str:
+    """A flag's value as a short axis tick: `ngram x3` for a speculative config."""
+    if isinstance(v, dict):
+        if "method" in v:
+            text = f"{v['method']} x{v.get('num_speculative_tokens', '?')}"
+        else:
+            text = ",".join(f"{k}={x}" for k, x in v.items())
+    else:
+        text = str(v)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def parallel_figure(study: optuna.Study) -> go.Figure:
@@ -328,16 +505,19 @@ def parallel_figure(study: optuna.Study) -> go.Figure:
         dims.append({"label": flag, "values": pos, "tickvals": ticks, "ticktext": labels})
     pos, ticks, labels = _categories([p.kind for p in pts])
     dims.append({"label": "outcome", "values": pos, "tickvals": ticks, "ticktext": labels})
-    dims += [{"label": ax.throughput_label, "values": [p.throughput for p in pts]},
+    dims += [{"label": THROUGHPUT_SHORT.get(ax.throughput, ax.throughput),
+              "values": [p.throughput for p in pts]},
              {"label": ax.latency_label, "values": [p.latency_ms for p in pts]}]
     if any(p.memory_mib is not None for p in pts):
         dims.append({"label": "memory MiB", "values": [p.memory_mib or 0 for p in pts]})
     gains = [gain_of(p, ref, ax) for p in pts]
     colour = [g * 100 if g is not None else 0.0 for g in gains]
-    fig.add_trace(go.Parcoords(dimensions=dims, line={
-        "color": colour, "colorscale": "Viridis", "showscale": True,
-        "colorbar": {"title": "gain %"}}))
-    fig.update_layout(margin={"l": 90, "r": 90, "t": 110})
+    # Axis titles are tilted so that a dozen of them fit side by side in 1,280 px.
+    fig.add_trace(go.Parcoords(dimensions=dims, labelangle=-30, labelside="top",
+                               labelfont={"size": 11}, tickfont={"size": 10}, line={
+                                   "color": colour, "colorscale": "Viridis", "showscale": True,
+                                   "colorbar": {"title": "gain %"}}))
+    fig.update_layout(margin={"l": 90, "r": 90, "t": 170})
     return fig
 
 
@@ -420,6 +600,16 @@ def compare_figure(studies: Mapping[str, optuna.Study]) -> go.Figure:
         ax = axes(studies[label])
         fig.update_xaxes(title_text=ax.throughput_label, row=1, col=col)
         fig.update_yaxes(title_text=ax.latency_label, row=1, col=col)
+        pts = points(studies[label])[0]
+        if pts:
+            xr = axis_range([p.throughput for p in pts])
+            yr = axis_range([p.latency_ms for p in pts])
+            fig.update_xaxes(range=xr, row=1, col=col)
+            fig.update_yaxes(range=yr, row=1, col=col)
+            place_labels(fig, [Label(p.throughput, p.latency_ms, text) for p, text in
+                               _grouped([p for p in pts if p.name or p.kind == FEASIBLE])],
+                         xr, yr, [(p.throughput, p.latency_ms) for p in pts], row=1, col=col,
+                         width=PLOT_W / len(labels))
     fig.update_layout(title="Pareto fronts side by side", height=HEIGHT,
                       coloraxis={"colorscale": "Viridis", "colorbar": {"title": "memory MiB"}},
                       legend={"orientation": "h", "y": -0.2})

@@ -20,11 +20,16 @@ from autotune.results.show import fmt, outcome, reason
 from autotune.tuning import crosscheck, ranking
 from autotune.tuning.record import TrialRecord, records
 
+# The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table
+# wraps its cells (long flag lists break between flags) instead of widening the page.
 CSS = """
-body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1400px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1200px; color: #222;
+       padding: 0 16px; }
+.js-plotly-plot, .plotly-graph-div { max-width: 100%; }
+td { overflow-wrap: anywhere; } td.num { white-space: nowrap; overflow-wrap: normal; }
 h1 { font-size: 1.6em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 p.note { background: #f5f5f5; padding: 10px 14px; border-left: 4px solid #999; }
-table { border-collapse: collapse; font-size: 13px; width: 100%; }
+table { border-collapse: collapse; font-size: 12px; width: 100%; table-layout: auto; }
 th, td { border: 1px solid #ddd; padding: 4px 6px; text-align: left; vertical-align: top; }
 th { background: #f0f0f0; position: sticky; top: 0; }
 tr.infeasible td { background: #fff0f0; } tr.pruned td, tr.fail td { color: #777; }
@@ -60,7 +65,8 @@ def _validation(v: dict[str, Any] | None) -> str:
 
 
 def _capacity(r: TrialRecord) -> tuple[str, str]:
-    """Capacity at SLO (req/s with its bracket) and the output tok/s at that rate."""
+    """Capacity at SLO (req/s with its bracket, and why not to quote it where that holds)
+    and the output tok/s at that rate."""
     cap = r.capacity
     if not cap:
         return "", ""
@@ -72,7 +78,17 @@ def _capacity(r: TrialRecord) -> tuple[str, str]:
         text = f"{fmt(rate, '.3g')} (a floor: SLOs met at every rate tried)"
     else:
         text = f"{fmt(rate, '.3g')} ({low:.3g}-{high:.3g})"
+    if caveat := show.capacity_caveat(cap):
+        text += f"; {caveat}"
     return text, fmt(cap.get("output_throughput"))
+
+
+def _gain(r: TrialRecord, tied: set[int], best: int | None) -> str:
+    """The gain, or for a trial the study cannot tell from its best, a tie: its own
+    figure differs from the best's by noise, so it reads neither as a loss nor a win."""
+    if r.number in tied and r.gain is not None:
+        return f"tied with #{best} ({r.gain:+.1%} measured, within noise)"
+    return fmt(r.gain, "+.1%")
 
 
 def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,6 +104,8 @@ def columns(study: optuna.Study) -> list[Column]:
     ax = report.axes(study)
     fixed = report.fixed_flags(study)
     trials = records(study)
+    tied = show.tied_with_best(study)
+    top = ranking.feasible_best(study)
 
     def m(key: str, spec: str = ".1f") -> Callable[[TrialRecord], str]:
         return lambda r: fmt((r.measures or {}).get(key), spec)
@@ -104,7 +122,7 @@ def columns(study: optuna.Study) -> list[Column]:
         (ax.throughput_label, m("throughput"), True),
         (ax.latency_label, m("latency_ms"), True),
         ("memory MiB", m("memory_mib", ".0f"), True),
-        ("gain", lambda r: fmt(r.gain, "+.1%"), True),
+        ("gain", lambda r: _gain(r, tied, top.number if top else None), False),
         ("drift (nats)", q("drift", ".2g"), True),
         ("agreement", q("agreement", ".3f"), True),
         ("quality", lambda r: {True: "passed", False: "REJECTED"}.get(
@@ -112,7 +130,7 @@ def columns(study: optuna.Study) -> list[Column]:
         ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
     if any(r.capacity for r in trials):
-        cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], True),
+        cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], False),
                  ("capacity out tok/s", lambda r: _capacity(r)[1], True),
                  ("limited by", lambda r: capacity.limit_text(r.capacity or {}) or "", False)]
     if any(r.validation_vllm for r in trials):
@@ -121,7 +139,7 @@ def columns(study: optuna.Study) -> list[Column]:
                      if r.validation_vllm else "", False))
     if any(r.validation for r in trials):
         cols.append(("validated gain [95% CI] ×runs", lambda r: _validation(r.validation),
-                     True))
+                     False))
     return cols
 
 
@@ -163,22 +181,17 @@ def _about(study: optuna.Study) -> str:
     w = scenario.get("workload") or {}
     top = report.best(study)
     fixed = report.fixed_flags(study)
+    device = f"{first.engine_version} on {first.device_name}" if first else "-"
+    if first and first.device_name == "cpu":
+        device = f"{first.engine_version} on the CPU (vLLM's CPU build)"
     items = {
-        "model": ", ".join(f"{k} {v}" for k, v in (scenario.get("model") or {}).items()
-                           if v) or "-",
-        "engine, device": f"{first.engine_version} on {first.device_name}" if first else "-",
-        "workload": ", ".join(f"{k} {w[k]}" for k in ("kind", "num_requests", "input_len",
-                                                       "output_len", "max_concurrency",
-                                                       "request_rate", "mode") if k in w),
-        "objective": f"{o.get('mode')}, latency {o.get('latency')}, weights "
-                     f"{o.get('weights')}, SLOs {o.get('slos') or 'none'}",
-        "fixed flags": _flags(fixed),
+        "model": show.model_text(scenario.get("model") or {}),
+        "engine, device": device,
+        "workload": show.workload_text(w),
+        "objective": show.objective_text(o),
+        "fixed flags": _flags(fixed) if fixed else "none",
         "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
-        "best feasible": (f"#{top.number} {_flags(_beyond(top, fixed))}, gain "
-                          f"{fmt(top.gain, '+.1%')} over "
-                          f"{ranking.reference_name(study)}; ship "
-                          f"it with: autotune export {study.study_name} --trial {top.number} "
-                          "--format k8s" if top else "none yet"),
+        "best feasible": _best_line(study, top, fixed),
     }
     ranked = show.ranking(trials, ranking.not_overrides(study))
     tied = [r for r in ranked if r["tied"]]
@@ -192,6 +205,22 @@ def _about(study: optuna.Study) -> str:
         items["limited by"] = f"#{ranked[0]['number']}: {ranked[0]['bottleneck']}"
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) \
         + "</dl>"
+
+
+def _best_line(study: optuna.Study, top: TrialRecord | None, fixed: Mapping[str, Any]
+               ) -> str:
+    """`#7 --max-num-seqs 256 ..., gain +21.7 % over vLLM defaults, capacity ...; ship it
+    with: ...`, with the capacity's caveat where it has one."""
+    if top is None:
+        return "none yet"
+    text = (f"#{top.number} {_flags(_beyond(top, fixed))}, gain {fmt(top.gain, '+.1%')} "
+            f"over {ranking.reference_name(study)}")
+    if top.capacity:
+        text += f"; capacity at SLO {capacity.describe(top.capacity)}"
+        if caveat := show.capacity_caveat(top.capacity):
+            text += f" (not a figure to quote: {caveat})"
+    return text + (f"; ship it with: autotune export {study.study_name} --trial {top.number} "
+                   "--format k8s")
 
 
 def _guardrail(study: optuna.Study) -> str:

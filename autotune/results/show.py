@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,33 @@ def open_existing(target: str, study_name: str | None = None,
     if study_name not in names:
         raise ConfigError(f"no study {study_name!r} in {url}; it holds: {', '.join(names)}")
     return optuna.load_study(study_name=study_name, storage=url)
+
+
+def repository_root() -> Path | None:
+    """The source checkout this package runs from, if it is one (it has `studies/`)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "studies").is_dir() else None
+
+
+def open_anywhere(target: str) -> optuna.Study:
+    """A study for a notebook, wherever its kernel runs: `target` (a .db file, a study name
+    or a URL) as given, else relative to the shell's directory (`$PWD`: Jupyter starts the
+    kernel in the notebook's folder, not where `jupyter` was typed), else to the
+    repository holding this package; a name is looked for under each one's `studies/`."""
+    if "://" in target or Path(target).is_absolute():
+        return open_existing(target)
+    bases = [Path.cwd(), Path(os.environ.get("PWD") or "."), repository_root()]
+    seen: list[Path] = []
+    for base in bases:
+        if base is None or base.resolve() in seen:
+            continue
+        seen.append(base.resolve())
+        root = base / "studies"
+        if (base / target).exists() or (root / f"{target}.db").exists():
+            return open_existing(str(base / target) if (base / target).exists() else target,
+                                 root=root)
+    raise ConfigError(f"no study database {target!r} in " + ", ".join(str(b) for b in seen)
+                      + " (nor NAME.db under their studies/)")
 
 
 def outcome(r: TrialRecord) -> str:
@@ -116,6 +145,18 @@ def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[st
             for r in done]
 
 
+def tied_with_best(study: optuna.Study) -> set[int]:
+    """Trials whose capacity the study cannot tell apart from its best trial's (the `=` of
+    the ranking), the best itself left out: their gains over the defaults differ by noise,
+    not by configuration."""
+    best = ranked.feasible_best(study)
+    if best is None or best.capacity is None:
+        return set()
+    return {r.number for r in records(study, (TrialState.COMPLETE,))
+            if r.feasible and r.capacity and r.number != best.number
+            and capacity.tied(r.capacity, best.capacity)}
+
+
 def summary(study: optuna.Study) -> dict[str, Any]:
     """Every trial, the baseline, and the best feasible trial or the feasible Pareto set."""
     trials = records(study)
@@ -154,3 +195,91 @@ def fmt(value: Any, spec: str = ".1f") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return format(value, spec)
+
+
+# Plain words for what a study ran, for the report's header and the terminal.
+TINY = {"tiny": "autotune's tiny random-weight test model (2 layers; `autotune tiny-model`)",
+        "qwen3-4b": "random weights in Qwen3-4B-Instruct-2507's shapes "
+                    "(`autotune tiny-model --preset qwen3-4b`)"}
+
+
+def model_text(model: Mapping[str, Any]) -> str:
+    """`random weights in Qwen3-4B's shapes (...)` or the model's path or id."""
+    if model.get("tiny"):
+        return TINY.get(model["tiny"], f"the {model['tiny']} random-weight model")
+    return str(model.get("path") or "-")
+
+
+def _rate(value: Any) -> str:
+    return "all at once" if value in (None, math.inf, "inf", "Infinity") or (
+        isinstance(value, float) and math.isinf(value)) else f"{value:g} req/s (Poisson)"
+
+
+def workload_text(w: Mapping[str, Any]) -> str:
+    """`random prompts: 32 requests of 64 tokens in, 128 out; ...` with no Python reprs."""
+    if not w:
+        return "-"
+    kind = w.get("kind", "random")
+    if kind == "chat":
+        text = (f"chat: {w.get('conversations')} conversations of {w.get('turns')} turns, "
+                f"a shared {w.get('system_len')}-token system prompt")
+    elif kind == "random":
+        prefix = f"a shared {w['prefix_len']}-token prefix + " if w.get("prefix_len") else ""
+        text = (f"random prompts: {w.get('num_requests')} requests of {prefix}"
+                f"{w.get('input_len')} tokens in, {w.get('output_len')} out")
+    else:
+        text = f"{kind} prompts from {w.get('path')}"
+    cap = w.get("capacity") or {}
+    if w.get("mode") == "capacity":
+        text += ("; capacity at SLO: the highest sustained request rate that meets every "
+                 f"SLO, in steps of at least {cap.get('min_step_s', 20):g} s")
+    else:
+        text += f"; sent {_rate(w.get('request_rate'))}"
+        text += (f", at most {w['max_concurrency']} in flight" if w.get("max_concurrency")
+                 else ", no cap on requests in flight")
+    return text
+
+
+def slo_text(slos: Mapping[str, Any]) -> str:
+    """`TTFT p95 <= 500 ms, TPOT p95 <= 30 ms`."""
+    parts = []
+    for key, limit in slos.items():
+        metric, _, stat = key.removesuffix("_ms").partition("_")
+        parts.append(f"{metric.upper()} {stat} ≤ {limit:g} ms")
+    return ", ".join(parts) or "none"
+
+
+def objective_text(o: Mapping[str, Any]) -> str:
+    """`weighted score: throughput x1, latency (TTFT p95) x0.5, memory x0.1; SLOs: ...`."""
+    if not o:
+        return "-"
+    metric, _, stat = str(o.get("latency") or "ttft_p95").partition("_")
+    latency = f"{metric.upper()} {stat}"
+    if o.get("mode") == "pareto":
+        text = f"Pareto front of throughput, latency ({latency}) and memory"
+    else:
+        w = o.get("weights") or {}
+        text = "weighted score: " + ", ".join(
+            f"{name}{f' ({latency})' if name == 'latency' else ''} ×{w[name]:g}"
+            for name in ("throughput", "latency", "memory") if w.get(name))
+    return text + f"; SLOs: {slo_text(o.get('slos') or {})}"
+
+
+def capacity_caveat(cap: Mapping[str, Any] | None) -> str | None:
+    """Why a capacity figure is not a sustained measurement to quote, or None: it rests on
+    the burst (over in a fraction of a second), on steps much shorter than the 20-s
+    default, or its uncertainty is too wide to rank by."""
+    if not cap or not cap.get("low"):
+        return None
+    at = [s for s in cap.get("steps") or [] if s.get("passed")
+          and (s.get("rate") if s.get("rate") is not None else s.get("achieved_rps"))
+          == cap.get("low")]
+    step = at[-1] if at else None
+    why = []
+    if step is not None and step.get("kind") == "burst":
+        why.append(f"from a {step.get('duration_s') or 0:.1f}-s burst, not a sustained rate")
+    elif step is not None and step.get("duration_s") and step["duration_s"] < 10:
+        why.append(f"from {step['duration_s']:.1f}-s steps (sustained steps last 20 s)")
+    if (cap.get("uncertainty") or 0) > 0.25:
+        why.append(f"±{cap['uncertainty']:.0%}: too uncertain to rank by")
+    return "; ".join(why) or None
