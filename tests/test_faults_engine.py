@@ -69,9 +69,12 @@ class Killer:
         self.victim: psutil.Process | None = None
         self.engine: list[psutil.Process] = []
         self.at = 0.0
+        # Engines the session already runs (the shared `eager_server`) are not this test's.
+        self.others = {p.pid for p in psutil.Process().children(recursive=True)}
 
     def __call__(self) -> None:
-        self.engine = psutil.Process().children(recursive=True)  # this test's tree only
+        self.engine = [p for p in psutil.Process().children(recursive=True)
+                       if p.pid not in self.others]  # this test's engine only
         self.victim = self.pick(self.engine)
         self.victim.kill()
         self.at = time.monotonic()

@@ -136,13 +136,13 @@ def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repea
             for i, (pair, role) in enumerate(order):
                 t = candidate if role == "candidate" else against
                 prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s, index)
-                record = {"trial": t.number, "role": role, "pair": pair, "gpu": index,
-                          **_measure(helper, scenario, model, t,
-                                     where / f"{i + 1:02d}-{role}", step_s,
-                                     f"run {i + 1} ({role}, trial #{t.number})", index)}
-                runs.append(record)
+                run_figures = {"trial": t.number, "role": role, "pair": pair, "gpu": index,
+                               **_measure(helper, scenario, model, t,
+                                          where / f"{i + 1:02d}-{role}", step_s,
+                                          f"run {i + 1} ({role}, trial #{t.number})", index)}
+                runs.append(run_figures)
                 if on_run is not None:
-                    on_run(i + 1, len(order), record)
+                    on_run(i + 1, len(order), run_figures)
             helper_s, client_version = helper.start_s, helper.version
     device = gpu.device()
     result = {"client": CLIENT, "repeats": repeats, "against": against.number,
@@ -187,11 +187,11 @@ def _side_by_side(scenario: Scenario, model: str, candidate: TrialRecord,
                         f"run {i + 1} ({role}, trial #{t.number}, GPU {g})", g))
                 for role in ("baseline", "candidate"):
                     t, g, future = futures[role]
-                    record = {"trial": t.number, "role": role, "pair": pair, "gpu": g,
-                              **future.result()}
-                    runs.append(record)
+                    run_figures = {"trial": t.number, "role": role, "pair": pair, "gpu": g,
+                                   **future.result()}
+                    runs.append(run_figures)
                     if on_run is not None:
-                        on_run(len(runs), len(order), record)
+                        on_run(len(runs), len(order), run_figures)
         return max(h0.start_s or 0, h1.start_s or 0), h0.version
 
 

@@ -168,14 +168,14 @@ def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repea
                 f"{outcome.reason} {outcome.attrs.get('detail') or ''}".rstrip()
                 + f"; log {outcome.attrs.get('log_path')}")
         m = obj.measures(outcome.summary, scenario.objective)
-        record = {"trial": t.number, "role": role, "pair": pair, **m.as_dict(),
-                  "failed": outcome.summary.get("failed", 0),
-                  "startup_s": (outcome.attrs.get("timings") or {}).get("startup_s"),
-                  "log_path": outcome.attrs.get("log_path")}
-        runs.append(record)
+        run_figures = {"trial": t.number, "role": role, "pair": pair, **m.as_dict(),
+                       "failed": outcome.summary.get("failed", 0),
+                       "startup_s": (outcome.attrs.get("timings") or {}).get("startup_s"),
+                       "log_path": outcome.attrs.get("log_path")}
+        runs.append(run_figures)
         context = {k: outcome.attrs.get(k) for k in ("engine_version", "device")}
         if on_run is not None:
-            on_run(i + 1, len(order), record)
+            on_run(i + 1, len(order), run_figures)
     result = {"repeats": repeats, "against": against.number, "candidate": candidate.number,
               **summarise(runs, scenario.objective), "runs": runs, **context,
               "order": "alternating, baseline first", "dir": str(where),
