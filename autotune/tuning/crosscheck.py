@@ -27,7 +27,7 @@ from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError
 from autotune.measure import vllmbench
-from autotune.tuning import paired, prune, validate
+from autotune.tuning import paired, prune, record, validate
 from autotune.tuning import study as study_mod
 from autotune.tuning.record import TrialRecord
 
