@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -105,6 +106,8 @@ def build(out: str | Path | None = None, preset: str = "tiny", seed: int = 0,
         return BuiltModel(out, preset, marker["params"], True, time.perf_counter() - t0)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).exists():
         raise FileExistsError(f"{out} exists, is not empty and was not made by autotune")
+    logging.getLogger("autotune").info("building the %s model in %s (first use; the "
+                                       "qwen3-4b preset takes about a minute)", preset, out)
     # Build next to the target and rename, so an interrupted build never looks cached.
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

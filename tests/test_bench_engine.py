@@ -86,7 +86,7 @@ def test_bench_cli_against_a_running_server(server, tiny_model, tmp_path):
         [sys.executable, "-m", "autotune", "bench", "--url", server.url,
          "--api-key", server.api_key, "--tokenizer", str(tiny_model), "--num-requests", "20",
          "--concurrency", "4", "--input-len", "32", "--output-len", "16",
-         "--slo", "ttft_ms=2000", "--json", str(out)],
+         "--slo", "ttft_ms=2000", "-o", str(out)],
         capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "Output token throughput" in proc.stdout
@@ -101,7 +101,7 @@ def test_bench_cli_launches_its_own_server(tiny_model, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "autotune", "bench", "--model", str(tiny_model),
          "--workload", "random", "--num-requests", "50", "--concurrency", "8",
-         "--input-len", "32", "--output-len", "16", "--json", str(out),
+         "--input-len", "32", "--output-len", "16", "-o", str(out),
          "--log", str(tmp_path / "engine.log"), "--", "--enforce-eager", "--max-num-seqs", "4"],
         capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -87,7 +87,7 @@ def test_bench_capacity_agrees_with_a_second_search(eight, loose, tmp_path):
         [sys.executable, "-m", "autotune", "bench", "--url", eight.url, "--api-key",
          eight.headers["Authorization"].split()[-1], "--capacity", "--slo", "e2el_p95_ms=800",
          "--num-requests", "32", "--input-len", "64", "--output-len", "128", "--tolerance",
-         "0.1", "--max-steps", "7", "--min-step-s", "3", "--warmup", "8", "--json", str(out)],
+         "0.1", "--max-steps", "7", "--min-step-s", "3", "--warmup", "8", "-o", str(out)],
         capture_output=True, text=True, timeout=600, env={"COLUMNS": "160", "PATH": ""},
         check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

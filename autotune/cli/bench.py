@@ -68,7 +68,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                      help="fail a step whose requests in flight grow by more than this "
                      "share of its arrivals (default 0.05)")
     cap.add_argument("--min-success-rate", type=float, default=1.0)
-    p.add_argument("--json", type=Path, help="write the result here")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as JSON on stdout (the tables go to stderr)")
+    p.add_argument("-o", "--output", type=Path, help="also write the result (JSON) here")
     p.add_argument("--startup-timeout", type=positive, default=900.0, help="seconds")
     p.add_argument("--log", type=Path, default=None, help="engine log (with --model)")
 
@@ -129,10 +131,10 @@ def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[s
 
 def run_bench(args: argparse.Namespace) -> int:
     spec = _spec(args)
-    if args.json is not None and not args.json.parent.is_dir():
+    if args.output is not None and not args.output.parent.is_dir():
         # Found out now, not after the benchmark, whose result would then be lost.
-        raise ConfigError(f"bench: --json {args.json}: directory {args.json.parent} does "
-                          "not exist")
+        raise ConfigError(f"bench: --output {args.output}: directory {args.output.parent} "
+                          "does not exist")
     slos, percentile = _split_slos(args.slo)
     if percentile and not args.capacity:
         raise ConfigError(f"bench: --slo {next(iter(percentile))}: percentile SLOs need "
@@ -161,13 +163,16 @@ def run_bench(args: argparse.Namespace) -> int:
     device = gpu.device()
     result["device"] = {"name": device.name, "memory_mib": device.memory_mib} if device \
         else {"name": "cpu"}
-    _print(result)
-    if args.json:
+    _print(result, stderr=args.json)
+    text = json.dumps(result, indent=2, default=str)
+    if args.output:
         try:
-            args.json.write_text(json.dumps(result, indent=2, default=str))
+            args.output.write_text(text)
         except OSError as err:
-            raise ConfigError(f"bench: cannot write {args.json}: "
+            raise ConfigError(f"bench: cannot write {args.output}: "
                               f"{err.strerror or err}") from None
+    if args.json:
+        print(text)
     return 0
 
 
@@ -182,19 +187,21 @@ def _first_model(url: str, headers: dict[str, str]) -> str:
         raise ConfigError(f"bench: cannot list models at {url}/v1/models: {err}") from None
 
 
-def _print(result: dict) -> None:
+def _print(result: dict, stderr: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    console = Console(stderr=stderr)
 
     table = Table(title="autotune bench", show_header=False)
     table.add_column(justify="left")
     table.add_column(justify="right")
     for label, value in summary_rows(result):
         table.add_row(label, value)
-    Console().print(table)
+    console.print(table)
     if result.get("capacity"):
         from autotune.results.views import print_capacity
 
         cap = result["capacity"]
         print_capacity(cap, [k for k in cap["steps"][0]["figures"] if k.endswith("_ms")],
-                       Console())
+                       console)

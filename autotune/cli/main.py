@@ -99,7 +99,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
-    console = Console()
+    console = Console(stderr=args.json)  # --json: stdout carries the summary alone
     console.print(f"tuning {scenario.name}: results in {url}")
 
     def on_progress(p: study.Progress) -> None:
@@ -107,13 +107,23 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         console.print(line)
         logging.getLogger("autotune").info(line)
 
-    with console.status("running trials (Ctrl-C stops cleanly; run again to resume)"):
+    with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
         result = study.tune(scenario, args.scenario, storage=args.storage, trials=args.trials,
                             timeout_s=timeout, root=root, on_progress=on_progress)
     from autotune.results.show import summary
 
-    views.print_summary(summary(result), console)
+    _print_summary(args, summary(result), console)
     return 0
+
+
+def _print_summary(args: argparse.Namespace, data: dict, console: Console) -> None:
+    """The study's summary: as JSON on stdout with --json (as `show --json`), else tables."""
+    from autotune.results import views
+
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        views.print_summary(data, console)
 
 
 def _tune_storage(scenario: Scenario, storage_url: str | None, root: Path) -> str:
@@ -232,7 +242,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from autotune.results import views
     from autotune.tuning import validate
 
-    console = Console()
+    console = Console(stderr=args.json)  # --json: stdout carries the result alone
     if args.step_seconds is not None and args.client != "vllm":
         raise ConfigError("validate: --step-seconds sets the steps of --client vllm")
     if args.gpus is not None and args.client != "vllm":
@@ -253,6 +263,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                                  Path(args.studies_dir)),
                               on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
     views.print_validation(result, console)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -276,6 +288,8 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: F
             step_s=step_s, gpus=_gpus(args.gpus),
             on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
     views.print_validation_vllm(result, console)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
     return 0
 
 
@@ -353,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--study", type=study_name,
                    help="study name (default: the scenario's name or file name)")
     p.add_argument("--studies-dir", default="studies", help="databases and trial logs")
+    p.add_argument("--json", action="store_true",
+                   help="print the study's summary as JSON on stdout (as `show --json`); "
+                   "progress goes to stderr")
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
@@ -408,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-seconds", type=positive, default=None, metavar="S",
                    help="--client vllm: length of each sustained step (default 20; every "
                    "step sends at least 20 prompts)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout; "
+                   "the runs and tables go to stderr")
     p.set_defaults(func=_cmd_validate)
     return parser
 
@@ -426,6 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = argv[: argv.index("--")] if "--" in argv else argv
         args = build_parser().parse_args(argv)
         args.engine_args = engine_args
+        if args.command == "tune":  # reading the engine's flags can take a while
+            print(f"autotune tune: checking {args.scenario} against the installed engine",
+                  file=sys.stderr if args.json else sys.stdout, flush=True)
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
     except AutotuneError as err:

@@ -131,7 +131,8 @@ def _capacity(r: TrialRecord) -> dict[str, Any] | None:
     return {k: cap.get(k) for k in ("request_throughput", "output_throughput", "low", "high",
                                     "uncertainty", "saturated", "stopped")} | {
         "interval": [lo, hi], "steps": len(cap.get("steps") or []),
-        "text": capacity.describe(cap), "bottleneck": capacity.limit_text(cap)}
+        "text": capacity.describe(cap), "bottleneck": capacity.limit_text(cap),
+        "caveat": capacity_caveat(cap)}
 
 
 def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[str, Any]]:
@@ -178,6 +179,10 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         "not_launched": sum(1 for r in launched if r.launched is False),
     }
     defaults = ranked.not_overrides(study)
+    tied = tied_with_best(study)
+    top = ranked.feasible_best(study) if tied else None
+    for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
+        row["tied_with_best"] = top.number if top and row["number"] in tied else None
     if len(study.directions) == 1:
         best = ranked.pick(feasible, lambda r: r.values[0], defaults)
         out["best"] = trial_row(best, fixed) if best else None

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 
 from autotune.measure import capacity
@@ -48,20 +55,33 @@ def _flags(flags: dict[str, Any]) -> str:
     return " ".join(out) or "(defaults)"
 
 
+WIDE = 120  # columns from which `show` draws its full table; below, one trial per block
+
+
+def _gain_cell(r: dict[str, Any], weighted: bool) -> str:
+    if not weighted:
+        return ", ".join(fmt(v, ".4g") for v in (r["values"] or []))
+    if r.get("tied_with_best") is not None and r["gain"] is not None:
+        return f"tied (#{r['tied_with_best']})"  # within noise of the best: not a loss
+    return fmt(r["gain"], "+.1%")
+
+
 def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     weighted = len(data["directions"]) == 1
-    table = Table(title=f"study {data['study']}")
-    for col in ("#", "baseline", "flags", "outcome", "reason", "tput", "latency ms",
-                "mem MiB", "drift", "gain" if weighted else "values"):
-        table.add_column(col, overflow="fold")
-    for r in data["trials"]:
-        last = fmt(r["gain"], "+.1%") if weighted else \
-            ", ".join(fmt(v, ".4g") for v in (r["values"] or []))
-        table.add_row(str(r["number"]), r["name"], _flags(r["flags"]), r["outcome"],
-                      r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
-                      fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"), last)
-    console.print(table)
+    if console.width >= WIDE:
+        table = Table(title=f"study {data['study']}")
+        for col in ("#", "baseline", "flags", "outcome", "reason", "tput", "latency ms",
+                    "mem MiB", "drift", "gain" if weighted else "values"):
+            table.add_column(col, overflow="fold")
+        for r in data["trials"]:
+            table.add_row(str(r["number"]), r["name"], _flags(r["flags"]), r["outcome"],
+                          r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
+                          fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
+                          _gain_cell(r, weighted))
+        console.print(table)
+    else:
+        print_stacked(data, console, weighted)
     if data.get("ranking"):
         print_ranking(data["ranking"], console)
     mm = data.get("memory_model") or {}
@@ -78,6 +98,10 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
                           f"{fmt(data['best_gain'], '+.1%')} over "
                           f"{data.get('gain_over', 'vLLM defaults')} "
                           f"(score {fmt(best['values'][0], '.4f')})")
+            cap = best.get("capacity") or {}
+            if cap.get("text"):
+                console.print(f"  capacity at SLO {cap['text']}" + (
+                    f" (not a figure to quote: {cap['caveat']})" if cap.get("caveat") else ""))
     else:
         nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
@@ -89,18 +113,40 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
                           f"{crosscheck.headline(r['validation_vllm'])}")
 
 
+def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True) -> None:
+    """The trials for a narrow terminal: per trial, its figures on one line and its flags
+    (and why it ended as it did) indented below, so no cell is cut into pieces."""
+    console.print(f"study {data['study']}: {len(data['trials'])} trials "
+                  "(tput, latency ms, memory MiB, drift, gain)", style="bold")
+    for r in data["trials"]:
+        head = f"#{r['number']:<3} {r['outcome']:<10}"
+        figures = "  ".join([fmt(r["throughput"]), fmt(r["latency_ms"]),
+                             fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
+                             _gain_cell(r, weighted)])
+        console.print(f"{head} {figures}", soft_wrap=True, highlight=False)
+        about = " ".join(x for x in (r["name"], _flags(r["flags"])) if x)
+        if r["reason"]:
+            about += f"; {r['reason']}"
+        console.print(Padding(about, (0, 0, 0, 5)), highlight=False)
+
+
 def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
-    """Feasible trials by capacity at SLO; `=` marks capacities within the leader's noise."""
+    """Feasible trials by capacity at SLO; `=` marks capacities within the leader's noise.
+    A narrow terminal gets the essential columns only."""
+    wide = console.width >= WIDE
     table = Table(title="capacity at SLO (feasible trials)")
-    for col in ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s", "overrides",
-                "steps"):
-        table.add_column(col)
+    cols = ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s", "overrides",
+            "steps") if wide else ("rank", "#", "req/s", "interval", "±", "overrides")
+    for col in cols:
+        table.add_column(col, no_wrap=True)
     for i, r in enumerate(ranking, 1):
         lo, hi = r["interval"]
-        table.add_row(f"{i}{' =' if r['tied'] and i > 1 else ''}", str(r["number"]), r["name"],
-                      fmt(r["request_throughput"], ".3g"), f"{lo:.3g}-{hi:.3g}",
-                      fmt(r["uncertainty"], ".1%"), fmt(r["output_throughput"]),
-                      str(r["overrides"]), str(r["steps"]))
+        cells = {"rank": f"{i}{' =' if r['tied'] and i > 1 else ''}", "#": str(r["number"]),
+                 "baseline": r["name"], "req/s": fmt(r["request_throughput"], ".3g"),
+                 "interval": f"{lo:.3g}-{hi:.3g}", "±": fmt(r["uncertainty"], ".1%"),
+                 "out tok/s": fmt(r["output_throughput"]), "overrides": str(r["overrides"]),
+                 "steps": str(r["steps"])}
+        table.add_row(*(cells[c] for c in cols))
     console.print(table)
     tied = [r for r in ranking if r["tied"]]
     if len(tied) > 1:
@@ -255,3 +301,46 @@ def print_validation_vllm(v: dict[str, Any], console: Console | None = None) -> 
         console.print("one pair: no confidence interval (use --repeats 2 or more)")
     console.print(f"capacity of trial #{v['candidate']} / #{v['against']}: "
                   f"{crosscheck.headline(v)}")
+
+
+class _Narrator(logging.Handler):
+    """Says on the terminal what the run is doing, from the `autotune` logger's records:
+    the status line names the current phase (building the model, starting trial k's
+    engine, capacity step k at R req/s), and each of those events is printed as a line."""
+
+    def __init__(self, console: Console, status: Any, what: str):
+        super().__init__(logging.INFO)
+        self.console, self.status, self.what = console, status, what
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.module == "main":  # the command's own lines (progress): printed already
+            return
+        try:
+            text = record.getMessage()
+            self.console.print(f"  {text}" if text.startswith("capacity") else text,
+                               soft_wrap=True, highlight=False, markup=False)
+            now = time.strftime("%H:%M:%S")
+            phase = re.sub(r"^(trial \d+): (vllm serve|python) .*",
+                           r"\1: starting the engine and waiting for it to serve", text)
+            self.status.update(f"{phase[:100]} (since {now}; {self.what})")
+        except Exception:  # noqa: BLE001 - the narration must never stop a run
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def live(console: Console, what: str) -> Iterator[Any]:
+    """A status line that says in words what `tune` is doing, from its first second, and
+    where the run's log and each trial's engine log are."""
+    logger = logging.getLogger("autotune")
+    for h in logger.handlers:
+        if isinstance(h, logging.FileHandler):
+            folder = Path(h.baseFilename).parent
+            console.print(f"log of this run: {h.baseFilename}; each trial's engine log and "
+                          f"figures: {folder / 'trials'}/<trial>/", soft_wrap=True)
+    with console.status(f"preparing the study ({what})") as status:
+        narrator = _Narrator(console, status, what)
+        logger.addHandler(narrator)
+        try:
+            yield status
+        finally:
+            logger.removeHandler(narrator)
