@@ -11,10 +11,10 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -28,11 +28,29 @@ def _requirement_names(reqs: list[str]) -> set[str]:
             for r in reqs}
 
 
+def _guarded(tree: ast.AST) -> set[int]:
+    """ids of import nodes inside `try: ... except ImportError` (optional by design, e.g.
+    setproctitle, which comes with vLLM)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError",
+                                                               "ModuleNotFoundError")
+                for h in node.handlers):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
 def _imports() -> dict[str, set[str]]:
-    """Third-party top-level modules imported by the package, with the files importing them."""
+    """Third-party top-level modules imported by the package, with the files importing them
+    (imports guarded by `except ImportError` are optional and left out)."""
     found: dict[str, set[str]] = {}
     for path in (ROOT / "autotune").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        guarded = _guarded(tree)
+        for node in ast.walk(tree):
+            if id(node) in guarded:
+                continue
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module \
                 and not node.level else []

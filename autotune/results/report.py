@@ -27,8 +27,14 @@ from autotune.errors import ConfigError
 from autotune.results import show
 from autotune.results.show import outcome, reason
 from autotune.tuning import objective as obj
-from autotune.tuning.ranking import (choose, fixed_flags, not_overrides, pick, reference_name,
-                                     stored_scenario)
+from autotune.tuning.ranking import (
+    choose,
+    fixed_flags,
+    not_overrides,
+    pick,
+    reference_name,
+    stored_scenario,
+)
 from autotune.tuning.record import DEFAULTS, TrialRecord, records
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
