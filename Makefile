@@ -13,11 +13,16 @@ HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get
+# PostgreSQL's server binaries (initdb, pg_ctl): the tests start a throwaway server and run
+# workers of one study against it. Debian and Ubuntu keep them in /usr/lib/postgresql/N/bin;
+# they are installed only where none is found, so a second `make setup` does not touch apt.
+PG_INITDB := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb) \
+                         $(shell command -v initdb 2>/dev/null))
 # The study `make report-screenshot` renders: a name under studies/, a .db file or a URL.
 STUDY ?= cpu-smoke
 
-.PHONY: setup test lint clean report-screenshot
-setup: $(VENV)/.stamp-deps $(CHROMIUM)
+.PHONY: setup test lint clean report-screenshot postgres-server
+setup: $(VENV)/.stamp-deps $(CHROMIUM) postgres-server
 	@# A no-op in a fraction of a second when the cached model is there.
 	$(BIN)/autotune tiny-model
 
@@ -47,8 +52,16 @@ $(CHROMIUM):
 	$(APT) update -q
 	$(APT) install -y -q chromium
 
+# Nothing to do where the server binaries are there (no recipe at all).
+postgres-server:
+ifeq ($(PG_INITDB),)
+	$(APT) update -q
+	$(APT) install -y -q --no-install-recommends postgresql
+endif
+
+# The PostgreSQL tests must run here, never be skipped for want of a server.
 test: setup
-	$(BIN)/python -m pytest tests --durations=15
+	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests --durations=15
 
 # The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
 report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)

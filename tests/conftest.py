@@ -92,13 +92,21 @@ def _zombie(proc: psutil.Process) -> bool:
         return True
 
 
+# `make test` sets it: CI must run the PostgreSQL tests, never skip them for want of a server.
+REQUIRE_POSTGRES = "AUTOTUNE_REQUIRE_POSTGRES"
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
-    """A throwaway PostgreSQL server on loopback (the server binaries of the machine)."""
+    """A throwaway PostgreSQL server on loopback (the server binaries of the machine, which
+    `make setup` installs)."""
     initdb = shutil.which("initdb") or next(iter(sorted(glob.glob(
         "/usr/lib/postgresql/*/bin/initdb"))), None)
     if initdb is None:
-        pytest.skip("PostgreSQL server binaries are not installed (Debian: postgresql)")
+        why = "PostgreSQL server binaries are not installed (Debian: postgresql; make setup)"
+        if os.environ.get(REQUIRE_POSTGRES):
+            pytest.fail(f"{why}, and {REQUIRE_POSTGRES} is set")
+        pytest.skip(why)
     bindir = Path(initdb).resolve().parent
     # Not under pytest's tmp dir: that is private to root, and postgres runs as its own user.
     root = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
@@ -120,6 +128,24 @@ def postgres_url():
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
                         "stop"], check=False, capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_db(postgres_url):
+    """A database of its own on the throwaway server, for one test."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = postgres_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _free_port() -> int:

@@ -8,6 +8,9 @@ tests check the same loop once with real engines.
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.tuning import ranking, record, study
+from autotune.tuning import ranking, record, shared, study
 from autotune.tuning import trial as trial_mod
 
 SCENARIO = """
@@ -158,13 +161,30 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
     scenario = _scenario()
     url = f"sqlite:///{tmp_path / 'seam.db'}"
     st = study.open_study(scenario, url)
-    st.ask()  # the defaults, left RUNNING as a SIGKILL leaves them
-    assert study.recover_interrupted(st, url) == 1
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    trial = shared.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
+    record.write(trial, flags={}, worker=shared.Worker(
+        "gone", socket.gethostname(), dead.pid, time.time() - 5).as_dict())
+    assert shared.recover(st, shared.me(st)) == 1  # its process is gone: at once
     recs = record.records(st)
     assert recs[0].state == TrialState.FAIL
-    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == \
-        ["refused", record.DEFAULTS]
-    assert study.recover_interrupted(st, url) == 0
+    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [record.DEFAULTS]
+    assert shared.recover(st, shared.me(st)) == 0
+    # The defaults run again first; the named baseline is queued once they have finished.
+    runner = Canned()
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
+    assert runner.calls == [{"enforce-eager": True}, {"enforce-eager": True, "max-num-seqs": 4}]
+
+
+def test_a_trial_written_before_workers_were_recorded_runs_again_after_the_grace(tmp_path):
+    scenario = _scenario()
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared.ask(st)  # RUNNING, no worker: an older autotune's, or one killed right after `ask`
+    assert shared.recover(st, shared.me(st)) == 0  # it might be starting right now
+    time.sleep(1.1)
+    assert shared.recover(st, shared.me(st), grace_s=1) == 1
+    assert record.records(st)[0].state == TrialState.FAIL
 
 
 def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
@@ -223,3 +243,23 @@ def test_a_bad_input_found_mid_trial_stops_the_study_without_a_running_trial(tmp
     st = optuna.load_study(study_name="seam", storage=f"sqlite:///{tmp_path / 'seam.db'}")
     (only,) = record.records(st, (TrialState.FAIL, TrialState.RUNNING))
     assert only.state == TrialState.FAIL and only.reason == "ConfigError"
+
+
+def test_a_trial_asked_before_the_queued_defaults_goes_back_behind_them(tmp_path):
+    """A study whose defaults were queued again behind another trial (an older autotune
+    queued every baseline at once): that trial is given back, the defaults run first."""
+    scenario = _scenario()
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    first = shared.ask(st)  # the defaults, then lost
+    st.enqueue_trial({"max-num-seqs": 8})  # 1, queued before the defaults come back
+    shared.fail_and_requeue(st, record.TrialRecord.of(st.get_trials()[first.number]))
+    runner = Canned()
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
+    assert runner.calls == [{"enforce-eager": True}]
+    recs = record.records(st)
+    assert (recs[1].state, recs[1].reason) == (TrialState.FAIL, "defaults_first")
+    assert recs[2].is_defaults and recs[2].state == TrialState.COMPLETE
+    # It is queued again, behind the defaults and ahead of the named baseline they queued.
+    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [None, "refused"]
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=1, runner=runner)
+    assert runner.calls[1] == {"enforce-eager": True, "max-num-seqs": 8}

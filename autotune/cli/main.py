@@ -77,10 +77,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from autotune import config
     from autotune.engine.info import engine_info
     from autotune.results import views
-    from autotune.tuning import space, study
+    from autotune.tuning import shared, space, storage, study, workers
 
     # Everything that can be checked is checked before anything is written or launched:
     # a refused scenario or storage leaves no study folder and no database behind.
+    if args.gpus is not None and args.worker_id is not None:
+        raise ConfigError("tune: --gpus starts one worker per GPU; --worker-id names one "
+                          "worker (give one or the other)")
+    gpus = workers.parse_gpus(args.gpus) if args.gpus is not None else None
+    # `--storage`, else the environment (how `--gpus` hands its workers the URL: a command
+    # line is readable by every local user, and a password must not be).
+    storage_arg = args.storage or os.environ.get(workers.STORAGE_ENV) or None
     scenario = config.load(args.scenario)
     if args.study:
         scenario.name = args.study
@@ -88,7 +95,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
     space.check_against_engine(scenario, engine_info(), args.scenario)
     root = Path(args.studies_dir)
-    url = _tune_storage(scenario, args.storage, root)
+    url = _tune_storage(scenario, storage_arg, root)
     study_dir = root / str(scenario.name)
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
@@ -96,24 +103,62 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     except OSError as err:
         raise ConfigError(f"--studies-dir {root}: cannot write {study_dir}: "
                           f"{err.strerror or err}") from None
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    # Workers sharing the study write one tune.log: each line names its worker.
+    tag = f" [{args.worker_id}]" if args.worker_id else ""
+    handler.setFormatter(logging.Formatter(f"%(asctime)s{tag} %(levelname)s %(message)s"))
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
     console = Console(stderr=args.json)  # --json: stdout carries the summary alone
-    console.print(f"tuning {scenario.name}: results in {url}")
+    console.print(f"tuning {scenario.name}: results in {storage.masked(url)}")
 
     def on_progress(p: study.Progress) -> None:
         line = views.progress_line(p)
-        console.print(line)
-        logging.getLogger("autotune").info(line)
+        console.print(line, soft_wrap=True)  # one line per trial, however narrow the terminal
+        if not args.run_tickets:  # a `--gpus` worker's own count: its log, not tune.log
+            logging.getLogger("autotune").info(line)
 
-    with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
-        result = study.tune(scenario, args.scenario, storage=args.storage, trials=args.trials,
-                            timeout_s=timeout, root=root, on_progress=on_progress)
     from autotune.results.show import summary
 
+    if gpus is not None:
+        code, shared_study = _tune_on_gpus(args, scenario, url, root, timeout, gpus, console,
+                                           on_progress)
+        _print_summary(args, summary(shared_study), console)
+        return code
+    worker = shared.Worker.here(args.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    claim = workers.Tickets(Path(args.run_tickets)).take if args.run_tickets else None
+    if args.parent_pid is not None:
+        workers.watch_parent(args.parent_pid)
+    with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
+        result = study.tune(scenario, args.scenario, storage=storage_arg, trials=args.trials,
+                            timeout_s=timeout, root=root, on_progress=on_progress,
+                            worker=worker, claim=claim)
     _print_summary(args, summary(result), console)
     return 0
+
+
+def _tune_on_gpus(args: argparse.Namespace, scenario: Scenario, url: str, root: Path,
+                  timeout: float | None, gpus: list[str], console: Console,
+                  on_progress: Callable) -> tuple[int, optuna.Study]:
+    """`tune --gpus`: one worker process per GPU on the study, one progress line for all."""
+    import logging
+
+    from autotune.tuning import study, workers
+
+    st = study.open_study(scenario, url, register=False)  # created here, once
+    trials = args.trials if args.trials is not None else scenario.budget.trials
+    console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's {trials} "
+                  "trials")
+
+    def on_event(text: str) -> None:
+        console.print(text, soft_wrap=True)
+        logging.getLogger("autotune").info(text)
+
+    with console.status("running trials on every GPU (Ctrl-C stops all of them cleanly; "
+                        "run again to resume)"):
+        result = workers.run(st, scenario, args.scenario, gpus, url=url, studies_dir=root,
+                             trials=trials, timeout_s=timeout, on_progress=on_progress,
+                             on_event=on_event)
+    return result.code, st
 
 
 def _print_summary(args: argparse.Namespace, data: dict, console: Console) -> None:
@@ -363,13 +408,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="trials to run now (default: budget.trials)")
     p.add_argument("--timeout", type=duration,
                    help="stop starting trials after this long, e.g. 8h or 9m")
-    p.add_argument("--storage", help="Optuna storage URL (default sqlite:///studies/NAME.db)")
+    p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
+                   "sqlite:///studies/NAME.db)")
     p.add_argument("--study", type=study_name,
                    help="study name (default: the scenario's name or file name)")
     p.add_argument("--studies-dir", default="studies", help="databases and trial logs")
     p.add_argument("--json", action="store_true",
                    help="print the study's summary as JSON on stdout (as `show --json`); "
                    "progress goes to stderr")
+    p.add_argument("--gpus", metavar="0,1|all", help="one worker process per GPU on the same "
+                   "study, each pinned with CUDA_VISIBLE_DEVICES; --trials is shared by all")
+    p.add_argument("--worker-id", type=study_name, metavar="NAME",
+                   help="this worker's name in the trial records and tune.log (default "
+                   "HOST-PID), for workers of one study on several hosts")
+    # Set by `--gpus` for its workers: the run's shared trial counter and the parent.
+    p.add_argument("--run-tickets", help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
@@ -451,7 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
     except AutotuneError as err:
-        print(f"autotune: error: {err}", file=sys.stderr)
+        from autotune.tuning.storage import masked
+
+        print(f"autotune: error: {masked(str(err))}", file=sys.stderr)
         return err.exit_code
     except ModuleNotFoundError as err:
         extra = EXTRAS.get((err.name or "").partition(".")[0])

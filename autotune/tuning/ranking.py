@@ -8,6 +8,7 @@ deploy five extra flags for a gain inside the noise. The study loop, `show`, `re
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from autotune.measure import capacity
 from autotune.tuning.record import TrialRecord, records
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
+_NEVER = dt.datetime.max  # sorts a trial without a completion time last
 
 
 def overrides(rec: TrialRecord, defaults: Mapping[str, Any]) -> int:
@@ -43,10 +45,13 @@ def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float
 
 
 def reference_trial(study: optuna.Study) -> TrialRecord | None:
-    """The trial scores are relative to: vLLM's defaults, else the first completed trial
-    (on a 24 GB card the defaults' max-model-len does not fit, and they never run)."""
+    """The trial scores are relative to: vLLM's defaults, else the trial that completed first
+    (on a 24 GB card the defaults' max-model-len does not fit, and they never run).
+
+    First by completion, not by number: with several workers a lower-numbered trial can
+    complete after a higher one, and the stand-in must not change once scores used it."""
     done = records(study, (TrialState.COMPLETE,))
-    done.sort(key=lambda r: (not r.is_defaults, r.number))
+    done.sort(key=lambda r: (not r.is_defaults, r.datetime_complete or _NEVER, r.number))
     return next((r for r in done if r.measures), None)
 
 

@@ -67,6 +67,8 @@ class TrialRecord:
     startup: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     ballast: dict[str, Any] | None = None
+    # Which worker ran it (`autotune.tuning.shared.Worker`): id, host, pid, GPU.
+    worker: dict[str, Any] | None = None
     # How it ended and what it measured.
     outcome: str | None = None
     reason: str = ""
@@ -203,7 +205,7 @@ def queued_again(rec: TrialRecord) -> dict[str, Any]:
 
 def copied(rec: TrialRecord) -> dict[str, Any]:
     """A finished trial's measured fields, for a trial that ran the same flags."""
-    skip = {"baseline", "baseline_flags", "duplicate_of"}
+    skip = {"baseline", "baseline_flags", "duplicate_of", "worker"}
     return {k: getattr(rec, k) for k in sorted(WRITABLE - skip)
             if getattr(rec, k) not in (None, {}, [])}
 

@@ -10,6 +10,7 @@ that, and `locate` turns what a user types (a .db file, a study name, a URL) int
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 
@@ -20,6 +21,14 @@ from sqlalchemy.engine import URL, make_url
 from autotune.errors import ConfigError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+# scheme://user:password@ : the password of a URL, wherever it appears in a text.
+_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][\w+.-]*://[^\s/@:]*:)[^\s@]*@")
+
+
+def masked(text: str) -> str:
+    """`text` with the password of every URL in it shown as *** (what autotune prints or
+    logs about a storage: `postgresql+psycopg://me:***@db/autotune`)."""
+    return _PASSWORD.sub(lambda m: m["head"] + "***@", text)
 
 
 def locate(target: str, study_name: str | None, root: Path) -> tuple[str, str | None]:

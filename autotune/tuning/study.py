@@ -5,11 +5,17 @@ the seam tests give canned outcomes), and told back with its state, its values a
 named constraints; everything measured goes into the trial record (`record.write`), so the
 study database alone explains itself. The first trial is vLLM's defaults, and the weighted
 score of every trial is relative to it (`ranking.reference_trial`).
+
+Several workers can share one study (`--gpus`, or hosts on one PostgreSQL): the study is
+created by exactly one of them, which queues vLLM's defaults; whoever finishes the defaults
+queues the named baselines; heartbeats, re-queueing and the order workers keep are in
+`autotune.tuning.shared`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import signal
@@ -30,7 +36,7 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
-from autotune.tuning import guardrail, prune, ranking, record, space
+from autotune.tuning import guardrail, prune, ranking, record, shared, space
 from autotune.tuning import objective as obj
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import DEFAULTS, TrialRecord
@@ -75,63 +81,118 @@ def _exhausted(study: optuna.Study) -> bool:
         and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
 
 
-def make_sampler(scenario: Scenario) -> optuna.samplers.BaseSampler:
-    """The scenario's sampler; constrained samplers read the trials' named constraints."""
+def make_sampler(scenario: Scenario, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The scenario's sampler (with `seed`, default the scenario's); constrained samplers
+    read the trials' named constraints. TPE's constant liar counts running trials as bad
+    ones, so workers sharing a study do not all propose near the same point."""
     s = scenario.sampler
+    seed = s.seed if seed is None else seed
     if s.name == "tpe":
-        return optuna.samplers.TPESampler(seed=s.seed)
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
     if s.name == "gp":
-        return optuna.samplers.GPSampler(seed=s.seed)
+        return optuna.samplers.GPSampler(seed=seed)
     if s.name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=s.seed)
+        return optuna.samplers.NSGAIISampler(seed=seed)
     if s.name == "grid":
-        return GridSearch(space.grid(scenario), seed=s.seed)
-    return optuna.samplers.RandomSampler(seed=s.seed)
+        return GridSearch(space.grid(scenario), seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
-def open_study(scenario: Scenario, url: str) -> optuna.Study:
+# Study attributes: the named baselines are queued; the guardrail reference's contents (so
+# that a worker on another host checks against the same one).
+BASELINES_QUEUED, REFERENCE_DATA = "baselines_enqueued", "reference_data"
+# A study created by another worker a moment ago gets its defaults trial within this.
+_CREATOR_S = 10.0
+# The defaults' worker queues the baselines right after telling them; if it has not
+# within this long, it died in between and the next worker to open the study does.
+_BASELINES_S = 60.0
+
+
+def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = None,
+               heartbeat_s: int | None = None, grace_s: int | None = None,
+               register: bool = True) -> optuna.Study:
+    """Create or load the scenario's study, with heartbeats, as `worker` (default: this
+    process), whose sampler gets its own seed (`shared.register`; `register=False` for a
+    process that only watches the study, as `tune --gpus` does its workers).
+
+    Creating the study is atomic in the storage (its name is unique), so of several workers
+    starting together exactly one creates it and queues vLLM's defaults.
+    """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=3) \
         if scenario.prune.enabled and scenario.prune.pruner == "median" \
         else optuna.pruners.NopPruner()
-    study = optuna.create_study(storage=url, study_name=scenario.name,
-                                directions=obj.directions(scenario.objective),
-                                sampler=make_sampler(scenario), pruner=pruner,
-                                load_if_exists=True)
-    if not study.user_attrs.get("baselines_enqueued"):
-        # vLLM's defaults first, then the named baselines, before any search.
+    store = shared.storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s)
+    try:
+        study = optuna.create_study(storage=store, study_name=scenario.name,
+                                    directions=obj.directions(scenario.objective),
+                                    sampler=make_sampler(scenario), pruner=pruner)
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=str(scenario.name), storage=store,
+                                  sampler=make_sampler(scenario), pruner=pruner)
+        created = False
+    me = worker or shared.Worker.here()
+    shared.attach(study, store, me)
+    if created or not _await_creator(study):
+        # vLLM's defaults first; the named baselines follow once they finish (`run_one`).
         study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))
-        for base in scenario.baselines:
-            study.enqueue_trial({}, user_attrs=record.queued(base.name, normalize(base.flags)))
-        study.set_user_attr("baselines_enqueued", True)
         study.set_user_attr("scenario", scenario.model_dump(mode="json"))
+        if not scenario.baselines:
+            study.set_user_attr(BASELINES_QUEUED, True)
+    else:
+        _baselines_left_behind(study, scenario)
+    if register:
+        study.sampler = make_sampler(scenario,
+                                     shared.register(study, me, scenario.sampler.seed))
     return study
 
 
-def recover_interrupted(study: optuna.Study, url: str) -> int:
-    """Trials left RUNNING by a killed tuner become FAIL and run again (SQLite: one worker)."""
-    if not url.startswith("sqlite"):
-        return 0
-    stale = record.records(study, (TrialState.RUNNING,))
-    for rec in stale:
-        study.tell(rec.number, state=TrialState.FAIL)
-        study.enqueue_trial(rec.params, user_attrs=record.queued_again(rec),
-                            skip_if_exists=False)
-    return len(stale)
+def _await_creator(study: optuna.Study) -> bool:
+    """Whether the study has its first trials queued: at once for a study that has trials
+    or queued its baselines, else after waiting a moment for the worker that just created it.
+    """
+    deadline = time.monotonic() + _CREATOR_S
+    while True:
+        if study.user_attrs.get(BASELINES_QUEUED) or study.get_trials(deepcopy=False):
+            return bool(study.user_attrs.get(BASELINES_QUEUED)) or any(
+                r.is_defaults for r in record.records(study))
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _queue_baselines(study: optuna.Study, scenario: Scenario) -> None:
+    """Queue the named baselines: done by the worker that finished vLLM's defaults (one
+    trial is told by one worker only, so they are queued once)."""
+    if study.user_attrs.get(BASELINES_QUEUED):
+        return
+    for base in scenario.baselines:
+        study.enqueue_trial({}, user_attrs=record.queued(base.name, normalize(base.flags)))
+    study.set_user_attr(BASELINES_QUEUED, True)
+
+
+def _baselines_left_behind(study: optuna.Study, scenario: Scenario) -> None:
+    """The defaults finished long ago but the baselines were never queued (their worker
+    died in between): queue them now."""
+    if study.user_attrs.get(BASELINES_QUEUED):
+        return
+    state, rec = shared.defaults_state(study)
+    finished = [r.datetime_complete for r in record.records(study)
+                if r.is_defaults and r.datetime_complete is not None]
+    if state == shared.DONE and finished and \
+            (dt.datetime.now() - max(finished)).total_seconds() > _BASELINES_S:
+        _queue_baselines(study, scenario)
 
 
 def resolve_model(scenario: Scenario) -> str:
     return tinymodel.resolve(scenario.model.tiny, scenario.model.path)
 
 
-def _key(flags: dict[str, Any]) -> str:
-    return json.dumps(normalize(flags), sort_keys=True, default=str)
-
-
 def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
-    key = _key(flags)
+    key = shared.flags_key(flags)
     return next((r for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
-                 if r.number != number and _key(r.flags) == key), None)
+                 if r.number != number and shared.flags_key(r.flags) == key), None)
 
 
 def reference(study: optuna.Study) -> obj.Measures | None:
@@ -186,14 +247,64 @@ def _constraints(scenario: Scenario, outcome: trial_mod.Outcome) -> dict[str, fl
 def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path,
             guard: guardrail.Guard | None = None, runner: Runner = trial_mod.run
             ) -> TrialRecord:
-    """Ask, run and tell one trial; a Ctrl-C marks it FAIL, queues it again and re-raises."""
-    trial = study.ask()
+    """Ask, run and tell one trial, with its heartbeat; a Ctrl-C marks it FAIL, queues it
+    again and re-raises (one that comes while the trial is being asked is held until the
+    trial can be given back: a trial is never left RUNNING)."""
+    hold = HeldInterrupts()
+    try:
+        trial = shared.ask(study)
+        with shared.heartbeat(study, trial.number):
+            _run_asked(study, trial, scenario, model, trials_root, guard, runner, hold)
+    finally:
+        hold.release()
+    return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
+
+
+class HeldInterrupts:
+    """SIGINT and SIGTERM noted instead of raised (main thread only) until `release`, which
+    raises the one that came meanwhile as KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self.old: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self.old = {sig: signal.signal(sig, self._note)
+                        for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.pending = True
+
+    def release(self) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+        self.old = {}
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
+def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, model: str,
+               trials_root: Path, guard: guardrail.Guard | None, runner: Runner,
+               hold: HeldInterrupts) -> None:
+    me = shared.me(study)
     asked = TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
     base = asked.baseline_flags
-    # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
-    flags = {**normalize(scenario.engine.flags), **normalize(base)} if base is not None \
-        else space.suggest(trial, scenario)
+    flags: dict[str, Any] | None = None
     try:
+        hold.release()  # a Ctrl-C held since `ask` is raised here, where the trial goes back
+        # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
+        flags = {**normalize(scenario.engine.flags), **normalize(base)} if base is not None \
+            else space.suggest(trial, scenario)
+        # Announced before anything waits or launches: the flags, then the worker (other
+        # workers read a trial with a worker as one whose flags are known).
+        record.write(trial, flags=flags, worker=me.as_dict())
+        if not asked.is_defaults:
+            if not _after_defaults(study, me):
+                _give_back(study, trial, asked, flags, "defaults_first",
+                           "vLLM's defaults are queued and must run first")
+                return
+            shared.wait_for_twin(study, flags, trial.number, me)
+            _sync_reference(study, guard, scenario, trials_root.parent)
         dup = _duplicate(study, flags, trial.number)
         if dup is not None:  # a rejected twin stays rejected
             outcome = trial_mod.Outcome(
@@ -209,10 +320,9 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
                              else capacity_floor(study, scenario))
     except KeyboardInterrupt:
         with no_interrupts():  # a further Ctrl-C must not leave the study half-written
-            record.write(trial, outcome=record.INTERRUPTED, flags=flags)
-            study.tell(trial, state=TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs=record.queued_again(asked),
-                                skip_if_exists=False)
+            if flags is None and base is None:  # its point, so that the same one runs again
+                flags = space.suggest(trial, scenario)
+            _give_back(study, trial, asked, flags, None, None)
         raise
     except Exception as err:
         # A fault of autotune's own (the configuration's faults are pruned outcomes): the
@@ -220,14 +330,73 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
         # study; anything else is logged with its traceback and the study goes on.
         with no_interrupts():
             record.write(trial, outcome=record.ERROR, reason=type(err).__name__,
-                         detail=str(err)[:2000], flags=flags)
+                         detail=str(err)[:2000], **({"flags": flags} if flags else {}))
             study.tell(trial, state=TrialState.FAIL)
+            if asked.is_defaults:
+                _queue_baselines(study, scenario)
         if isinstance(err, AutotuneError):
             raise
         log.exception("trial %d failed in autotune itself; the study goes on", trial.number)
     else:
         _tell(study, trial, scenario, outcome, guard, trials_root.parent)
-    return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
+        if asked.is_defaults:
+            _queue_baselines(study, scenario)
+
+
+def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
+               flags: dict[str, Any] | None, reason: str | None, detail: str | None) -> None:
+    """The trial is FAIL `interrupted` and its configuration goes back into the queue: queued
+    first, then failed, so that other workers always find it in one place or the other."""
+    fields: dict[str, Any] = {"outcome": record.INTERRUPTED}
+    if flags is not None:
+        fields["flags"] = flags
+    if reason:
+        fields.update(reason=reason, detail=detail)
+    record.write(trial, **fields)
+    study.enqueue_trial(trial.params, user_attrs=record.queued_again(asked),
+                        skip_if_exists=False)
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def _after_defaults(study: optuna.Study, me: shared.Worker) -> bool:
+    """Wait while vLLM's defaults run on another worker; False when they are queued and
+    nobody runs them (this trial then goes back into the queue: the defaults come first)."""
+    while True:
+        state, _ = shared.defaults_state(study)
+        if state == shared.DONE:
+            return True
+        if state == shared.QUEUED:
+            return False
+        shared.wait_for_defaults(study, me)
+
+
+def _sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario: Scenario,
+                    study_dir: Path) -> None:
+    """A worker without the guardrail's reference takes the study's, made meanwhile by the
+    defaults trial on another worker or host: written where this host keeps it, and loaded
+    as `make_guard` loads any reference. With none in the study, this trial makes it (the
+    defaults did not run)."""
+    if guard is None or guard.reference is not None:
+        return
+    data = study.user_attrs.get(REFERENCE_DATA)
+    path = guardrail.reference_path(scenario, study_dir)
+    if data is None and not path.exists():
+        return
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, ensure_ascii=False))
+    fresh = guardrail.make_guard(scenario, study_dir)
+    guard.reference = fresh.reference if fresh is not None else None
+
+
+def _publish_reference(study: optuna.Study, guard: guardrail.Guard | None,
+                       scenario: Scenario, study_dir: Path) -> None:
+    """Keep the reference this worker loaded in the study too, for workers on other hosts."""
+    if guard is None or guard.reference is None or REFERENCE_DATA in study.user_attrs:
+        return
+    path = guardrail.reference_path(scenario, study_dir)
+    if path.exists():
+        study.set_user_attr(REFERENCE_DATA, json.loads(path.read_text()))
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
@@ -246,10 +415,16 @@ def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
     if outcome.quality is not None:
         fields["quality"] = outcome.quality
     if outcome.new_reference is not None and guard is not None:
-        guard.reference = outcome.new_reference
-        path = guardrail.reference_path(scenario, study_dir)
-        outcome.new_reference.save(path)
-        study.set_user_attr("reference", {"path": str(path), "trial": trial.number})
+        made = study.user_attrs.get("reference")
+        if made is None:
+            guard.reference = outcome.new_reference
+            path = guardrail.reference_path(scenario, study_dir)
+            outcome.new_reference.save(path)
+            study.set_user_attr("reference", {"path": str(path), "trial": trial.number})
+            study.set_user_attr(REFERENCE_DATA, json.loads(path.read_text()))
+        else:  # only where the defaults could not run and two trials raced to make one
+            log.warning("trial %d made a guardrail reference, but trial %s's is the study's",
+                        trial.number, made.get("trial"))
     fields["measures"] = m.as_dict()
     if scenario.objective.mode == "weighted":
         fields["gain"] = obj.gain(values[0])
@@ -284,12 +459,20 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
          trials: int, timeout_s: float | None = None, guard: guardrail.Guard | None = None,
          runner: Runner = trial_mod.run, between: Callable[[], None] | None = None,
          on_progress: Callable[[Progress], None] | None = None,
-         clock: Callable[[], float] = time.monotonic) -> None:
+         clock: Callable[[], float] = time.monotonic,
+         claim: Callable[[], bool] | None = None) -> None:
     """Run up to `trials` trials, never starting one that the time box cannot hold (the
-    longest trial so far); `between` runs before each launch (e.g. wait for the GPU)."""
+    longest trial so far); `between` runs before each launch (e.g. wait for the GPU), and
+    `claim` (workers of one `--gpus` run) takes one of the run's trials, False when none is
+    left. Before each trial, trials of dead workers are queued again and, while vLLM's
+    defaults run on another worker, this one waits."""
+    me = shared.me(study)
     t0 = clock()
     longest = 0.0
-    for done in range(trials):
+    done = 0
+    while done < trials:
+        shared.recover(study, me)
+        shared.wait_for_defaults(study, me)
         elapsed = clock() - t0
         if timeout_s is not None and elapsed + longest > timeout_s:
             log.info("stopping: %.0f s left, a trial takes up to %.0f s",
@@ -298,34 +481,43 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
         if _exhausted(study):
             log.info("stopping: every point of the grid has run")
             break
+        if claim is not None and not claim():
+            log.info("stopping: the run's trials are all taken")
+            break
         if between is not None:
             between()
         start = clock()
         last = run_one(study, scenario, model, study_dir / "trials", guard, runner)
+        done += 1
         longest = max(longest, clock() - start)
         if on_progress is not None:
-            on_progress(Progress(done + 1, trials, clock() - t0, timeout_s, last,
+            on_progress(Progress(done, trials, clock() - t0, timeout_s, last,
                                  ranking.feasible_best(study)))
 
 
 def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None = None,
          trials: int | None = None, timeout_s: float | None = None,
          root: Path = Path("studies"),
-         on_progress: Callable[[Progress], None] | None = None) -> optuna.Study:
-    """Run up to `trials` more trials (or until `timeout_s`), resuming the study if it exists."""
+         on_progress: Callable[[Progress], None] | None = None,
+         worker: shared.Worker | None = None, claim: Callable[[], bool] | None = None,
+         runner: Runner | None = None) -> optuna.Study:
+    """Run up to `trials` more trials (or until `timeout_s`), resuming the study if it exists;
+    as `worker` (default: this process) when several share the study."""
     info = engine_info()
     space.check_against_engine(scenario, info, scenario_path)
     url = storage_url(scenario, storage, root)
-    study = open_study(scenario, url)
+    study = open_study(scenario, url, worker=worker)
     record_engine_defaults(study, scenario, info)
-    if recovered := recover_interrupted(study, url):
+    if recovered := shared.recover(study, shared.me(study)):
         log.info("%d interrupted trial(s) will run again", recovered)
     study_dir = root / (scenario.name or "study")
     guard = guardrail.make_guard(scenario, study_dir)
+    _publish_reference(study, guard, scenario, study_dir)
     idle_mib = gpu.Monitor().used_mib()  # None without a GPU
     # The previous engine must have handed its GPU memory back before the next launch.
     loop(study, scenario, resolve_model(scenario), study_dir,
          trials=trials if trials is not None else scenario.budget.trials, timeout_s=timeout_s,
-         guard=guard, on_progress=on_progress,
+         guard=guard, on_progress=on_progress, claim=claim,
+         runner=runner or trial_mod.run,
          between=lambda: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
     return study

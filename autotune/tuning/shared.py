@@ -1,0 +1,346 @@
+"""One study, several workers: heartbeats, dead workers' trials queued again, and the order
+every worker keeps.
+
+Any number of `autotune tune` processes can work on one study: one per GPU (`--gpus`), or
+several hosts against one PostgreSQL. Optuna's RDB storage is all they share, and only its
+public API is used:
+
+- each trial a worker runs has a heartbeat (`RDBStorage(heartbeat_interval=...,
+  grace_period=...)`). A trial whose heartbeat stopped for the grace period is failed by
+  whichever worker looks first (`optuna.storages.fail_stale_trials`: the state change is
+  atomic, so exactly one worker does it) and its configuration goes back into the queue
+  (`Requeue`, the storage's stale-trial callback). A trial whose process is gone from this
+  host is queued again at once, without waiting for the grace period;
+- a trial records its flags and then its worker (`TrialRecord.worker`) before its engine
+  starts, so no worker launches a configuration that another is running: the
+  higher-numbered twin waits for the lower one and copies its result (`wait_for_twin`);
+- vLLM's defaults come first: while they run on one worker, the others wait before asking
+  for a trial (`wait_for_defaults`), since the guardrail's reference and every weighted
+  score come from that trial;
+- each worker's sampler has its own seed derived from the scenario's (`register`): two TPE
+  samplers with one seed propose the same configurations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import warnings
+import weakref
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import psutil
+import sqlalchemy.exc
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.flags import normalize
+from autotune.tuning import record
+from autotune.tuning.record import TrialRecord
+from autotune.tuning.storage import masked
+
+log = logging.getLogger("autotune")
+
+
+def _env(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# Seconds. Optuna's heartbeat takes whole seconds; the environment overrides are for tests.
+HEARTBEAT_S = max(1, int(_env("AUTOTUNE_HEARTBEAT_S", 10)))
+GRACE_S = max(1, int(_env("AUTOTUNE_GRACE_S", 60)))
+POLL_S = _env("AUTOTUNE_POLL_S", 2.0)
+# How long a lower-numbered trial may take between `ask` and announcing its flags.
+ANNOUNCE_S = 120.0
+# How long after a trial's worker was found dead its copy may take to be queued.
+REQUEUE_S = 30.0
+
+QUEUED, RUNNING, DONE = "queued", "running", "done"
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One process working on a study; stored with each trial it runs."""
+
+    id: str
+    host: str
+    pid: int
+    started: float  # the process's start time: a recycled pid is another process
+    gpu: str | None = None
+
+    @classmethod
+    def here(cls, worker_id: str | None = None, gpu: str | None = None) -> Worker:
+        host, pid = socket.gethostname(), os.getpid()
+        return cls(worker_id or f"{host}-{pid}", host, pid, psutil.Process(pid).create_time(),
+                   gpu)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def sees_gone(self, info: Mapping[str, Any] | None) -> bool:
+        """Whether the worker `info` describes ran on this host and its process is gone
+        (on another host only its heartbeat can tell)."""
+        if not info or info.get("host") != self.host:
+            return False
+        try:
+            proc = psutil.Process(int(info["pid"]))
+            return proc.status() == psutil.STATUS_ZOMBIE \
+                or abs(proc.create_time() - float(info["started"])) > 1.0
+        except psutil.NoSuchProcess:
+            return True
+        except (psutil.Error, KeyError, TypeError, ValueError):
+            return False
+
+
+def flags_key(flags: Mapping[str, Any]) -> str:
+    """One string per configuration, for finding twins."""
+    return json.dumps(normalize(dict(flags)), sort_keys=True, default=str)
+
+
+class Requeue:
+    """The storage's stale-trial callback: the configuration of a trial whose worker stopped
+    sending heartbeats goes back into the queue (Optuna has already failed the trial, in one
+    worker only). Counts what it queued."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        rec = TrialRecord.of(trial)
+        enqueue_again(study, rec)
+        self.count += 1
+        log.warning("trial %d: no heartbeat from its worker (%s) for the grace period; "
+                    "failed, its configuration is queued again", rec.number, _who(rec))
+
+
+def enqueue_again(study: optuna.Study, rec: TrialRecord) -> None:
+    """Queue a trial that did not finish once more: its parameters and baseline."""
+    study.enqueue_trial(rec.params, user_attrs=record.queued_again(rec), skip_if_exists=False)
+
+
+def _who(rec: TrialRecord) -> str:
+    w = rec.worker or {}
+    return str(w.get("id") or "another worker")
+
+
+@dataclass
+class _Held:
+    storage: optuna.storages.RDBStorage
+    study_id: int
+    requeue: Requeue
+    worker: Worker
+
+
+_HELD: weakref.WeakKeyDictionary[optuna.Study, _Held] = weakref.WeakKeyDictionary()
+
+
+def storage(url: str, *, heartbeat_s: int | None = None, grace_s: int | None = None
+            ) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage for `url` with heartbeats on. Several workers may create the
+    tables of a new database at the same moment; the loser of that race tries again."""
+    # SQLite: a writer waits for another's lock instead of failing after 5 s.
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") \
+        else {"pool_pre_ping": True}
+    for attempt in range(6):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, engine_kwargs=engine,
+                    heartbeat_interval=heartbeat_s or HEARTBEAT_S,
+                    grace_period=grace_s or GRACE_S,
+                    heartbeat_stale_trial_callback=Requeue())
+        except sqlalchemy.exc.SQLAlchemyError as err:
+            if attempt == 5 or isinstance(err, sqlalchemy.exc.ArgumentError):
+                raise
+            time.sleep(0.2 + random.random())
+    raise AssertionError("unreachable")
+
+
+def attach(study: optuna.Study, store: optuna.storages.RDBStorage, worker: Worker) -> None:
+    """Remember the storage a study was opened on (for its heartbeats), and as whom."""
+    callback = store.get_heartbeat_stale_trial_callback()
+    _HELD[study] = _Held(store, store.get_study_id_from_name(study.study_name),
+                         callback if isinstance(callback, Requeue) else Requeue(), worker)
+
+
+def me(study: optuna.Study) -> Worker:
+    """The worker this process is on `study` (this process, for a study opened elsewhere)."""
+    held = _HELD.get(study)
+    return held.worker if held is not None else Worker.here()
+
+
+def ask(study: optuna.Study) -> optuna.Trial:
+    """`study.ask()`, without Optuna's warning that heartbeats are meant for
+    `Study.optimize` (this module records them itself); other warnings pass through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trial = study.ask()
+    for w in caught:
+        if "Heartbeat of storage" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return trial
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, number: int) -> Iterator[None]:
+    """Record trial `number`'s heartbeat now and every interval until the block ends."""
+    held = _HELD.get(study)
+    interval = held.storage.get_heartbeat_interval() if held else None
+    if held is None or interval is None:
+        yield
+        return
+    trial_id = held.storage.get_trial_id_from_study_id_trial_number(held.study_id, number)
+    held.storage.record_heartbeat(trial_id)  # at once: no moment without a heartbeat
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                held.storage.record_heartbeat(trial_id)
+            except Exception as err:  # the next beat tries again
+                log.warning("trial %d: heartbeat not recorded: %s", number,
+                            masked(str(err))[:300])
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def recover(study: optuna.Study, me: Worker | None = None, grace_s: float | None = None
+            ) -> int:
+    """Fail and queue again every trial whose worker is gone; returns how many this call
+    queued. Stale heartbeats (any host) go through Optuna; a worker of this host whose
+    process is gone is recognised at once; a RUNNING trial with no worker recorded (written
+    before workers were, or left between `ask` and its first record) once it is older than
+    the grace period."""
+    held = _HELD.get(study)
+    before = held.requeue.count if held else 0
+    if held is not None and held.storage.get_heartbeat_interval() is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+    queued = (held.requeue.count - before) if held else 0
+    grace = grace_s if grace_s is not None else (held.storage.grace_period if held else None) \
+        or GRACE_S
+    now = dt.datetime.now()
+    for rec in record.records(study, (TrialState.RUNNING,)):
+        if rec.worker is not None:
+            gone = me is not None and me.sees_gone(rec.worker)
+        else:
+            gone = rec.datetime_start is not None \
+                and (now - rec.datetime_start).total_seconds() > grace
+        if gone and fail_and_requeue(study, rec):
+            queued += 1
+            log.warning("trial %d: its worker (%s) is gone; failed, its configuration is "
+                        "queued again", rec.number, _who(rec))
+    return queued
+
+
+def fail_and_requeue(study: optuna.Study, rec: TrialRecord) -> bool:
+    """FAIL a RUNNING trial and queue its configuration again, unless another worker has
+    just finished it (then False): the state change is the storage's, atomic."""
+    try:
+        study.tell(rec.number, state=TrialState.FAIL)
+    except (ValueError, optuna.exceptions.UpdateFinishedTrialError):
+        return False
+    enqueue_again(study, rec)
+    return True
+
+
+def register(study: optuna.Study, me: Worker, seed: int) -> int:
+    """Note this worker in the study and return its sampler seed: the scenario's own for
+    the first worker a study ever had (a lone tuner is reproducible), else one derived from
+    the scenario's seed and the worker's id. Each worker writes its key before it reads the
+    others', so of two that start together at least one sees the other."""
+    key = f"worker:{me.id}"
+    study.set_user_attr(key, {**me.as_dict(),
+                              "since": dt.datetime.now().isoformat(timespec="seconds")})
+    others = [k for k in study.user_attrs if k.startswith("worker:") and k != key]
+    return derived_seed(seed, me.id) if others else seed
+
+
+def derived_seed(seed: int, worker_id: str) -> int:
+    return zlib.crc32(f"{seed}/{worker_id}".encode()) & 0x7FFFFFFF
+
+
+def workers(study: optuna.Study) -> dict[str, dict[str, Any]]:
+    """Every worker that has registered with the study, by id."""
+    return {k.partition(":")[2]: v for k, v in study.user_attrs.items()
+            if k.startswith("worker:") and isinstance(v, dict)}
+
+
+def defaults_state(study: optuna.Study) -> tuple[str, TrialRecord | None]:
+    """Where vLLM's defaults trial stands: DONE (it finished, or none will run), RUNNING or
+    QUEUED, with the trial. One whose worker died a moment ago counts as RUNNING: the worker
+    that failed it is queuing it again."""
+    recs = [r for r in record.records(study) if r.is_defaults]
+    for state, wanted in ((DONE, (TrialState.COMPLETE, TrialState.PRUNED)),
+                          (RUNNING, (TrialState.RUNNING,)), (QUEUED, (TrialState.WAITING,))):
+        found = [r for r in recs if r.state in wanted]
+        if found:
+            return state, found[0]
+    now = dt.datetime.now()
+    lost = [r for r in recs if r.state == TrialState.FAIL and r.outcome != record.ERROR
+            and r.datetime_complete is not None
+            and (now - r.datetime_complete).total_seconds() < REQUEUE_S]
+    return (RUNNING, lost[-1]) if lost else (DONE, None)
+
+
+def wait_for_defaults(study: optuna.Study, me: Worker | None, poll_s: float | None = None
+                      ) -> None:
+    """While vLLM's defaults run on another worker, wait (checking that worker's heartbeat:
+    if it dies, its trial is queued again and this worker takes it next)."""
+    said = False
+    while True:
+        state, rec = defaults_state(study)
+        if state != RUNNING or rec is None:
+            return
+        if not said:
+            log.info("waiting for vLLM's defaults (trial %d, on %s): the quality reference "
+                     "and every score come from that trial", rec.number, _who(rec))
+            said = True
+        time.sleep(POLL_S if poll_s is None else poll_s)
+        recover(study, me)
+
+
+def wait_for_twin(study: optuna.Study, flags: Mapping[str, Any], number: int,
+                  me: Worker | None, poll_s: float | None = None) -> None:
+    """Return once no lower-numbered trial runs these flags. The lower number launches and
+    the higher one waits, so of two workers that picked the same configuration exactly one
+    starts an engine; trials that have not yet announced their flags are waited for (at
+    most ANNOUNCE_S)."""
+    key = flags_key(flags)
+    t0 = time.monotonic()
+    said: set[int] = set()
+    while True:
+        lower = [r for r in record.records(study, (TrialState.RUNNING,)) if r.number < number]
+        twins = [r for r in lower if r.worker is not None and flags_key(r.flags) == key]
+        unannounced = [r for r in lower if r.worker is None]
+        if not twins and (not unannounced or time.monotonic() - t0 > ANNOUNCE_S):
+            return
+        for r in twins:
+            if r.number not in said:
+                log.info("trial %d: trial %d (on %s) is running the same flags; waiting for "
+                         "its result", number, r.number, _who(r))
+                said.add(r.number)
+        time.sleep(POLL_S if poll_s is None else poll_s)
+        recover(study, me)
