@@ -17,11 +17,22 @@ When CMD ends, a status line (`status_line`) goes to standard output, which is t
 engine's log: the tuner reads the exit code or signal from it at once, while this
 process may still be clearing the group. Standard library only: it must start in
 milliseconds.
+
+`python -m autotune.engine.reaper --warm GRACE` is the same reaper started ahead of its
+engine (`autotune.engine.warm`): it reads one JSON line from standard input naming a module
+to import (vLLM's entry point), imports it, says `ready`, and waits for a second line with
+the command. It then runs the command in a fork of itself, which finds every module already
+imported: the engine's start-up skips the ~10 s of imports. Everything else (the session,
+the parent watch, the status line, clearing the group) is as above.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
+import runpy
+import select
 import signal
 import subprocess
 import sys
@@ -104,6 +115,8 @@ def _take_down(child: subprocess.Popen[bytes], grace: float) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--warm":
+        return warm(float(argv[1]))
     if len(argv) < 3 or argv[1] != "--":
         print("usage: python -m autotune.engine.reaper GRACE -- CMD...", file=sys.stderr)
         return 2
@@ -121,8 +134,112 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             if os.getppid() != parent:
                 _take_down(child, grace)
+    return _report(child.pid, code, grace)
+
+
+def _default_signals() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+_pending = bytearray()  # what standard input gave beyond the last line read
+
+
+def _line(parent: int) -> dict | None:
+    """The next JSON line on standard input; None when the tuner is gone or closed it."""
+    while b"\n" not in _pending:
+        if os.getppid() != parent:
+            return None
+        ready, _, _ = select.select([0], [], [], POLL_S)
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return None
+        _pending.extend(chunk)
+    line, _, rest = bytes(_pending).partition(b"\n")
+    _pending[:] = rest
+    return json.loads(line)
+
+
+def warm(grace: float) -> int:
+    """Import an engine's entry point now, run the engine later in a fork (see the top)."""
+    parent = os.getppid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    first = _line(parent)
+    if first is None:
+        return 0
     try:
-        sys.stdout.write(status_line(child.pid, code))
+        importlib.import_module(first["preload"])
+    except BaseException as err:  # noqa: BLE001 - reported to the tuner, which starts cold
+        print(f"failed {type(err).__name__}: {err}", flush=True)
+        return 1
+    print("ready", flush=True)
+    job = _line(parent)
+    if job is None:  # not needed after all, or the tuner is gone
+        return 0
+    log = os.open(job["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    for fd in (1, 2):
+        os.dup2(log, fd)
+    os.close(log)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        _run_module(job)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            break
+        if os.getppid() != parent:
+            os.killpg(0, signal.SIGTERM)  # this process ignores it
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and not os.waitpid(pid, os.WNOHANG)[0]:
+                time.sleep(POLL_S)
+            os.killpg(0, signal.SIGKILL)
+        time.sleep(POLL_S)
+    return _report(pid, code, grace)
+
+
+def _run_module(job: dict) -> None:
+    """In the fork: become the engine command (its environment, title, argv) and run it."""
+    code = 1
+    try:
+        _default_signals()
+        if job.get("title"):
+            # Before the environment changes: setproctitle finds its room in the memory
+            # after argv, where the original environment lives (cleared, it fails).
+            try:
+                import setproctitle  # vLLM's own dependency; `ps` then shows the command
+
+                setproctitle.setproctitle(job["title"])
+            except ImportError:
+                pass
+        os.environ.clear()
+        os.environ.update(job["env"])
+        sys.argv = list(job["argv"])
+        runpy.run_module(job["module"], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the engine's own failure, as a cold start shows it
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _report(pid: int, code: int, grace: float) -> int:
+    """Write the status line, clear the group and exit as the command did."""
+    try:
+        sys.stdout.write(status_line(pid, code))
         sys.stdout.flush()
     except OSError:  # a full disk must not keep the group alive
         pass
@@ -132,11 +249,6 @@ def main(argv: list[str]) -> int:
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
-
-
-def _default_signals() -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from typing import Any
 import psutil
 
 from autotune import flags as flagmod
-from autotune.engine import liveness, prometheus
+from autotune.engine import liveness, prometheus, warm
 from autotune.engine import log as enginelog
 from autotune.engine.info import base_command, installed
 from autotune.engine.reaper import describe
@@ -106,6 +106,12 @@ class Server:
         self._watch = liveness.Watch()
         self._launcher: liveness.Member | None = None
         self._death: str | None = None
+        self._entry: warm.Entry | None = None
+        self._spare_env: dict[str, str] = {}
+        # How the engine was started (warm.WARM: a spare reaper's fork; warm.COLD), and
+        # whether stopping it prepares a spare for the next launch.
+        self.launch_path = warm.COLD
+        self.prepare_next = warm.enabled()
         self._launch_offset = 0  # the log's size when the current launch began
         self._ready_offset = 0  # and when the engine became ready
 
@@ -158,15 +164,26 @@ class Server:
                "VLLM_API_KEY": self.api_key}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launch_offset = self._ready_offset = self._log_size()
+        self._t0 = time.monotonic()  # waiting for a spare's imports is start-up time too
+        self._entry = warm.entry(self.command)
+        self._spare_env = {k: v for k, v in env.items() if k != "VLLM_API_KEY"}
+        spare = warm.take(self._entry.module, self._spare_env, self.startup_timeout) \
+            if self._entry else None
         with open(self.log_path, "ab") as log:
             log.write(f"$ {' '.join(self.command)}\n".encode())  # holds no key
             log.flush()
-            self._t0 = time.monotonic()
-            # The reaper leads the session and takes it down if this process dies.
-            reaper = [sys.executable, "-m", "autotune.engine.reaper", str(self.stop_grace), "--"]
-            self.proc = subprocess.Popen(
-                [*reaper, *self.command], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            if spare is not None and self._entry is not None:
+                # The spare reaper runs the same command in a fork of itself (warm.py).
+                spare.start(self._entry, env, str(self.log_path))
+                self.proc, self.launch_path = spare.proc, warm.WARM
+            else:
+                # The reaper leads the session and takes it down if this process dies.
+                reaper = [sys.executable, "-m", "autotune.engine.reaper",
+                          str(self.stop_grace), "--"]
+                self.proc = subprocess.Popen(
+                    [*reaper, *self.command], stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                self.launch_path = warm.COLD
         _LIVE.add(self)
 
     def _wait_ready(self) -> None:
@@ -354,6 +371,9 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         _LIVE.discard(self)
+        if self._entry is not None and self.prepare_next:
+            # The next launch's imports, done while the caller moves on (warm.py).
+            warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
 
     def _kill_all(self) -> None:
         """SIGKILL whatever is left of the group (children forked after any snapshot too)."""

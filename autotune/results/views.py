@@ -187,7 +187,8 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                       f"; log {r.log_path or '-'}")
     if r.timings:
         console.print("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
-                                           for k, v in r.timings.items()))
+                                           for k, v in r.timings.items())
+                      + (f" ({r.startup['launch']} start)" if r.startup.get("launch") else ""))
     m = r.metrics
     if m:
         console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "

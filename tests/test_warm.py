@@ -1,0 +1,96 @@
+"""Warm starts without an engine: the module form of a command, a spare reaper's protocol
+(import, `ready`, run in a fork, status line, exit code), and the cold fallback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autotune.engine import warm
+from autotune.engine.reaper import MARK
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_commands_have_a_module_form_in_this_interpreter():
+    e = warm.entry([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
+    assert (e.module, e.argv) == ("vllm.entrypoints.openai.api_server",
+                                  ["vllm.entrypoints.openai.api_server", "--model", "m"])
+    assert "vllm.entrypoints" in e.title  # what `ps` and the probes see
+    e = warm.entry(["/venv/bin/vllm", "serve", "m", "--port", "1"])
+    assert e.module == "vllm.entrypoints.cli.main" and e.argv[1:] == ["serve", "m", "--port", "1"]
+    assert warm.entry(["/other/python", "-m", "x"]) is None  # another interpreter: cold
+    assert warm.entry(["sh", "-c", "true"]) is None
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_spare_runs_the_command_in_a_fork_and_reports_how_it_ended(tmp_path, code):
+    env = _env()
+    spare = warm.prepare("tests.warm_echo", env, grace=2.0)
+    assert spare is not None and spare.wait_ready(30)
+    log = tmp_path / "engine.log"
+    entry = warm.entry([sys.executable, "-m", "tests.warm_echo", str(code)])
+    spare.start(entry, {**env, "WARM_ECHO": "from the job"}, str(log))
+    assert spare.proc.wait(30) == code
+    text = log.read_text()
+    assert f"argv ['{code}'] env from the job" in text
+    assert f"{MARK} engine command" in text and f"exited with code {code}" in text
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(spare.proc.pid).status()  # gone, and reaped
+
+
+def test_a_spare_that_cannot_import_means_a_cold_start(tmp_path):
+    env = _env()
+    warm.prepare("no_such_module_for_autotune", env, grace=1.0)
+    assert warm.take("no_such_module_for_autotune", env, timeout=30) is None
+    assert warm.take("no_such_module_for_autotune", env, timeout=1) is None  # used up
+
+
+def test_spares_are_matched_by_what_was_imported_with(tmp_path):
+    env = _env()
+    warm.prepare("tests.warm_echo", env, grace=1.0)
+    # Another logging set-up at import time: not this spare.
+    assert warm.take("tests.warm_echo", {**env, "VLLM_LOGGING_LEVEL": "DEBUG"}, 1) is None
+    spare = warm.take("tests.warm_echo", env, timeout=30)
+    assert spare is not None
+    spare.discard()
+
+
+def test_an_idle_spare_leaves_with_its_tuner():
+    """SIGKILL of the process that started a spare: the spare exits on its own."""
+    script = ("import os, sys, time; from autotune.engine import warm; "
+              "s = warm.prepare('tests.warm_echo', dict(os.environ), 1.0); "
+              "s.wait_ready(30); print(s.proc.pid, flush=True); time.sleep(600)")
+    tuner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                             text=True, env=_env(), cwd=ROOT)
+    spare_pid = int(tuner.stdout.readline())
+    assert psutil.pid_exists(spare_pid)
+    tuner.send_signal(signal.SIGKILL)
+    tuner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(spare_pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the spare outlived its tuner")
+
+
+def test_warm_starts_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_WARM_START", "0")
+    assert warm.prepare("tests.warm_echo", _env(), 1.0) is None
+    assert warm.take("tests.warm_echo", _env(), 1.0) is None
