@@ -130,13 +130,14 @@ def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
     interrupted = trials[0]
     assert interrupted.state == TrialState.FAIL
     assert interrupted.outcome == "interrupted"
-    # It is queued again, behind the baseline that was already waiting.
-    assert [t.state for t in trials[1:]] == [TrialState.WAITING, TrialState.WAITING]
-    assert trials[2].baseline == "vllm-defaults"
+    # It is queued again; the named baselines follow once the defaults have run.
+    assert [(t.state, t.baseline) for t in trials[1:]] == \
+        [(TrialState.WAITING, "vllm-defaults")]
     _tune(path, root, "--trials", "2", "--study", "ctrl-c")
     trials = record.records(_study(root, "ctrl-c"))
-    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.PRUNED, TrialState.COMPLETE]
-    assert trials[2].values == (0.0,)  # the defaults ran again and became the reference
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED]
+    assert trials[1].is_defaults and trials[1].values == (0.0,)  # ran again: the reference
+    assert trials[2].baseline == "refused"
 
 
 def _ancestors(proc: psutil.Process) -> set[int]:
