@@ -11,6 +11,9 @@ ran on for ten minutes (issue 16).
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +23,7 @@ import psutil
 import pytest
 
 from autotune.config import Scenario
+from autotune.engine import warm
 from autotune.engine.liveness import running
 from autotune.tuning import trial
 
@@ -92,16 +96,23 @@ def _engine_core(procs: list[psutil.Process]) -> psutil.Process:
 
 def _run_with(killer: Killer | None, delay: float, scenario: Scenario, model: Path,
               trial_dir: Path) -> trial.Outcome:
+    # A spare reaper prepared by an earlier test's engine (warm starts) would be counted
+    # among the session's processes by `Killer` and then become this trial's engine.
+    warm.discard_all()
     log = logging.getLogger("autotune")
     handler = AfterBurst(killer, delay) if killer else None
-    level = log.level
+    level, disabled = log.level, log.disabled
     log.setLevel(logging.INFO)
+    # A logging set-up earlier in the session (a `dictConfig` that disables the loggers it
+    # does not name) must not silence the line this test waits for.
+    log.disabled = False
     if handler:
         log.addHandler(handler)
     try:
         return trial.run(scenario, str(model), {}, trial_dir)
     finally:
         log.setLevel(level)
+        log.disabled = disabled
         if handler:
             log.removeHandler(handler)
 
@@ -146,3 +157,62 @@ def test_trial_timeout_bounds_the_whole_trial(tiny_model, tmp_path):
     assert (outcome.state, outcome.reason) == (trial.PRUNED, trial.TIMEOUT), outcome.attrs
     assert "trial_timeout 60s spent" in outcome.attrs["detail"]
     assert 60 <= took < 60 + CRASH_BOUND_S
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_signal_during_a_benchmark_ends_in_one_line(eager_server, tmp_path, sig):
+    """SIGTERM (or Ctrl-C) while requests stream: exit 130 and one line, not a page of
+    "Task exception was never retrieved" from the requests cut short."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "bench", "--url", eager_server.url, "--api-key",
+         eager_server.api_key, "--num-requests", "400", "--input-len", "16",
+         "--output-len", "256", "--concurrency", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    waiting = time.monotonic() + 60
+    while time.monotonic() < waiting:  # requests in flight: the engine is generating
+        if eager_server.get_text("/metrics") and _running(eager_server) > 0:
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("no request reached the engine")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["autotune: interrupted"], err
+
+
+def _running(srv) -> float:
+    from autotune.engine import prometheus
+
+    return prometheus.scrape(srv.get_text("/metrics") or "").get("vllm:num_requests_running", 0)
+
+
+def test_bench_with_its_own_engine_stops_in_one_line_when_the_engine_dies(tiny_model, tmp_path):
+    """`autotune bench --model`: `kill -9` of its API server mid-run ends the command within
+    seconds with one line naming what died, and nothing of the engine is left."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "bench", "--model", str(tiny_model),
+         "--num-requests", "2000", "--input-len", "16", "--output-len", "256",
+         "--concurrency", "8", "--log", str(tmp_path / "e.log"), "--", "--enforce-eager"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    me = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 240
+    launcher = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        log = (tmp_path / "e.log").read_text() if (tmp_path / "e.log").exists() else ""
+        if "POST /v1/completions" in log:  # requests are being served
+            reaper = next(p for p in me.children() if "reaper" in " ".join(p.cmdline()))
+            launcher = reaper.children()[0]
+            break
+        time.sleep(0.5)
+    assert launcher is not None, "no request was served"
+    engine = me.children(recursive=True)
+    launcher.kill()
+    killed = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - killed < CRASH_BOUND_S + 10
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "measurement stopped" in lines[0] and "SIGKILL" in lines[0], err
+    assert not _all_gone(engine)

@@ -121,12 +121,15 @@ def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[str, float],
-             percentile: dict[str, float], pids: Callable[[], list[int]] | None = None
-             ) -> dict:
+             percentile: dict[str, float], pids: Callable[[], list[int]] | None = None,
+             alive: Callable[[], str | None] | None = None) -> dict:
+    """Run the benchmark; with `alive` (a launched server's watch) a dead engine ends it
+    within a second as one line (`Halted`), not after every step's timeout."""
     if spec.mode == "capacity":
         return capacity.search(target, spec, tokenizer_model=tokenizer, slos=percentile,
-                               pids=pids)
-    return benchmark(target, spec, tokenizer_model=tokenizer, slos=goodput, pids=pids)
+                               pids=pids, alive=alive)
+    return benchmark(target, spec, tokenizer_model=tokenizer, slos=goodput, pids=pids,
+                     alive=alive)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -156,7 +159,7 @@ def run_bench(args: argparse.Namespace) -> int:
             target = Target(srv.url, args.served_model_name or args.model, srv.headers)
             pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
             result = _measure(target, spec, args.tokenizer or args.model, slos, percentile,
-                              pids)
+                              pids, srv.death)
             result["engine"] = {"command": ["vllm", "serve", args.model, *srv.serve_args()],
                                 "startup_s": srv.startup_s, **srv.figures.as_dict(),
                                 "version": "-".join(installed()), "log": str(log)}

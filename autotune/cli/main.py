@@ -486,8 +486,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
-    # SIGTERM takes the same clean-up path as Ctrl-C: context managers stop engines.
-    raise KeyboardInterrupt
+    """SIGTERM takes Ctrl-C's path (context managers stop engines), as a SIGINT: inside
+    `asyncio.run` the runner then cancels its main task cleanly, whereas a KeyboardInterrupt
+    raised in the middle of a task is stored on it, and Python printed a page of "Task
+    exception was never retrieved" after the one line."""
+    signal.raise_signal(signal.SIGINT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
