@@ -95,7 +95,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
     space.check_against_engine(scenario, engine_info(), args.scenario)
     root = Path(args.studies_dir)
-    url = _tune_storage(scenario, storage_arg, root)
+    url = _checked_url(scenario, storage_arg, root)
     study_dir = root / str(scenario.name)
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +171,7 @@ def _print_summary(args: argparse.Namespace, data: dict, console: Console) -> No
         views.print_summary(data, console)
 
 
-def _tune_storage(scenario: Scenario, storage_url: str | None, root: Path) -> str:
+def _checked_url(scenario: Scenario, storage_url: str | None, root: Path) -> str:
     """The study's storage URL, checked for `tune` (it may create the database)."""
     from autotune.tuning import storage, study
 
