@@ -16,7 +16,6 @@ search autotune's own steps use; only the measuring differs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import numbers
@@ -33,7 +32,7 @@ from typing import IO, Any
 
 from autotune.config import latency_key
 from autotune.errors import AutotuneError, ConfigError
-from autotune.measure import capacity
+from autotune.measure import capacity, watch
 from autotune.traffic import WorkloadSpec
 
 # A sustained step offers the rate for this long: 4-6-s steps measured the transient.
@@ -252,17 +251,20 @@ def _tail(path: Path, n: int = 1) -> str:
 def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, base_url: str,
            model: str, tokenizer: str, api_key: str | None, step_s: float = STEP_S,
            result_dir: Path | None = None, start: float | None = None,
-           factor: float | None = None) -> dict[str, Any]:
+           factor: float | None = None, alive: watch.Alive | None = None) -> dict[str, Any]:
     """The capacity at SLO of the server at `base_url`, measured with vLLM's client: the
     capacity record of `capacity.record`, plus how it was measured. With `start` the
-    search begins there instead of at a burst (`capacity.plan`)."""
+    search begins there instead of at a burst (`capacity.plan`). `alive` watches the
+    engine through the idle waits and after every step (`Halted` once it names a reason):
+    a dead engine fails vLLM's requests at once, and each step would then wait out the
+    idle timeout."""
     if step_s <= 0:
         raise ConfigError(f"--step-seconds must be positive (got {step_s:g})")
     cap = spec.capacity
     pct = percentiles(slos)
 
     def measure(kind: str, rate: float | None, index: int) -> capacity.Step:
-        waited = asyncio.run(capacity.wait_idle(base_url, cap.idle_timeout_s))
+        waited = watch.run(capacity.wait_idle(base_url, cap.idle_timeout_s), alive)
         n = prompts(spec, rate, step_s)
         argv = step_args(spec, base_url=base_url, model=model, tokenizer=tokenizer,
                          rate=rate, num_prompts=n, seed=spec.seed + index,
@@ -273,6 +275,7 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
         expected = n / rate if rate else n
         t0 = time.monotonic()
         result = helper.step(argv, api_key=api_key, timeout_s=expected + spec.timeout_s + 120)
+        watch.check(alive)  # requests that failed because the engine died are no result
         broken = judge(result, slos, cap.min_success_rate)
         figures = {k: round(result[latency_key(k.removesuffix("_ms"))], 3) for k in slos
                    if result.get(latency_key(k.removesuffix("_ms"))) is not None}

@@ -25,7 +25,7 @@ from autotune.engine import gpu
 from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
-from autotune.errors import ConfigError, EngineError
+from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import vllmbench
 from autotune.tuning import paired, prune, record, validate
 from autotune.tuning import study as study_mod
@@ -217,12 +217,17 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
             cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
                                    base_url=srv.url, model=model, tokenizer=model,
                                    api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
-                                   start=reported, factor=START_FACTOR if reported else None)
+                                   start=reported, factor=START_FACTOR if reported else None,
+                                   alive=srv.death)
             measure_s = time.monotonic() - t1
     except EngineError as err:
         raise validate.ValidationRunFailed(
             f"validate: {what} did not start: {err.reason}: {err.detail}; "
             f"log {run_dir / 'engine.log'}") from None
+    except Halted as err:
+        raise validate.ValidationRunFailed(
+            f"validate: {what} stopped: {err.why}; log {run_dir / 'engine.log'}"
+        ) from None
     return {"capacity": cap["request_throughput"], "low": cap["low"], "high": cap["high"],
             "bracket": cap["bracket"], "uncertainty": cap["uncertainty"],
             "saturated": cap["saturated"], "stopped": cap["stopped"],
