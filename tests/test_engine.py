@@ -28,12 +28,14 @@ SMALL_KV = {"enforce-eager": True, "kv-cache-memory-bytes": 2_000_000}
 
 
 def _complete(srv: Server, headers: dict[str, str]) -> int:
-    body = json.dumps({"model": srv.model, "prompt": "Hello", "max_tokens": 4}).encode()
+    body = json.dumps({"model": srv.model, "prompt": "Hello", "max_tokens": 4,
+                       "ignore_eos": True}).encode()
     req = urllib.request.Request(f"{srv.url}/v1/completions", data=body, method="POST",
                                  headers={**headers, "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
-            assert json.loads(resp.read())["choices"][0]["text"]
+            # Tokens, not text: random weights can pick tokens that decode to nothing.
+            assert json.loads(resp.read())["usage"]["completion_tokens"] == 4
             return resp.status
     except urllib.error.HTTPError as err:
         return err.code
