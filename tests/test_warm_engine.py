@@ -43,12 +43,15 @@ def test_a_warm_start_is_the_same_engine(tiny_model, tmp_path):
     with Server(str(tiny_model), flags, log_path=tmp_path / "cold.log") as cold:
         assert cold.launch_path == warm.COLD
         cold_text = _complete(cold)
+        cold_imports = cold.phases["imports"]
     # Its stop prepared a spare; give it the time a trial's teardown and set-up would.
     time.sleep(20)
     t0 = time.monotonic()
     with Server(str(tiny_model), flags, log_path=tmp_path / "warm.log") as hot:
         started = time.monotonic() - t0
         assert hot.launch_path == warm.WARM
+        # The spare had imported vLLM: the API server's import phase all but vanishes.
+        assert hot.phases["imports"] < 0.5 * cold_imports, (hot.phases, cold_imports)
         assert _complete(hot) == cold_text  # greedy, same weights: the same tokens
         tree = psutil.Process(hot.proc.pid).children(recursive=True)
         roles = [probes.role(p.cmdline()) for p in tree]

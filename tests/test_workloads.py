@@ -28,6 +28,16 @@ def _random(tok: Tokenizer, model: str, offset: int = 0, **spec: object) -> list
     return [s.turns[0].content for s in sessions]
 
 
+def test_a_process_loads_each_tokenizer_once(model, tok):
+    cached = Tokenizer.of(model)
+    assert Tokenizer.of(model) is cached  # every trial and capacity step share it
+    # and it builds the same prompts as a freshly loaded one
+    spec = {"kind": "random", "num_requests": 4, "input_len": 20, "prefix_len": 8}
+    assert _random(cached, model, **spec) == _random(tok, model, **spec)
+    assert [s.turns[0].content for s in build_sessions(WorkloadSpec(**spec), model)] == \
+        _random(tok, model, **spec)
+
+
 # -- random ------------------------------------------------------------------------------
 
 def test_random_text_has_exactly_n_tokens(tok):

@@ -39,6 +39,7 @@ from autotune import flags as flagmod
 from autotune.engine import liveness, prometheus, warm
 from autotune.engine import log as enginelog
 from autotune.engine.info import base_command, installed
+from autotune.engine.phases import PhaseClock
 from autotune.engine.reaper import describe
 from autotune.errors import ConfigError, EngineError
 
@@ -102,6 +103,8 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
         self.figures = enginelog.StartupFigures()
+        self.phases: dict[str, float] = {}  # where start-up went (engine/phases.py)
+        self._clock, self._clock_offset = PhaseClock(0.0), 0
         self.cache_info: dict[str, str] = {}
         self._watch = liveness.Watch()
         self._launcher: liveness.Member | None = None
@@ -165,6 +168,7 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._launch_offset = self._ready_offset = self._log_size()
         self._t0 = time.monotonic()  # waiting for a spare's imports is start-up time too
+        self._clock, self._clock_offset = PhaseClock(self._t0), self._launch_offset
         self._entry = warm.entry(self.command)
         self._spare_env = {k: v for k, v in env.items() if k != "VLLM_API_KEY"}
         spare = warm.take(self._entry.module, self._spare_env, self.startup_timeout) \
@@ -204,12 +208,16 @@ class Server:
                                   f"not ready after {self.startup_timeout:.0f} s",
                                   enginelog.tail(self.read_log(self._launch_offset)),
                                   str(self.log_path))
+            self._clock.feed(self._read_new(), time.monotonic())
             if not healthy:
                 healthy = self._get("/health") == 200
             elif self._first_completion():
                 break
             time.sleep(0.5)
-        self.startup_s = time.monotonic() - self._t0
+        ready = time.monotonic()
+        self.startup_s = ready - self._t0
+        self._clock.feed(self._read_new(), ready)
+        self.phases = self._clock.phases(ready)
         self._watch.add_titled(self.processes())
         self._ready_offset = self._log_size()
         figures = enginelog.parse_startup(self.read_log(self._launch_offset))
@@ -317,12 +325,21 @@ class Server:
 
     def read_log(self, since: int = 0) -> str:
         """The engine's log from byte offset `since`; empty when it cannot be read."""
+        return self._log_bytes(since).decode(errors="replace")
+
+    def _read_new(self) -> str:
+        """What the log gained since the phase clock last read it."""
+        data = self._log_bytes(self._clock_offset)
+        self._clock_offset += len(data)
+        return data.decode(errors="replace")
+
+    def _log_bytes(self, since: int) -> bytes:
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(since)
-                return f.read().decode(errors="replace")
+                return f.read()
         except OSError:
-            return ""
+            return b""
 
     def _log_size(self) -> int:
         try:

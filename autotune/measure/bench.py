@@ -19,7 +19,7 @@ def prepare(spec: WorkloadSpec, tokenizer_model: str, *, offset: int = 0,
             tokenizer: Tokenizer | None = None) -> tuple[list[Session], list[Session]]:
     """(measured, warm-up) sessions; warm-up prompts differ from the measured ones."""
     if tokenizer is None and spec.kind in ("random", "chat"):
-        tokenizer = Tokenizer(tokenizer_model)
+        tokenizer = Tokenizer.of(tokenizer_model)
     measured = build_sessions(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
     warmup = build_sessions(spec, tokenizer_model, count=spec.warmup_requests,
                             offset=offset + 1_000_003, tokenizer=tokenizer) \

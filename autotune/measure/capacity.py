@@ -379,7 +379,7 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
     included: once it names a reason the search ends with `Halted` within a poll,
     instead of waiting `idle_timeout_s` per step for an engine that is gone."""
     cap = spec.capacity
-    tokenizer = Tokenizer(tokenizer_model) if spec.kind in ("random", "chat") else None
+    tokenizer = Tokenizer.of(tokenizer_model) if spec.kind in ("random", "chat") else None
     count = "conversations" if spec.kind == "chat" else "num_requests"
     base_n = getattr(spec, count)
 

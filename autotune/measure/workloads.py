@@ -9,6 +9,7 @@ them. Everything is seeded, so the same spec gives the same prompts.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,14 @@ class Tokenizer:
         self.tok: Any = AutoTokenizer.from_pretrained(model)
         self.specials = set(self.tok.all_special_ids)
         self.vocab = len(self.tok)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=4)
+    def of(model: str) -> Tokenizer:
+        """The tokenizer of `model`, loaded once per process: a study builds prompts with
+        it for every trial and every capacity step, and a large vocabulary (Qwen3's 151k
+        entries) takes about a second to parse each time."""
+        return Tokenizer(model)
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
@@ -88,7 +97,7 @@ def build_sessions(spec: WorkloadSpec, model: str, *, count: int | None = None,
     """The sessions of `spec`; `offset` shifts the seed so warm-up and measured prompts differ."""
     rng = np.random.default_rng([spec.seed, offset])
     if spec.kind in ("random", "chat"):
-        tok = tokenizer or Tokenizer(model)
+        tok = tokenizer or Tokenizer.of(model)
         # The shared text (prefix, system prompt) is the same for every offset.
         shared = tok.random_text(np.random.default_rng([spec.seed, 999_999]),
                                  spec.prefix_len if spec.kind == "random" else spec.system_len)
@@ -145,7 +154,7 @@ def _read_jsonl(spec: WorkloadSpec) -> list[Session]:
 def _read_sharegpt(spec: WorkloadSpec, model: str) -> list[Session]:
     """ShareGPT JSON: the first human turn is the prompt, the reply's length the output length."""
     data = json.loads(Path(spec.path or "").read_text())
-    tok = Tokenizer(model)
+    tok = Tokenizer.of(model)
     sessions = []
     for entry in data:
         conv = entry.get("conversations") or entry.get("conversation") or []

@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 from plotly.subplots import make_subplots
 
 from autotune.config import latency_key
+from autotune.engine import phases
 from autotune.errors import ConfigError
 from autotune.results import show
 from autotune.results.show import outcome, reason
@@ -559,6 +560,38 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
     fig.update_yaxes(type="log", row=1, col=1, range=[math.log10(min(shown)) - 0.5,
                                                       math.log10(max(shown)) + 0.5])
     fig.update_yaxes(range=[0, 1.05], row=1, col=2)
+    return fig
+
+
+# One colour per start-up phase, and grey for records older than the split.
+PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e377c2",
+                                            "#7f7f7f", "#1f77b4", "#17becf", "#bcbd22"),
+                            strict=True)), "not split": "#c7c7c7"}
+
+
+def startup_figure(study: optuna.Study) -> go.Figure:
+    """Where each started engine's start-up went, phase by phase, and how it was launched
+    (a warm start skips the API server's imports): what a faster start must cut."""
+    started = [r for r in records(study) if r.startup_s is not None]
+    fig = go.Figure()
+    fig.update_layout(title="Engine start-up by phase", barmode="stack", height=HEIGHT,
+                      xaxis_title="seconds from launch to the first completed request",
+                      legend={"traceorder": "normal"})
+    if not started:
+        fig.add_annotation(text="no trial started an engine", xref="paper", yref="paper",
+                           x=0.5, y=0.5, showarrow=False)
+        return fig
+    ys = [" ".join(filter(None, (f"#{r.number}", r.name, r.startup.get("launch"))))
+          for r in started]
+    # Records written before the split hold only the total.
+    split = [r.startup.get("phases") or {"not split": r.startup_s} for r in started]
+    for phase, colour in PHASE_COLOURS.items():
+        xs = [s.get(phase) for s in split]
+        if any(x is not None for x in xs):
+            fig.add_trace(go.Bar(y=ys, x=xs, name=phase.replace("_", " "), orientation="h",
+                                 marker_color=colour,
+                                 hovertemplate=f"{phase}: %{{x:.1f}} s<extra>%{{y}}</extra>"))
+    fig.update_yaxes(autorange="reversed")
     return fig
 
 

@@ -261,6 +261,10 @@ def build(study: optuna.Study) -> str:
          + _figure(report.parallel_figure(study), "parallel")),
         ("Quality guardrail", _guardrail(study)
          + _figure(report.guardrail_figure(study), "guardrail")),
+        ("Engine start-up", "<p>Each bar is one engine start, from launch to the first "
+         "completed request, split where the engine's log shows each phase ending. A warm "
+         "start has already imported vLLM in its API server.</p>"
+         + _figure(report.startup_figure(study), "startup")),
         ("All trials", trials_table(study)),
     ]
     body = "".join(f"<section><h2>{_e(title)}</h2>{content}</section>"

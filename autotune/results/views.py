@@ -189,6 +189,9 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         console.print("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
                                            for k, v in r.timings.items())
                       + (f" ({r.startup['launch']} start)" if r.startup.get("launch") else ""))
+    if r.startup.get("phases"):
+        console.print("start-up: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s"
+                                               for k, v in r.startup["phases"].items()))
     m = r.metrics
     if m:
         console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "

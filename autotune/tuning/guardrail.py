@@ -271,7 +271,7 @@ def make_guard(scenario: Scenario, study_dir: Path) -> Guard | None:
     if spec.prompts and not path.exists():
         model = tinymodel.resolve(scenario.model.tiny, scenario.model.path)
         reference = expected_reference(spec.prompts, spec.num_prompts, spec.max_tokens,
-                                       Tokenizer(model), {"model": model})
+                                       Tokenizer.of(model), {"model": model})
         if reference is not None:
             reference.thresholds = thresholds(reference.noise, spec.noise_factor,
                                               spec.drift_threshold, spec.agreement_threshold)

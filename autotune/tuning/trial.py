@@ -113,7 +113,8 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
                              startup_timeout=min(scenario.engine.startup_timeout_s,
                                                  deadline.left())) as srv:
             timings["startup_s"] = time.monotonic() - t0
-            attrs["startup"] = {**srv.figures.as_dict(), "launch": srv.launch_path}
+            attrs["startup"] = {**srv.figures.as_dict(), "launch": srv.launch_path,
+                                "phases": srv.phases}
             watch = TrialWatch(srv.death, deadline)
             try:
                 t1 = time.monotonic()
