@@ -160,7 +160,14 @@ def test_a_growing_backlog_fails_a_step_whose_percentiles_pass(one_seq, tiny_mod
     calm = _step(one_seq, tiny_model, 1.0, lax)
     assert calm.passed, calm.violations
     assert not calm.backlog or calm.backlog["growth"] < 4  # a few requests: no backlog
-    over = _step(one_seq, tiny_model, 12.0, lax)
+    # A step the client could not drive (its event loop stalled: one CI run saw a 2.1-s
+    # p99 lag and 6.6 of 12 req/s sent) says it is no measurement; it is taken again.
+    for _ in range(3):
+        over = _step(one_seq, tiny_model, 12.0, lax)
+        if over.bottleneck["valid"]:
+            break
+    else:
+        pytest.skip(f"the client could not drive 12 req/s three times: {over.bottleneck}")
     assert over.figures["e2el_p95_ms"] < 60_000  # the percentile alone would pass
     assert not over.passed
     assert [v for v in over.violations if v.startswith("backlog +")], over.violations

@@ -1,5 +1,6 @@
-"""The `vllm bench serve` helper against a real CPU engine: a Poisson step and a burst
-through one process, a bad step answered without killing it, and nothing left behind."""
+"""The `vllm bench serve` helper against a real CPU engine (the session's shared one): a
+Poisson step and a burst through one process, a bad step answered without killing it, and
+nothing left behind."""
 
 from __future__ import annotations
 
@@ -8,31 +9,30 @@ import json
 import psutil
 import pytest
 
-from autotune.engine.server import Server
 from autotune.measure import vllmbench
 from autotune.traffic import WorkloadSpec
 
 pytestmark = pytest.mark.engine
 
 
-def test_helper_runs_steps_on_a_cpu_engine(tiny_model, tmp_path, no_leftover_engine):
-    model = str(tiny_model)
+def test_helper_runs_steps_on_a_cpu_engine(eager_server, tiny_model, tmp_path,
+                                           no_leftover_engine):
+    model, srv = str(tiny_model), eager_server
     spec = WorkloadSpec(num_requests=12, input_len=32, output_len=16, max_concurrency=4)
     with vllmbench.Helper(tmp_path / "helper.log") as helper:
         proc = helper.proc
         assert helper.version and helper.start_s > 0
-        with Server(model, {"enforce-eager": True}, log_path=tmp_path / "engine.log") as srv:
-            results = []
-            for rate, n in ((4.0, 12), (None, 12)):  # 3 s of Poisson arrivals, then a burst
-                argv = vllmbench.step_args(spec, base_url=srv.url, model=model,
-                                           tokenizer=model, rate=rate, num_prompts=n, seed=1,
-                                           result_dir=tmp_path, result_filename=f"{rate}.json")
-                results.append(helper.step(argv, api_key=srv.api_key, timeout_s=300))
-            with pytest.raises(vllmbench.VllmBenchError, match="invalid choice"):
-                helper.step(["--backend", "nope"])
-            # the helper survives a bad step; a step without the key is refused by the server
-            refused = helper.step(argv, api_key=None, timeout_s=300)
-        key = srv.api_key
+        results = []
+        for rate, n in ((4.0, 12), (None, 12)):  # 3 s of Poisson arrivals, then a burst
+            argv = vllmbench.step_args(spec, base_url=srv.url, model=model,
+                                       tokenizer=model, rate=rate, num_prompts=n, seed=1,
+                                       result_dir=tmp_path, result_filename=f"{rate}.json")
+            results.append(helper.step(argv, api_key=srv.api_key, timeout_s=300))
+        with pytest.raises(vllmbench.VllmBenchError, match="invalid choice"):
+            helper.step(["--backend", "nope"])
+        # the helper survives a bad step; a step without the key is refused by the server
+        refused = helper.step(argv, api_key=None, timeout_s=300)
+    key = srv.api_key
     for r in results:
         assert (r["completed"], r["failed"]) == (12, 0)
         assert r["request_throughput"] > 0 and r["output_throughput"] > 0

@@ -44,8 +44,8 @@ def test_a_warm_start_is_the_same_engine(tiny_model, tmp_path):
         assert cold.launch_path == warm.COLD
         cold_text = _complete(cold)
         cold_imports = cold.phases["imports"]
-    # Its stop prepared a spare; give it the time a trial's teardown and set-up would.
-    time.sleep(20)
+    # Its stop prepared a spare: the next launch takes it once it has imported vLLM.
+    assert cold.spare_ready(120), "the spare did not get ready"
     t0 = time.monotonic()
     with Server(str(tiny_model), flags, log_path=tmp_path / "warm.log") as hot:
         started = time.monotonic() - t0

@@ -111,6 +111,7 @@ class Server:
         self._death: str | None = None
         self._entry: warm.Entry | None = None
         self._spare_env: dict[str, str] = {}
+        self._spare: warm.Spare | None = None  # the one this server's stop prepared
         # How the engine was started (warm.WARM: a spare reaper's fork; warm.COLD), and
         # whether stopping it prepares a spare for the next launch.
         self.launch_path = warm.COLD
@@ -390,7 +391,12 @@ class Server:
         _LIVE.discard(self)
         if self._entry is not None and self.prepare_next:
             # The next launch's imports, done while the caller moves on (warm.py).
-            warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
+            self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
+
+    def spare_ready(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until the spare this server's stop prepared has imported
+        vLLM (False: none was prepared, or it failed): the next launch is then warm."""
+        return self._spare is not None and self._spare.wait_ready(timeout)
 
     def _kill_all(self) -> None:
         """SIGKILL whatever is left of the group (children forked after any snapshot too)."""
