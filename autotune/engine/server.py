@@ -125,7 +125,9 @@ class Server:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self.prepare_next = False  # Ctrl-C or exit: no next launch to prepare for
         self.stop()
 
     @property
@@ -376,6 +378,10 @@ class Server:
         if self.proc is None:
             return
         procs = self.processes()
+        if self._entry is not None and self.prepare_next:
+            # The next launch's imports, done while this engine is torn down and the caller
+            # moves on (warm.py): a spare touches no GPU, so it need not wait for the release.
+            self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
         self._signal(procs, signal.SIGTERM)
         try:
             psutil.wait_procs(procs, timeout=self.stop_grace)
@@ -389,9 +395,6 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         _LIVE.discard(self)
-        if self._entry is not None and self.prepare_next:
-            # The next launch's imports, done while the caller moves on (warm.py).
-            self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
 
     def spare_ready(self, timeout: float) -> bool:
         """Wait up to `timeout` s until the spare this server's stop prepared has imported
