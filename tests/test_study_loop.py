@@ -17,36 +17,20 @@ from typing import Any
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
 from autotune.tuning import ranking, record, shared, study
 from autotune.tuning import trial as trial_mod
-
-SCENARIO = """
-name: seam
-model: {tiny: tiny}
-engine: {flags: {enforce-eager: true}}
-space:
-  max-num-seqs: {choices: [2, 8, 32]}
-workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16}
-objective:
-  mode: weighted
-  latency: ttft_p95
-  weights: {throughput: 1.0, latency: 0.0, memory: 0.0}
-  slos: {ttft_p95_ms: 500}
-baselines:
-  - {name: refused, flags: {max-num-seqs: 4}}
-budget: {trials: 6}
-sampler: {name: grid, seed: 0}
-"""
+from tests import canned
 
 
 def _scenario(**changes: Any) -> Scenario:
-    raw = yaml.safe_load(SCENARIO)
-    raw.update(changes)
-    return Scenario.model_validate(raw)
+    """The canned scenario of tests/canned.py, made this module's: a grid over max-num-seqs
+    alone, and a baseline that `Canned` below refuses as the engine would."""
+    return canned.scenario(**{"name": "seam", "space": {"max-num-seqs": {"choices": [2, 8, 32]}},
+                              "baselines": [{"name": "refused", "flags": {"max-num-seqs": 4}}],
+                              "sampler": {"name": "grid", "seed": 0}, **changes})
 
 
 class Canned:

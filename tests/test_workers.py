@@ -24,10 +24,12 @@ from typing import Any
 import canned
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from autotune.tuning import guardrail, ranking, record, shared, study, workers
 from autotune.tuning.storage import masked
+from tests.conftest import SCENARIO
 
 CANNED = str(Path(canned.__file__).resolve())
 
@@ -398,23 +400,15 @@ def test_tune_prints_the_storage_without_its_password(postgres_db, tmp_path):
     assert "s3cret-pw" not in (tmp_path / "shared" / "tune.log").read_text()
 
 
-ENGINE_SCENARIO = """
-name: two-workers
-model: {tiny: tiny}
-engine: {flags: {enforce-eager: true}, startup_timeout_s: 600}
-space:
-  max-num-seqs: {choices: [2, 8]}
-workload:
-  kind: random
-  num_requests: 16
-  input_len: 32
-  output_len: 16
-  max_concurrency: 4
-  capacity: {max_steps: 3, repeats: 1, min_step_s: 2, max_step_s: 3, max_expand: 1}
-objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 60000}}
-budget: {trials: 2, trial_timeout: 5m}
-sampler: {name: random, seed: 1}
-"""
+def _engine_scenario() -> str:
+    """The session study's scenario (conftest), two trials over max-num-seqs alone and no
+    named baselines: the defaults and one searched trial."""
+    raw = yaml.safe_load(SCENARIO)
+    raw.update(name="two-workers", space={"max-num-seqs": {"choices": [2, 8]}},
+               budget={"trials": 2, "trial_timeout": "5m"})
+    for key in ("baselines", "prune"):
+        raw.pop(key)
+    return yaml.safe_dump(raw)
 
 
 @pytest.mark.engine
@@ -422,7 +416,7 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     """Two workers sharing the CPU engine: the defaults on one while the other waits, then a
     trial checked against the defaults' reference; both workers' engines gone."""
     path = tmp_path / "two-workers.yaml"
-    path.write_text(ENGINE_SCENARIO)
+    path.write_text(_engine_scenario())
     proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--gpus", "0,1",
                            "--studies-dir", str(tmp_path)], capture_output=True, text=True,
                           timeout=900, env={**os.environ, "AUTOTUNE_POLL_S": "0.5"})

@@ -60,14 +60,10 @@ def verdict(v: Mapping[str, Any]) -> str:
     """Plain words: a gain only when the whole 95 % interval lies above 1."""
     if v.get("ratio") is None:
         return "no ratio: a run met the SLOs at no rate"
-    low, high = v.get("ci_low"), v.get("ci_high")
-    if low is None or high is None:
-        return "one pair, no interval: no gain shown"
-    if low > 1:
-        return "gain"
-    if high < 1:
-        return "loss"
-    return "within noise (the interval includes 1): no gain shown"
+    word = paired.verdict(v, no_change=1.0)
+    return {"no CI": "one pair, no interval: no gain shown",
+            "within noise": "within noise (the interval includes 1): no gain shown"
+            }.get(word, word)
 
 
 def study_ratio(candidate: TrialRecord, against: TrialRecord) -> float | None:

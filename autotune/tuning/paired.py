@@ -84,14 +84,16 @@ def gain(logs: Sequence[float]) -> dict[str, float | None]:
             "ci_high": None if iv.high is None else math.expm1(iv.high)}
 
 
-def verdict(v: Mapping[str, Any]) -> str:
-    """'gain', 'loss' or 'within noise' from a validation's CI (None without one)."""
+def verdict(v: Mapping[str, Any], no_change: float = 0.0) -> str:
+    """'gain', 'loss' or 'within noise' from a validation's CI ('no CI' without one):
+    a gain or a loss only when the whole interval lies on one side of `no_change` (0 for
+    a relative gain, 1 for a ratio)."""
     low, high = v.get("ci_low"), v.get("ci_high")
     if low is None or high is None:
         return "no CI"
-    if low > 0:
+    if low > no_change:
         return "gain"
-    if high < 0:
+    if high < no_change:
         return "loss"
     return "within noise"
 
