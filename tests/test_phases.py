@@ -1,4 +1,6 @@
-"""The start-up phase clock on real logs: the CPU build's and an H200 trial's (vLLM 0.26).
+"""The start-up phase clock on real logs: the CPU build's and three H200 trials' (vLLM 0.26,
+Qwen3-4B, the start-ups of studies/qwen3-4b-h200-sustained trials 0-2, whose whole logs
+the repository does not keep).
 
 Each log is fed line by line at the second its own timestamp says, so the phases must come
 out as the differences between the timestamps of the lines that end them."""
@@ -13,9 +15,8 @@ import pytest
 
 from autotune.engine.phases import PHASES, PhaseClock
 
-ROOT = Path(__file__).parent.parent
-CPU = ROOT / "tests" / "data" / "logs" / "cpu-startup-ok.log"
-H200 = ROOT / "studies" / "qwen3-4b-h200-sustained" / "trials"
+LOGS = Path(__file__).parent / "data" / "logs"
+CPU = LOGS / "cpu-startup-ok.log"
 STAMP = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
@@ -35,7 +36,7 @@ def _replay(path: Path, launch_before: float = 3.0) -> tuple[PhaseClock, float]:
 
 def test_cpu_log_splits_into_every_phase():
     clock, last = _replay(CPU)
-    phases = clock.phases(ready=last + 0.5)
+    phases = clock.phases(end=last + 0.5)
     assert list(phases) == list(PHASES)  # the CPU build shows every marker, worker included
     assert phases["imports"] == 3.0  # launch to vLLM's first line
     assert phases["inspect"] == 0.0  # the model inspection was cached
@@ -46,9 +47,9 @@ def test_cpu_log_splits_into_every_phase():
 
 @pytest.mark.parametrize("trial", ["0", "1", "2"])
 def test_h200_log_has_no_worker_phase_and_adds_up(trial):
-    log = H200 / trial / "engine.log"
+    log = LOGS / f"h200-startup-trial{trial}.log"
     clock, last = _replay(log)
-    phases = clock.phases(ready=last)
+    phases = clock.phases(end=last)
     # One GPU: the engine core runs its worker in-process, so there is no worker phase.
     assert "worker" not in phases
     assert list(phases) == [p for p in PHASES if p != "worker"]
@@ -60,8 +61,8 @@ def test_h200_log_has_no_worker_phase_and_adds_up(trial):
 
 
 def test_h200_first_trial_paid_for_model_inspection():
-    first = _replay(H200 / "0" / "engine.log")[0].phases(ready=1e9)
-    later = _replay(H200 / "1" / "engine.log")[0].phases(ready=1e9)
+    first = _replay(LOGS / "h200-startup-trial0.log")[0].phases(end=1e9)
+    later = _replay(LOGS / "h200-startup-trial1.log")[0].phases(end=1e9)
     assert first["inspect"] == 22.0 and later["inspect"] == 0.0  # vLLM's cache, kept
 
 
@@ -77,5 +78,12 @@ def test_missing_markers_fold_into_the_next_phase():
     clock = PhaseClock(10.0)
     clock.feed("INFO 11-30 09:54:39 [x.py:1] hi\n", 12.0)
     clock.feed("Starting vLLM server on http://x\n", 30.0)
-    assert clock.phases(ready=31.0) == {"imports": 2.0, "serve": 18.0, "first_request": 1.0}
-    assert PhaseClock(5.0).phases(ready=9.0) == {"first_request": 4.0}
+    assert clock.phases(end=31.0) == {"imports": 2.0, "serve": 18.0, "first_request": 1.0}
+    assert PhaseClock(5.0).phases(end=9.0) == {"first_request": 4.0}
+
+
+def test_a_failed_start_ends_in_a_failed_phase():
+    clock = PhaseClock(0.0)
+    clock.feed("INFO 11-30 09:54:39 [x.py:1] hi\n(EngineCore pid=7) INFO 11-30 09:54:45 x\n", 6.0)
+    assert clock.phases(end=9.0, failed=True) == {"imports": 6.0, "engine_core": 0.0,
+                                                  "failed": 3.0}

@@ -369,13 +369,20 @@ def test_startup_figure_stacks_each_engines_phases(tmp_path):
     _done(st, 105.0, 48.0, 0.05, params={"max-num-seqs": 4},
           timings={"startup_s": 30.0})  # written before the split: its total only
     _pruned(st, "invalid_flag")  # never started: no bar
+    record.add(st, TrialState.PRUNED, outcome="pruned", reason="kv_too_small",
+               flags={"kv-cache-memory-bytes": 2000000}, timings={"startup_s": 13.0},
+               startup={"launch": "warm", "phases": {"imports": 1.0, "engine_core": 6.0,
+                                                     "worker": 6.0, "failed": 0.5}})
     fig = report.startup_figure(st)
     bars = {t.name: t for t in fig.data}
     assert list(bars) == ["imports", "inspect", "engine core", "worker", "load", "init",
-                          "serve", "first request", "not split"]
-    assert list(bars["imports"].y) == ["#0 vllm-defaults cold", "#1 warm", "#2"]
-    assert list(bars["imports"].x) == [6.0, 0.0, None]
-    assert list(bars["not split"].x) == [None, None, 30.0]
+                          "serve", "first request", "failed", "not split"]
+    assert list(bars["imports"].y) == ["#0 vllm-defaults cold", "#1 warm", "#2",
+                                       "#4 warm (kv_too_small)"]
+    assert list(bars["imports"].x) == [6.0, 0.0, None, 1.0]
+    assert list(bars["init"].x) == [0.4, 0.4, None, None]  # the refused start got no further
+    assert list(bars["not split"].x) == [None, None, 30.0, None]
+    assert list(bars["failed"].x) == [None, None, None, 0.5]
     assert fig.layout.barmode == "stack"
     empty = optuna.create_study(study_name="none", storage=f"sqlite:///{tmp_path / 'e.db'}")
     assert report.startup_figure(empty).layout.annotations[0].text == \

@@ -62,10 +62,18 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     assert plots["guardrail"]["bars"] == 2 * len(checked)
     imp = report.importances(st)
     if isinstance(imp, str):  # one searched trial: a note instead of a plot, not a crash
-        assert set(plots) == {"pareto", "history", "parallel", "guardrail"}
+        assert set(plots) == {"pareto", "history", "parallel", "guardrail", "startup"}
         assert imp in run.probe["notes"]
     else:
         assert plots["importances"]["bars"] == len(imp)
+    # Start-up: one stacked bar per started engine, a segment per phase it showed.
+    started = [r.startup["phases"] for r in record.records(st) if r.startup_s is not None]
+    assert len(started) >= 2 and all(started)
+    shown = {name for phases in started for name in phases}
+    assert plots["startup"]["traces"] == [n.replace("_", " ") for n in report.PHASE_COLOURS
+                                          if n in shown]
+    # plotly draws a bar element for every trial on every trace (empty where a phase is absent)
+    assert plots["startup"]["bars"] == len(plots["startup"]["traces"]) * len(started)
     assert run.probe["rows"] == len(st.trials)
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

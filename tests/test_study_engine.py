@@ -56,6 +56,10 @@ def test_baselines_first_then_search_with_full_records(tuned):
     assert broken.state == TrialState.PRUNED
     assert broken.reason == "kv_too_small"
     assert "larger than the available KV cache" in broken.detail
+    # Its start is split up to the refusal: the engine core came up, no request was served.
+    assert "engine_core" in broken.startup["phases"]
+    assert "failed" in broken.startup["phases"]
+    assert "first_request" not in broken.startup["phases"]
     assert searched.params and searched.state == TrialState.COMPLETE
     # The guardrail is on by default: the defaults make the reference, later trials are checked.
     assert defaults.quality["made_reference"] is True

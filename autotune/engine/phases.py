@@ -37,6 +37,7 @@ MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 FIRST_REQUEST = "first_request"  # from the server's start to the first completed request
 PHASES = (*(name for name, _ in MARKS), FIRST_REQUEST)
+FAILED = "failed"  # a failed start: from the last line that ended a phase to the failure
 
 
 class PhaseClock:
@@ -56,13 +57,14 @@ class PhaseClock:
             if name not in self.seen and pattern.search(text, 0, cut):
                 self.seen[name] = now
 
-    def phases(self, ready: float) -> dict[str, float]:
-        """Seconds per phase, in start-up order, adding up to `ready - t0`."""
+    def phases(self, end: float, failed: bool = False) -> dict[str, float]:
+        """Seconds per phase, in start-up order, adding up to `end - t0`; the last is
+        `first_request` when the engine got ready at `end`, `failed` when it failed."""
         out: dict[str, float] = {}
         last = self.t0
         for name in PHASES:
             if name == FIRST_REQUEST:
-                at = ready
+                name, at = (FAILED if failed else FIRST_REQUEST), end
             elif name in self.seen:
                 at = self.seen[name]
             else:

@@ -203,10 +203,12 @@ class Server:
                 code = self._launcher_status()
                 log = self.read_log(self._launch_offset)  # not an earlier launch's failure
                 how = describe(code) if code is not None else "died"
+                self._time_phases(failed=True)  # where a failed start spent its time
                 raise EngineError(enginelog.classify_failure(log, code),
                                   f"{how} during start-up: {enginelog.error_summary(log)}",
                                   enginelog.tail(log), str(self.log_path))
             if time.monotonic() > deadline:
+                self._time_phases(failed=True)
                 raise EngineError(enginelog.TIMEOUT,
                                   f"not ready after {self.startup_timeout:.0f} s",
                                   enginelog.tail(self.read_log(self._launch_offset)),
@@ -217,10 +219,7 @@ class Server:
             elif self._first_completion():
                 break
             time.sleep(0.5)
-        ready = time.monotonic()
-        self.startup_s = ready - self._t0
-        self._clock.feed(self._read_new(), ready)
-        self.phases = self._clock.phases(ready)
+        self.startup_s = self._time_phases() - self._t0
         self._watch.add_titled(self.processes())
         self._ready_offset = self._log_size()
         figures = enginelog.parse_startup(self.read_log(self._launch_offset))
@@ -232,6 +231,13 @@ class Server:
             block_size=prometheus.as_int(info.get("block_size")) or figures.block_size,
             kv_cache_tokens=figures.kv_cache_tokens
             or prometheus.as_int(info.get("kv_cache_size_tokens")))
+
+    def _time_phases(self, failed: bool = False) -> float:
+        """Close the start-up's phases now (ready, or failed); the time it did so."""
+        now = time.monotonic()
+        self._clock.feed(self._read_new(), now)
+        self.phases = self._clock.phases(now, failed)
+        return now
 
     def _find_launcher(self) -> None:
         """Watch the launched command (the reaper's child) from the moment it exists."""

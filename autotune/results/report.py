@@ -563,10 +563,11 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
     return fig
 
 
-# One colour per start-up phase, and grey for records older than the split.
+# One colour per start-up phase, black for the end of a failed start, and grey for records
+# older than the split.
 PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e377c2",
                                             "#7f7f7f", "#1f77b4", "#17becf", "#bcbd22"),
-                            strict=True)), "not split": "#c7c7c7"}
+                            strict=True)), phases.FAILED: "#000000", "not split": "#c7c7c7"}
 
 
 def startup_figure(study: optuna.Study) -> go.Figure:
@@ -581,7 +582,9 @@ def startup_figure(study: optuna.Study) -> go.Figure:
         fig.add_annotation(text="no trial started an engine", xref="paper", yref="paper",
                            x=0.5, y=0.5, showarrow=False)
         return fig
-    ys = [" ".join(filter(None, (f"#{r.number}", r.name, r.startup.get("launch"))))
+    # A trial that did not complete names why: a start that failed shows where it stopped.
+    ys = [" ".join(filter(None, (f"#{r.number}", r.name, r.startup.get("launch"),
+                                 f"({r.reason})" if r.reason else "")))
           for r in started]
     # Records written before the split hold only the total.
     split = [r.startup.get("phases") or {"not split": r.startup_s} for r in started]

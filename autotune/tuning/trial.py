@@ -106,12 +106,13 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     if workload.max_duration_s is None or workload.max_duration_s > deadline.seconds:
         workload = workload.model_copy(update={"max_duration_s": deadline.seconds})
     watch: TrialWatch | None = None
+    server: Server | None = None
     try:
+        server = Server(model, launch_flags, env=scenario.engine.env,
+                        log_path=trial_dir / "engine.log",
+                        startup_timeout=min(scenario.engine.startup_timeout_s, deadline.left()))
         # The ballast starts before the engine and stops after it, on every path.
-        with ballast, Server(model, launch_flags, env=scenario.engine.env,
-                             log_path=trial_dir / "engine.log",
-                             startup_timeout=min(scenario.engine.startup_timeout_s,
-                                                 deadline.left())) as srv:
+        with ballast, server as srv:
             timings["startup_s"] = time.monotonic() - t0
             attrs["startup"] = {**srv.figures.as_dict(), "launch": srv.launch_path,
                                 "phases": srv.phases}
@@ -140,6 +141,8 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
         return Outcome(PRUNED, reason, attrs=attrs)
     except EngineError as err:
         timings["startup_s"] = time.monotonic() - t0
+        if server is not None and server.phases:  # where the failed start spent its time
+            attrs["startup"] = {"launch": server.launch_path, "phases": server.phases}
         detail = err.detail
         if err.reason == TIMEOUT and deadline.spent():
             detail = f"{deadline.reason()} during start-up ({detail})"
