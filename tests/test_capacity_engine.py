@@ -160,11 +160,13 @@ def test_a_growing_backlog_fails_a_step_whose_percentiles_pass(one_seq, tiny_mod
     calm = _step(one_seq, tiny_model, 1.0, lax)
     assert calm.passed, calm.violations
     assert not calm.backlog or calm.backlog["growth"] < 4  # a few requests: no backlog
-    # A step the client could not drive (its event loop stalled: one CI run saw a 2.1-s
-    # p99 lag and 6.6 of 12 req/s sent) says it is no measurement; it is taken again.
+    # At overload on 2 cores the client's event loop usually lags past the 20-ms mark, yet
+    # sends enough to build the backlog. Once (a 2.1-s p99 lag, 6.6 of 12 req/s sent) it
+    # could not, and the step passed while saying it was no measurement: such a step is
+    # taken again.
     for _ in range(3):
         over = _step(one_seq, tiny_model, 12.0, lax)
-        if over.bottleneck["valid"]:
+        if not over.passed or over.bottleneck["valid"]:
             break
     else:
         pytest.skip(f"the client could not drive 12 req/s three times: {over.bottleneck}")
