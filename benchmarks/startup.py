@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -79,13 +80,20 @@ def start(model: str, log: Path, *, warm_start: bool, gap: float, search: bool) 
 
 def _ratio_line(what: str, warm_values: list[float], cold_values: list[float],
                 unit: str) -> str:
-    ratios = [w / c for w, c in zip(warm_values, cold_values, strict=True)]
+    """Medians and the paired warm/cold ratio; a pair with no figure on either side (a
+    search where no rate met the SLO) is left out, and said so."""
+    pairs = [(w, c) for w, c in zip(warm_values, cold_values, strict=True)
+             if math.isfinite(w) and math.isfinite(c) and c > 0 and w > 0]
+    left_out = len(warm_values) - len(pairs)
+    if not pairs:
+        return f"{what}: no pair has both figures"
+    ratios = [w / c for w, c in pairs]
     iv = paired.log_interval([math.log(r) for r in ratios])
     ci = "-" if iv.low is None else f"{math.exp(iv.low):.2f}-{math.exp(iv.high):.2f}"
-    return (f"median cold {statistics.median(cold_values):.1f} {unit}, warm "
-            f"{statistics.median(warm_values):.1f} {unit}; {what} warm/cold per pair "
+    return (f"median cold {statistics.median(c for _, c in pairs):.1f} {unit}, warm "
+            f"{statistics.median(w for w, _ in pairs):.1f} {unit}; {what} warm/cold per pair "
             f"{', '.join(f'{r:.2f}' for r in ratios)}; geometric mean {math.exp(iv.mean):.2f} "
-            f"(95% CI {ci})")
+            f"(95% CI {ci})" + (f"; {left_out} pair(s) left out: no figure" if left_out else ""))
 
 
 def _phases(phases: dict[str, float]) -> str:
@@ -101,6 +109,7 @@ def main() -> None:
     parser.add_argument("--capacity", action="store_true",
                         help="also search each engine's capacity at the SLO")
     args = parser.parse_args()
+    os.environ["AUTOTUNE_WARM_START"] = "1"  # opt-in elsewhere; this compares both paths
     model = args.model or str(tinymodel.build(preset="tiny").path)
     runs: dict[bool, list[Run]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,6 +19,12 @@ from autotune.engine.reaper import MARK
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def warm_on(monkeypatch):
+    """Warm starts are opt-in; these tests are about them."""
+    monkeypatch.setenv("AUTOTUNE_WARM_START", "1")
+
+
 def test_commands_have_a_module_form_in_this_interpreter():
     e = warm.entry([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
     assert (e.module, e.argv) == ("vllm.entrypoints.openai.api_server",
@@ -90,7 +96,12 @@ def test_an_idle_spare_leaves_with_its_tuner():
         pytest.fail("the spare outlived its tuner")
 
 
-def test_warm_starts_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("AUTOTUNE_WARM_START", "0")
+@pytest.mark.parametrize("value", [None, "0", "yes"])
+def test_warm_starts_are_off_unless_asked(monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv("AUTOTUNE_WARM_START", raising=False)
+    else:
+        monkeypatch.setenv("AUTOTUNE_WARM_START", value)
+    assert not warm.enabled()
     assert warm.prepare("tests.warm_echo", _env(), 1.0) is None
     assert warm.take("tests.warm_echo", _env(), 1.0) is None

@@ -37,7 +37,8 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def test_a_warm_start_is_the_same_engine(tiny_model, tmp_path):
+def test_a_warm_start_is_the_same_engine(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_WARM_START", "1")  # opt-in (warm.enabled says why)
     warm.discard_all()  # a spare another test left: this test starts its own chain
     flags = {"enforce-eager": True, "max-num-seqs": 4}
     with Server(str(tiny_model), flags, log_path=tmp_path / "cold.log") as cold:
