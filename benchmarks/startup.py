@@ -122,8 +122,10 @@ def main() -> None:
                         f"{run.startup_s:.1f} s (path {run.path}): {_phases(run.phases)}")
                 if run.capacity is not None:
                     low, high = capacity.interval(run.capacity)
+                    limit = (run.capacity.get("bottleneck") or {}).get("kind", "-")
                     line += (f"; capacity {run.rate:.1f} req/s (interval {low:.1f}-{high:.1f},"
-                             f" stopped: {run.capacity.get('stopped') or '-'})")
+                             f" stopped: {run.capacity.get('stopped') or '-'}, limited by:"
+                             f" {limit})")
                 print(line, flush=True)
     cold, hot = runs[False], runs[True]
     print(_ratio_line("start-up", [r.startup_s for r in hot], [r.startup_s for r in cold], "s"))
