@@ -1,11 +1,15 @@
 """Benchmark: engine start-up, cold against warm (a spare reaper that imported vLLM already).
 
-    .venv/bin/python benchmarks/startup.py [--pairs 4] [--model PATH] [--gap 20] [--capacity]
+    .venv/bin/python benchmarks/startup.py [--pairs 4] [--model PATH] [--gap 20]
+        [--flags JSON] [--fill] [--capacity | --bench]
 
 Each pair starts the same engine twice, one after the other, on this machine: cold (a fresh
 `python -m ...` that imports vLLM) and warm (the fork of a spare prepared when the previous
-engine stopped, given `--gap` seconds, as a trial's teardown, pre-launch checks and GPU
-release give it). The order alternates every pair, so a drift of the machine hits both.
+engine stopped, as in a study; every start waits `--gap` seconds after the previous stop,
+as a trial's teardown, pre-launch checks and GPU release give it). The order alternates
+every pair (cold-warm, warm-cold, ...), so a drift of the machine hits both. `--fill` starts
+one engine first, reported apart: on a fresh machine it fills the caches (compile, model
+inspection), the "cold caches" figure.
 Prints every start (process start to a served completion) with its phases (engine/phases.py),
 the medians and their ratio, with the ratio of each pair, a 95 % interval of the mean
 log-ratio (a gain only when the whole interval lies below 1), and the median of each phase
@@ -14,12 +18,20 @@ for either path: where the seconds that are left go.
 `--capacity` also searches each engine's capacity at an SLO (the capacity engine tests'
 workload: 64-token prompts, 128-token replies, E2EL p95 <= 800 ms), to show that a warm
 start is the same engine: the warm/cold capacity ratio's interval must include 1, and each
-search's own interval says how far one run is from the next.
+search's own interval says how far one run is from the next. `--bench` sends one fixed
+workload instead (`--bench-requests` requests of 512 prompt and 256 reply tokens, at most
+64 at a time): the figure for a GPU, where a capacity search per start costs minutes.
+
+`--flags` (a JSON object of `vllm serve` flags) replaces the CPU default
+(`{"enforce-eager": true, "max-num-seqs": 4}`): `{"max-model-len": 8192}` is vLLM's own
+start-up on a GPU, torch.compile and CUDA graphs included (scripts/gpu/box.sh runs it
+with `BOX_VERB=startup`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -32,7 +44,7 @@ from typing import Any
 from autotune import tinymodel
 from autotune.engine import warm
 from autotune.engine.server import Server
-from autotune.measure import capacity
+from autotune.measure import bench, capacity
 from autotune.measure.loadgen import Target
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning import paired
@@ -43,38 +55,69 @@ SPEC = WorkloadSpec(kind="random", num_requests=32, input_len=64, output_len=128
                     capacity=CapacitySpec(tolerance=0.1, max_steps=7, repeats=2, min_step_s=3,
                                           max_step_s=8))
 SLOS = {"e2el_p95_ms": 800.0}
+BENCH = WorkloadSpec(kind="random", num_requests=384, input_len=512, output_len=256,
+                     max_concurrency=64, warmup_requests=16, mode="fixed")
 
 
 @dataclass
 class Run:
-    """One engine start: seconds, the path it took, its phases, and its capacity record."""
+    """One engine start: seconds, the path it took, its phases, and what it then measured
+    (a capacity search's record, or a fixed benchmark's summary)."""
 
     startup_s: float
     path: str
     phases: dict[str, float]
     capacity: dict[str, Any] | None = None
+    bench: dict[str, Any] | None = None
 
     @property
     def rate(self) -> float:
         return (self.capacity or {}).get("request_throughput") or math.nan
 
+    @property
+    def throughput(self) -> float:
+        return (self.bench or {}).get("output_throughput") or math.nan
 
-def start(model: str, log: Path, *, warm_start: bool, gap: float, search: bool) -> Run:
-    """One start-up (and, with `search`, the capacity of the engine it started). A warm
-    start's spare is prepared by a cold engine's stop `gap` seconds earlier; a cold start
-    has no spare to take."""
-    warm.discard_all()
-    if warm_start:
-        with Server(model, FLAGS, log_path=log.with_suffix(".prep.log")) as srv:
-            srv.prepare_next = True
-        time.sleep(gap)
-    with Server(model, FLAGS, log_path=log) as srv:
-        srv.prepare_next = False  # nothing after this one
+    def line(self) -> str:
+        text = f"start-up {self.startup_s:.1f} s (path {self.path}): {_phases(self.phases)}"
+        if self.capacity is not None:
+            low, high = capacity.interval(self.capacity)
+            limit = (self.capacity.get("bottleneck") or {}).get("kind", "-")
+            text += (f"; capacity {self.rate:.1f} req/s (interval {low:.1f}-{high:.1f},"
+                     f" stopped: {self.capacity.get('stopped') or '-'}, limited by: {limit})")
+        if self.bench is not None:
+            text += (f"; output {self.throughput:.0f} tok/s, TTFT p50 "
+                     f"{self.bench.get('median_ttft_ms', math.nan):.1f} ms, TPOT p50 "
+                     f"{self.bench.get('median_tpot_ms', math.nan):.2f} ms, failed "
+                     f"{self.bench.get('failed', 0)}")
+        return text
+
+
+@dataclass
+class Plan:
+    """What every start does: the engine, and what it measures once up."""
+
+    model: str
+    flags: dict[str, Any]
+    measure: str | None  # None, "capacity" or "bench"
+    bench_requests: int
+
+
+def start(plan: Plan, log: Path, *, next_warm: bool) -> Run:
+    """One start-up, and what `plan` measures on the engine it started. Its stop prepares
+    a spare when the next start is warm (`next_warm`), as a study's trial does for the
+    next one; a warm start takes the spare the previous stop prepared."""
+    with Server(plan.model, plan.flags, log_path=log) as srv:
+        srv.prepare_next = next_warm
         run = Run(srv.startup_s or math.nan, srv.launch_path, srv.phases)
-        if search:
-            run.capacity = capacity.search(
-                Target(srv.url, model, srv.headers), SPEC, tokenizer_model=model, slos=SLOS,
-                pids=lambda: [p.pid for p in srv.processes()])["capacity"]
+        target = Target(srv.url, plan.model, srv.headers)
+        pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
+        if plan.measure == "capacity":
+            run.capacity = capacity.search(target, SPEC, tokenizer_model=plan.model,
+                                           slos=SLOS, pids=pids)["capacity"]
+        elif plan.measure == "bench":
+            spec = BENCH.model_copy(update={"num_requests": plan.bench_requests})
+            run.bench = bench.benchmark(target, spec, tokenizer_model=plan.model, pids=pids)
         return run
 
 
@@ -100,37 +143,64 @@ def _phases(phases: dict[str, float]) -> str:
     return ", ".join(f"{name} {s:.1f} s" for name, s in phases.items())
 
 
+def order(pairs: int) -> list[bool]:
+    """Warm (True) or cold, start by start: cold-warm, warm-cold, cold-warm, ..."""
+    return [w for pair in range(pairs) for w in ((False, True) if pair % 2 == 0
+                                                 else (True, False))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--model", default=None, help="default: the tiny test model")
     parser.add_argument("--gap", type=float, default=20.0,
-                        help="seconds between a spare's preparation and its use")
-    parser.add_argument("--capacity", action="store_true",
-                        help="also search each engine's capacity at the SLO")
+                        help="seconds between one engine's stop and the next start")
+    parser.add_argument("--flags", type=json.loads, default=FLAGS,
+                        help="vllm serve flags as a JSON object (default: %(default)s)")
+    parser.add_argument("--fill", action="store_true",
+                        help="start one engine first to fill the caches, reported apart")
+    measure = parser.add_mutually_exclusive_group()
+    measure.add_argument("--capacity", action="store_true",
+                         help="also search each engine's capacity at the SLO")
+    measure.add_argument("--bench", action="store_true",
+                         help="also send each engine one fixed workload")
+    parser.add_argument("--bench-requests", type=int, default=BENCH.num_requests)
+    parser.add_argument("--logs", type=Path, default=None,
+                        help="keep every engine's log in this folder (default: discarded)")
     args = parser.parse_args()
     os.environ["AUTOTUNE_WARM_START"] = "1"  # opt-in elsewhere; this compares both paths
-    model = args.model or str(tinymodel.build(preset="tiny").path)
+    plan = Plan(args.model or str(tinymodel.build(preset="tiny").path), dict(args.flags),
+                "capacity" if args.capacity else "bench" if args.bench else None,
+                args.bench_requests)
+    print(f"flags {json.dumps(plan.flags)}; gap {args.gap:.0f} s; measure: "
+          f"{plan.measure or 'start-up only'}", flush=True)
+    paths = order(args.pairs)
     runs: dict[bool, list[Run]] = {False: [], True: []}
-    with tempfile.TemporaryDirectory() as tmp:
-        for pair in range(args.pairs):
-            for warm_start in ((False, True) if pair % 2 == 0 else (True, False)):
-                run = start(model, Path(tmp) / f"{pair}-{warm_start}.log",
-                            warm_start=warm_start, gap=args.gap, search=args.capacity)
-                runs[warm_start].append(run)
-                line = (f"pair {pair}: {'warm' if warm_start else 'cold'} start-up "
-                        f"{run.startup_s:.1f} s (path {run.path}): {_phases(run.phases)}")
-                if run.capacity is not None:
-                    low, high = capacity.interval(run.capacity)
-                    limit = (run.capacity.get("bottleneck") or {}).get("kind", "-")
-                    line += (f"; capacity {run.rate:.1f} req/s (interval {low:.1f}-{high:.1f},"
-                             f" stopped: {run.capacity.get('stopped') or '-'}, limited by:"
-                             f" {limit})")
-                print(line, flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        logdir = args.logs or Path(scratch)
+        logdir.mkdir(parents=True, exist_ok=True)
+        if args.fill:
+            fill = start(plan, logdir / "fill.log", next_warm=paths[0])
+            print(f"fill (cold caches): {fill.line()}", flush=True)
+            time.sleep(args.gap)
+        for i, warm_start in enumerate(paths):
+            if i == 0 and warm_start and not args.fill:
+                raise SystemExit("the first start is cold unless --fill prepares its spare")
+            nxt = i + 1 < len(paths) and paths[i + 1]
+            run = start(plan, logdir / f"{i}-{'warm' if warm_start else 'cold'}.log", next_warm=nxt)
+            if run.path != ("warm" if warm_start else "cold"):
+                print(f"start {i}: asked {'warm' if warm_start else 'cold'}, took {run.path}")
+            runs[warm_start].append(run)
+            print(f"pair {i // 2}: {'warm' if warm_start else 'cold'} {run.line()}", flush=True)
+            time.sleep(args.gap)
+        warm.discard_all()
     cold, hot = runs[False], runs[True]
     print(_ratio_line("start-up", [r.startup_s for r in hot], [r.startup_s for r in cold], "s"))
-    if args.capacity:
+    if plan.measure == "capacity":
         print(_ratio_line("capacity", [r.rate for r in hot], [r.rate for r in cold], "req/s"))
+    if plan.measure == "bench":
+        print(_ratio_line("output throughput", [r.throughput for r in hot],
+                          [r.throughput for r in cold], "tok/s"))
     for warm_start, group in runs.items():
         names = dict.fromkeys(name for run in group for name in run.phases)
         medians = {n: statistics.median(run.phases.get(n, 0.0) for run in group)

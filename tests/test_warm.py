@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from autotune.engine import warm
-from autotune.engine.reaper import MARK
+from autotune.engine.reaper import MARK, imported_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,10 +50,39 @@ def test_a_spare_runs_the_command_in_a_fork_and_reports_how_it_ended(tmp_path, c
     spare.start(entry, {**env, "WARM_ECHO": "from the job"}, str(log))
     assert spare.proc.wait(30) == code
     text = log.read_text()
-    assert f"argv ['{code}'] env from the job" in text
+    # Once as __main__, and with what the spare's imports set (tests/warm_echo_dep.py).
+    assert f"argv ['{code}'] env from the job dep imported copy False" in text
     assert f"{MARK} engine command" in text and f"exited with code {code}" in text
     with pytest.raises(psutil.NoSuchProcess):
         psutil.Process(spare.proc.pid).status()  # gone, and reaped
+
+
+def test_a_variable_the_job_sets_itself_wins_over_the_imports(tmp_path):
+    env = _env()
+    spare = warm.prepare("tests.warm_echo", env, grace=2.0)
+    assert spare is not None and spare.wait_ready(30)
+    log = tmp_path / "engine.log"
+    spare.start(warm.entry([sys.executable, "-m", "tests.warm_echo", "0"]),
+                {**env, "WARM_ECHO_DEP": "mine"}, str(log))
+    assert spare.proc.wait(30) == 0
+    assert "dep mine copy False" in log.read_text()
+
+
+def test_the_environment_after_a_spares_imports_is_the_cold_starts():
+    before = {"KEEP": "1", "GONE": "x", "SAME": "s"}
+    after = {"KEEP": "1", "SAME": "s", "NEW": "n"}  # the imports set NEW and removed GONE
+    assert imported_env({"KEEP": "1", "GONE": "x", "SAME": "s", "JOB": "j"}, before, after) \
+        == {"KEEP": "1", "SAME": "s", "JOB": "j", "NEW": "n"}
+    # The job's own value of a variable the imports touched stays.
+    assert imported_env({"NEW": "mine", "GONE": "y"}, before, after) == \
+        {"NEW": "mine", "GONE": "y"}
+
+
+def test_lazy_entry_points_preload_the_serve_stack():
+    assert warm.preloads("vllm.entrypoints.openai.api_server") == \
+        ["vllm.entrypoints.openai.api_server"]
+    for lazy in ("vllm.entrypoints.cli.main", "autotune.engine.serve"):
+        assert warm.preloads(lazy) == [lazy, warm.SERVE_STACK]
 
 
 def test_a_spare_that_cannot_import_means_a_cold_start(tmp_path):

@@ -69,6 +69,17 @@ def entry(command: Sequence[str]) -> Entry | None:
     return None
 
 
+# Entry points that import vLLM only once they run (vLLM's CLI, autotune.engine.serve):
+# their spare imports the serve stack as well, or it would have nothing to skip.
+SERVE_STACK = "vllm.entrypoints.cli.serve"
+LAZY = {"vllm.entrypoints.cli.main": (SERVE_STACK,), "autotune.engine.serve": (SERVE_STACK,)}
+
+
+def preloads(module: str) -> list[str]:
+    """What a spare for `module` imports: the module, and what it would import on start."""
+    return [module, *LAZY.get(module, ())]
+
+
 def _key(module: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
     return module, tuple((k, env.get(k, "")) for k in IMPORT_TIME)
 
@@ -131,7 +142,7 @@ def prepare(module: str, env: Mapping[str, str], grace: float) -> Spare | None:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=dict(env), start_new_session=True)
         assert proc.stdin is not None
-        proc.stdin.write((json.dumps({"preload": module}) + "\n").encode())
+        proc.stdin.write((json.dumps({"preload": preloads(module)}) + "\n").encode())
         proc.stdin.flush()
         _spares[key] = spare = Spare(module, proc)
     return spare

@@ -16,7 +16,9 @@
 # The study database travels to the device as part of the working tree
 # (studies/NAME.db is not git-ignored), so the next box resumes it.
 #
-# Env: BOX_VERB (tune, or validate: `autotune validate studies/NAME.db OPTIONS`),
+# Env: BOX_VERB (tune; validate: `autotune validate studies/NAME.db OPTIONS`; startup:
+# `benchmarks/startup.py --model THE-BUILT-MODEL OPTIONS`, cold against warm engine
+# starts, its engine logs returned as startup-logs.tar.gz; SCENARIO is then unused),
 # BOX_TESTS (pytest arguments run first, e.g. the GPU-only tests),
 # BOX_LIMIT_S (default 570: the whole command ends by then; keep it under
 # the call's timeout_s), BOX_MODEL (default qwen3-4b; none to skip the build);
@@ -127,6 +129,9 @@ copy_margin=45  # autotune stops its engine within 20 s of SIGTERM; then the cop
 budget=$(( limit - ($(date +%s) - t0) - copy_margin ))
 if [ "${BOX_VERB:-tune}" = validate ]; then
   cmd=(python3 -m autotune validate "$db" "${args[@]}")
+elif [ "${BOX_VERB:-tune}" = startup ]; then
+  cmd=(python3 benchmarks/startup.py --model "$AUTOTUNE_CACHE/models/${BOX_MODEL:-qwen3-4b}"
+       --logs "$cache/startup-logs" "${args[@]}")
 else
   cmd=(python3 -m autotune tune "$scen" --studies-dir studies "${args[@]}")
 fi
@@ -139,6 +144,12 @@ say "tune exited with $tune_rc after $tune_s s"
 
 # 4. what comes back ($OUT: at most 8 files of 16 MiB)
 t=$(date +%s)
+if [ "${BOX_VERB:-tune}" = startup ]; then
+  tar -czf "$outd/startup-logs.tar.gz" -C "$cache" startup-logs
+  rm -rf "$cache/startup-logs"
+  say "BOX DONE rc=$tune_rc: startup-logs.tar.gz holds the engine logs"
+  exit "$tune_rc"
+fi
 if [ -f "$db" ]; then
   cp -f "$db" "$backup/$name.db"
   cp -f "$db" "$outd/$name.db"
