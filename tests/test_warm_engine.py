@@ -51,6 +51,7 @@ def test_a_warm_start_is_the_same_engine(tiny_model, tmp_path, monkeypatch):
     with Server(str(tiny_model), flags, log_path=tmp_path / "warm.log") as hot:
         started = time.monotonic() - t0
         assert hot.launch_path == warm.WARM
+        hot.prepare_next = False  # no launch follows: its stop prepares no spare
         # The spare had imported vLLM: the API server's import phase all but vanishes.
         assert hot.phases["imports"] < 0.5 * cold_imports, (hot.phases, cold_imports)
         assert _complete(hot) == cold_text  # greedy, same weights: the same tokens
@@ -62,6 +63,9 @@ def test_a_warm_start_is_the_same_engine(tiny_model, tmp_path, monkeypatch):
         assert hot.figures.kv_cache_tokens == cold.figures.kv_cache_tokens
         members = [psutil.Process(hot.proc.pid), *tree]
     assert not [p for p in members if _alive(p)]
+    spares = [p for p in psutil.Process().children(recursive=True)
+              if "--warm" in p.cmdline() and _alive(p)]
+    assert not spares, "a spare was prepared with no launch to follow"
     log = (tmp_path / "warm.log").read_text()
     assert log.startswith("$ ") and "engine command" in log  # the command, the reaper's status
     # How much faster is benchmarks/startup.py's question, not a test's.
