@@ -24,10 +24,8 @@ modules to import (vLLM's entry point and its serve stack), imports them, says `
 waits for a second line with the command. It then runs the command in a fork of itself,
 which finds those modules already imported: the engine's start-up skips their imports
 (~5 s on the CPU build here, ~18 s on the H200 host). The fork runs the entry point once, as
-`__main__`, with the environment the command would have had after the same imports. On a
-GPU build it also tries the engine core's modules (vLLM forks the engine core from the API
-server), and refuses to serve if any import initialised CUDA. Everything else (the
-session, the parent watch, the status line, clearing the group) is as above.
+`__main__`, with the environment the command would have had after the same imports. Everything else (the session,
+the parent watch, the status line, clearing the group) is as above.
 """
 
 from __future__ import annotations
