@@ -174,20 +174,10 @@ def warm(grace: float) -> int:
         return 0
     before = dict(os.environ)
     try:
-        for module in first["preload"]["required"]:
+        for module in first["preload"]:
             importlib.import_module(module)
     except BaseException as err:  # noqa: BLE001 - reported to the tuner, which starts cold
         print(f"failed {type(err).__name__}: {err}", flush=True)
-        return 1
-    for module in first["preload"]["optional"]:
-        try:
-            importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - optional: the engine imports it itself if needed
-            continue
-    if _cuda_initialised():
-        # A fork would inherit a CUDA context it cannot use, and vLLM would spawn its
-        # engine core instead of forking it: not the engine a cold start runs.
-        print("failed CUDA was initialised by the imports", flush=True)
         return 1
     print("ready", flush=True)
     job = _line(parent)
@@ -221,12 +211,6 @@ def warm(grace: float) -> int:
             os.killpg(0, signal.SIGKILL)
         time.sleep(POLL_S)
     return _report(pid, code, grace)
-
-
-def _cuda_initialised() -> bool:
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    return bool(cuda is not None and cuda.is_initialized())
 
 
 def imported_env(env: dict[str, str], before: dict[str, str],

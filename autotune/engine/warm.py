@@ -86,22 +86,11 @@ def entry(command: Sequence[str]) -> Entry | None:
 # their spare imports the serve stack as well, or it would have nothing to skip.
 SERVE_STACK = "vllm.entrypoints.cli.serve"
 LAZY = {"vllm.entrypoints.cli.main": (SERVE_STACK,), "autotune.engine.serve": (SERVE_STACK,)}
-# What a GPU build's engine core imports that the API server does not. vLLM forks the
-# engine core from the API server while CUDA is not initialised (its default), so the fork
-# finds these imported too: on the H200 host 16-23 s passed between the API server's last
-# line and the engine core's first. Tried in the spare, never required: one that fails to
-# import, or initialises CUDA (the spare then says so and the start is cold), is vLLM's
-# business, not a reason to lose the warm start.
-ENGINE_STACK = ("vllm.v1.engine.core", "vllm.v1.executor.uniproc_executor",
-                "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu.model_runner",
-                "vllm.v1.worker.gpu_model_runner", "vllm.compilation.backends")
 
 
-def preloads(module: str, gpu: bool = False) -> dict[str, list[str]]:
-    """What a spare for `module` imports: the module and what it would import on start
-    (`required`), and on a GPU build the engine core's modules (`optional`)."""
-    return {"required": [module, *LAZY.get(module, ())],
-            "optional": list(ENGINE_STACK) if gpu else []}
+def preloads(module: str) -> list[str]:
+    """What a spare for `module` imports: the module, and what it would import on start."""
+    return [module, *LAZY.get(module, ())]
 
 
 def _key(module: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -152,10 +141,8 @@ _lock = threading.Lock()
 _spares: dict[tuple[str, tuple[tuple[str, str], ...]], Spare] = {}
 
 
-def prepare(module: str, env: Mapping[str, str], grace: float, gpu: bool = False
-            ) -> Spare | None:
-    """Start a spare for `module` with `env`, unless one is there already; the spare.
-    `gpu`: the engine is a GPU build, whose engine core the spare can also prepare."""
+def prepare(module: str, env: Mapping[str, str], grace: float) -> Spare | None:
+    """Start a spare for `module` with `env`, unless one is there already; the spare."""
     if not enabled():
         return None
     key = _key(module, env)
@@ -168,7 +155,7 @@ def prepare(module: str, env: Mapping[str, str], grace: float, gpu: bool = False
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=dict(env), start_new_session=True)
         assert proc.stdin is not None
-        proc.stdin.write((json.dumps({"preload": preloads(module, gpu)}) + "\n").encode())
+        proc.stdin.write((json.dumps({"preload": preloads(module)}) + "\n").encode())
         proc.stdin.flush()
         _spares[key] = spare = Spare(module, proc)
     return spare
