@@ -24,8 +24,12 @@ modules to import (vLLM's entry point and its serve stack), imports them, says `
 waits for a second line with the command. It then runs the command in a fork of itself,
 which finds those modules already imported: the engine's start-up skips their imports
 (~5 s on the CPU build here, ~18 s on the H200 host). The fork runs the entry point once, as
-`__main__`, with the environment the command would have had after the same imports. Everything else (the session,
-the parent watch, the status line, clearing the group) is as above.
+`__main__`, with the environment the command would have had after the same imports.
+Python 3.12 warns that the spare is multi-threaded when it forks: the threads are
+OpenBLAS's pool, started when numpy is imported, which OpenBLAS shuts down before a fork
+and starts again in the child when it is needed (none with OPENBLAS_NUM_THREADS=1).
+Everything else (the session, the parent watch, the status line, clearing the group) is
+as above.
 """
 
 from __future__ import annotations
