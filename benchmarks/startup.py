@@ -188,7 +188,7 @@ def main() -> None:
             asked = warm.WARM if warm_start else warm.COLD
             nxt = i + 1 < len(paths) and paths[i + 1]
             run = start(plan, logdir / f"{i}-{asked}.log", next_warm=nxt)
-            if run.path != asked:  # a spare that failed: said, and kept as what it was
+            if run.path != asked:  # a spare that failed: said; the start stays in its pair
                 print(f"start {i}: asked {asked}, took {run.path}")
             runs[warm_start].append(run)
             print(f"pair {i // 2}: {asked} {run.line()}", flush=True)
