@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +18,12 @@ import psutil
 import pytest
 
 from autotune import tinymodel
+
+# A run started in the background of a script (`make test &`, nohup) inherits SIGINT
+# ignored, and so would every tuner and engine the tests start, which then ignore the
+# SIGINT (and the SIGTERM autotune turns into one) that the signal tests send.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class StudyRun(NamedTuple):

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -325,3 +326,23 @@ def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch):
             h.close()
     assert calls["trials"] == 3 and calls["timeout_s"] == 5400 and calls["name"] == "other"
     assert (tmp_path / "studies" / "other" / "tune.log").exists()
+
+
+def test_sigterm_stops_a_command_started_with_sigint_ignored(tmp_path):
+    """`autotune ... &` from a script (or nohup) inherits SIGINT ignored; SIGTERM, which
+    autotune turns into Ctrl-C's path, must still stop it (the dashboard: serves until told)."""
+    db = tmp_path / "s.db"
+    shutil.copy(Path(__file__).resolve().parent.parent / "studies" / "qwen3-4b-h200.db", db)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "dashboard", str(db), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert "http://127.0.0.1:" in proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

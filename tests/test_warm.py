@@ -161,14 +161,23 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.parametrize(("value", "on"), [("1", True), ("Yes", True), ("on", True),
-                                         ("0", False), ("false", False), ("", False),
-                                         (None, False)])
-def test_warm_starts_are_off_unless_asked(monkeypatch, value, on):
+                                         ("0", False), ("false", False), ("OFF", False)])
+def test_the_variable_decides_whatever_the_host(monkeypatch, value, on):
+    monkeypatch.setenv("AUTOTUNE_WARM_START", value)
+    for cores in (2, 16):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert warm.enabled() is on
+    if not on:
+        assert warm.prepare("tests.warm_echo", _env(), 1.0) is None
+        assert warm.take("tests.warm_echo", _env(), 1.0) is None
+
+
+@pytest.mark.parametrize(("cores", "on"), [(2, False), (7, False), (8, True), (16, True)])
+@pytest.mark.parametrize("value", [None, "", "maybe"])
+def test_unset_the_host_decides(monkeypatch, cores, on, value):
     if value is None:
         monkeypatch.delenv("AUTOTUNE_WARM_START", raising=False)
     else:
         monkeypatch.setenv("AUTOTUNE_WARM_START", value)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     assert warm.enabled() is on
-    if not on:
-        assert warm.prepare("tests.warm_echo", _env(), 1.0) is None
-        assert warm.take("tests.warm_echo", _env(), 1.0) is None

@@ -489,7 +489,14 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     """SIGTERM takes Ctrl-C's path (context managers stop engines), as a SIGINT: inside
     `asyncio.run` the runner then cancels its main task cleanly, whereas a KeyboardInterrupt
     raised in the middle of a task is stored on it, and Python printed a page of "Task
-    exception was never retrieved" after the one line."""
+    exception was never retrieved" after the one line.
+
+    A process started in the background of a script (`autotune tune ... &`, nohup) inherits
+    SIGINT ignored, and the SIGINT raised here would be lost with it: `kill PID` did
+    nothing. Python's own handler then takes it for this signal (Ctrl-C stays ignored
+    until a SIGTERM came)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.raise_signal(signal.SIGINT)
 
 

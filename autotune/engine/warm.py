@@ -10,8 +10,8 @@ API server -> engine core), the same reaping, without the imports on the critica
 A spare serves one launch. `Server` takes one whose entry point and engine environment
 match (`take`), and asks for the next one when it stops (`prepare`). Anything unusual, a
 spare that failed to import, a command that is not a Python module, means a cold start;
-`Server.launch_path` records which it was. Warm starts are off unless
-`AUTOTUNE_WARM_START=1` (see `enabled` for why).
+`Server.launch_path` records which it was. Warm starts are on by default on hosts with
+8 cores or more and off below (`AUTOTUNE_WARM_START=1` or `0` decides; see `enabled`).
 """
 
 from __future__ import annotations
@@ -35,20 +35,28 @@ IMPORT_TIME = ("VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_LEVEL", "VLLM_LOGGING_CON
                "CUDA_VISIBLE_DEVICES", "PYTHONPATH")
 
 
+# Hosts with at least this many cores start engines warm unless told otherwise.
+AUTO_MIN_CPUS = 8
+
+
 def enabled() -> bool:
-    """Whether engines start warm: `AUTOTUNE_WARM_START` 1/true/yes/on (anything else: cold).
+    """Whether engines start warm: `AUTOTUNE_WARM_START` 1/true/yes/on or 0/false/no/off;
+    unset (or another value), on a host with at least AUTO_MIN_CPUS cores (a GPU host),
+    where a warm engine was shown to be the same engine.
 
     On the H200 host (16 cores, Qwen3-4B, `benchmarks/startup.py --bench`) three pairs gave
-    warm/cold output throughput 1.00, 1.02 and 1.01, with start-ups 11-26 % shorter: the
-    same engine, started sooner. It stays opt-in because two things are not explained. On
+    warm/cold output throughput 1.00, 1.02 and 1.01, with start-ups 11-26 % shorter. On
     this 2-core CPU machine a warm engine's capacity at the SLO came out lower in 11 of 13
-    pairs (geometric means 0.76 and 0.60 in two runs), although every step of those searches
-    was limited by a starved client and a fixed load at fixed concurrency showed no
-    difference in 12 runs. And one run of the engine tests with warm starts on left an
-    engine behind after a SIGTERM to its tuner (`test_signal_to_the_tuner_leaves_no_engine`),
-    which neither the same tests alone nor their file reproduced."""
-    return os.environ.get("AUTOTUNE_WARM_START", "").strip().lower() in ("1", "true", "yes",
-                                                                        "on")
+    pairs (geometric means 0.76 and 0.60 in two runs), although every step of those
+    searches was limited by a starved client, and a fixed load at fixed concurrency showed
+    no difference in 12 runs. What a warm start changes there is not found; until it is,
+    small hosts start cold unless asked."""
+    value = os.environ.get("AUTOTUNE_WARM_START", "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    return len(os.sched_getaffinity(0)) >= AUTO_MIN_CPUS
 
 
 @dataclass(frozen=True)
