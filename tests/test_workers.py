@@ -77,6 +77,35 @@ def test_workers_opening_a_new_study_together_queue_the_defaults_once(url):
     assert set(shared.workers(st)) == {"w0", "w1", "w2", "w3"}
 
 
+POPPER = """
+import sys, warnings
+import optuna
+from autotune.tuning import shared
+warnings.simplefilter("ignore")
+st = optuna.load_study(study_name="queue", storage=shared.storage(sys.argv[1]))
+while st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+    t = st.ask()
+    print(t.number, flush=True)
+    st.tell(t, state=optuna.trial.TrialState.FAIL)
+"""
+
+
+def test_two_processes_never_pop_the_same_queued_trial(url):
+    """Optuna pops a queued trial by reading WAITING, then writing RUNNING under a row
+    lock that SQLite lacks: without `shared.serialize_sqlite` two processes popped 15 of
+    150 queued trials twice (seen once as two `--gpus` workers running trial 0)."""
+    st = optuna.create_study(study_name="queue", storage=shared.storage(url))
+    n = 120
+    for i in range(n):
+        st.enqueue_trial({"x": i}, skip_if_exists=False)
+    procs = [subprocess.Popen([sys.executable, "-c", POPPER, url], stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    popped = [int(line) for p in procs for line in p.communicate(timeout=120)[0].split()]
+    assert all(p.returncode == 0 for p in procs)
+    queued = [k for k in popped if k < n]  # a last ask may make a fresh trial: not queued
+    assert sorted(queued) == list(range(n)), f"{len(queued) - len(set(queued))} popped twice"
+
+
 def test_each_worker_samples_with_its_own_seed(tmp_path):
     sc = canned.scenario()
     url = f"sqlite:///{tmp_path / 'shared.db'}"
