@@ -16,8 +16,10 @@ host HOST (a host name other than this one's hides the process: only its heartbe
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -128,6 +130,9 @@ def _loop(url: str, study_dir: str, worker_id: str, host: str) -> None:
 
 
 if __name__ == "__main__":
+    # `kill -USR1 PID` prints every thread's stack to the worker's log: how a test that
+    # hangs shows where.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if sys.argv[1] == "loop":
         _loop(*sys.argv[2:6])
         sys.exit(0)

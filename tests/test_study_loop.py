@@ -8,6 +8,8 @@ tests check the same loop once with real engines.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -139,6 +141,25 @@ def test_ctrl_c_marks_the_trial_interrupted_and_queues_it_again(tmp_path):
     runner = Canned()
     study.loop(st, scenario, "/m", tmp_path / "seam", trials=1, runner=runner)
     assert runner.calls == [{"enforce-eager": True, "max-num-seqs": 4}]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_writes_is_held_until_they_are_done(sig):
+    """`no_interrupts` holds a signal, never drops it: a `--gpus` worker gets one SIGINT."""
+    old = signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT)) \
+        if sig == signal.SIGTERM else None  # as `autotune` itself turns SIGTERM into Ctrl-C
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with study.no_interrupts():
+                os.kill(os.getpid(), sig)
+                time.sleep(0.2)  # the handler runs here, in the middle of the writes
+                done.append("written")
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+    assert done == ["written"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_a_killed_tuners_running_trial_runs_again(tmp_path):

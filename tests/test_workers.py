@@ -463,3 +463,27 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     for g in "01":
         assert (tmp_path / "two-workers" / "workers" / f"gpu{g}.log").exists()
     assert [n for n in (1, 2) if f"trial {n}/2" in proc.stdout] == [1, 2]
+
+
+def test_stop_does_not_wait_without_end_for_a_worker_that_ignores_the_interrupt(tmp_path):
+    """The parent passes one SIGINT to each worker; one that does not stop gets a second
+    after `wait_s`, then SIGKILL, and the parent returns."""
+    code = {"obeys": "import time; time.sleep(60)",
+            "ignores": "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN);"
+                       " print('ready', flush=True); time.sleep(60)"}
+    children = []
+    for name, src in code.items():
+        log_path = tmp_path / f"{name}.log"
+        proc = subprocess.Popen([sys.executable, "-c", src], stdout=subprocess.PIPE,
+                                text=True)
+        children.append(workers._Child(name, name, log_path, proc, log_path.open("ab")))
+    assert children[1].proc.stdout.readline() == "ready\n"
+    said: list[str] = []
+    t0 = time.monotonic()
+    workers._stop(children, said.append, wait_s=1.0)
+    assert time.monotonic() - t0 < 10
+    assert children[0].proc.returncode != 0 and children[1].proc.returncode == -signal.SIGKILL
+    assert said[1:] == ["worker(s) ignores still running 1 s after the interrupt: SIGINT",
+                        "worker(s) ignores still running 1 s after the interrupt: SIGKILL"]
+    for c in children:
+        c.log_file.close()

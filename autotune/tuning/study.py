@@ -203,16 +203,15 @@ def reference(study: optuna.Study) -> obj.Measures | None:
 
 @contextlib.contextmanager
 def no_interrupts() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM for a few database writes (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    """Hold SIGINT/SIGTERM during a few database writes (main thread only): one that comes
+    meanwhile is raised as KeyboardInterrupt once they are done. Held, never dropped: a
+    `--gpus` worker gets one SIGINT from its parent, and ignoring it would leave the worker
+    running and its parent waiting."""
+    hold = HeldInterrupts()
     try:
         yield
     finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+        hold.release()
 
 
 def _pruner_hook(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,

@@ -12,8 +12,10 @@ never their command line (which every local user can read).
 This process starts them, prints one progress line per finished trial of the study, and on
 Ctrl-C (or SIGTERM) passes the interrupt to every worker and waits until all have stopped:
 each marks its running trial interrupted, queues it again and stops its engine (a second
-Ctrl-C skips the engines' grace period, as in a single tuner). A worker whose parent is
-gone stops the same way (`watch_parent`), so killing this process leaves no worker behind.
+Ctrl-C skips the engines' grace period, as in a single tuner). A worker that has not
+stopped a minute later gets a second interrupt, and a minute after that SIGKILL. A worker
+whose parent is gone stops the same way (`watch_parent`), so killing this process leaves no
+worker behind.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ log = logging.getLogger("autotune")
 ENTRY = [sys.executable, "-m", "autotune"]
 STORAGE_ENV = "AUTOTUNE_STORAGE"
 POLL_S = 1.0
+# How long a worker gets to stop after each interrupt: its engine's grace period (20 s) and
+# the writes that queue its trial again take well under this.
+STOP_WAIT_S = 60.0
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -225,22 +230,34 @@ def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, 
                                  timeout_s, rec, ranking.feasible_best(study)))
 
 
-def _stop(children: list[_Child], say: Callable[[str], None]) -> None:
+def _stop(children: list[_Child], say: Callable[[str], None],
+          wait_s: float = STOP_WAIT_S) -> None:
     """Pass the interrupt to every worker once and wait until all have stopped; another
-    Ctrl-C here passes a second one on (the engines skip their grace period)."""
+    Ctrl-C here passes a second one on (the engines skip their grace period). Never
+    without end: a worker still running `wait_s` later gets that second SIGINT, and
+    `wait_s` after it SIGKILL (its engine's reaper stops the engine, and the next worker
+    on the study queues its trial again)."""
     live = [c for c in children if c.proc.poll() is None]
     say(f"stopping {len(live)} worker(s): each queues its trial again")
     for c in live:
         _signal(c, signal.SIGINT)
-    while True:
-        try:
-            for c in live:
-                c.proc.wait()
-            return
-        except KeyboardInterrupt:
-            for c in live:
-                if c.proc.poll() is None:
+    for then in (signal.SIGINT, signal.SIGKILL):
+        deadline = time.monotonic() + wait_s
+        while (left := [c for c in live if c.proc.poll() is None]) \
+                and time.monotonic() < deadline:
+            try:
+                time.sleep(0.1)
+            except KeyboardInterrupt:
+                for c in left:
                     _signal(c, signal.SIGINT)
+        if not left:
+            return
+        say(f"worker(s) {', '.join(c.id for c in left)} still running {wait_s:.0f} s "
+            f"after the interrupt: {signal.Signals(then).name}")
+        for c in left:
+            _signal(c, then)
+    for c in live:
+        c.proc.wait()
 
 
 def _signal(c: _Child, sig: int) -> None:
