@@ -37,11 +37,11 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune import tinymodel
+from autotune import config, tinymodel
 from autotune.engine import warm
 from autotune.engine.server import Server
 from autotune.measure import bench, capacity
@@ -101,6 +101,8 @@ class Plan:
     flags: dict[str, Any]
     measure: str | None  # None, "capacity" or "bench"
     bench_requests: int
+    capacity_spec: WorkloadSpec = field(default_factory=lambda: SPEC)
+    slos: dict[str, float] = field(default_factory=lambda: dict(SLOS))
 
 
 def start(plan: Plan, log: Path, *, next_warm: bool) -> Run:
@@ -113,8 +115,9 @@ def start(plan: Plan, log: Path, *, next_warm: bool) -> Run:
         target = Target(srv.url, plan.model, srv.headers)
         pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
         if plan.measure == "capacity":
-            run.capacity = capacity.search(target, SPEC, tokenizer_model=plan.model,
-                                           slos=SLOS, pids=pids)["capacity"]
+            run.capacity = capacity.search(target, plan.capacity_spec,
+                                           tokenizer_model=plan.model, slos=plan.slos,
+                                           pids=pids)["capacity"]
         elif plan.measure == "bench":
             spec = BENCH.model_copy(update={"num_requests": plan.bench_requests})
             run.bench = bench.benchmark(target, spec, tokenizer_model=plan.model, pids=pids)
@@ -166,6 +169,9 @@ def main() -> None:
     measure.add_argument("--bench", action="store_true",
                          help="also send each engine one fixed workload")
     parser.add_argument("--bench-requests", type=int, default=BENCH.num_requests)
+    parser.add_argument("--scenario", type=Path, default=None,
+                        help="--capacity: a scenario file whose capacity workload and SLOs "
+                        "replace the CPU ones (e.g. sustained 20-s steps on a GPU)")
     parser.add_argument("--logs", type=Path, default=None,
                         help="keep every engine's log in this folder (default: discarded)")
     args = parser.parse_args()
@@ -173,8 +179,14 @@ def main() -> None:
     plan = Plan(args.model or str(tinymodel.build(preset="tiny").path), dict(args.flags),
                 "capacity" if args.capacity else "bench" if args.bench else None,
                 args.bench_requests)
+    if args.scenario is not None:
+        scenario = config.load(args.scenario)
+        if scenario.workload.mode != "capacity":
+            parser.error(f"--scenario {args.scenario}: workload.mode must be capacity")
+        plan.capacity_spec, plan.slos = scenario.workload, dict(scenario.objective.slos)
     print(f"flags {json.dumps(plan.flags)}; gap {args.gap:.0f} s; measure: "
-          f"{plan.measure or 'start-up only'}", flush=True)
+          f"{plan.measure or 'start-up only'}"
+          + (f" ({args.scenario}'s workload and SLOs)" if args.scenario else ""), flush=True)
     paths = order(args.pairs)
     runs: dict[bool, list[Run]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as scratch:
