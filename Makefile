@@ -60,8 +60,15 @@ ifeq ($(PG_INITDB),)
 endif
 
 # The PostgreSQL tests must run here, never be skipped for want of a server.
+# Two phases: every test but the `alone` ones on TEST_JOBS pytest-xdist workers (a CPU
+# engine's start-up is mostly one core importing, so two overlap well on 2 cores; each
+# shared engine goes to one worker, see tests/conftest.py), then the `alone` tests, which
+# measure the engine's speed, with nothing beside them.
+TEST_JOBS ?= 2
 test: setup
-	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests --durations=15
+	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m "not alone" \
+	    -n $(TEST_JOBS) --dist loadgroup --durations=15
+	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m alone --durations=5
 
 # The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
 report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)

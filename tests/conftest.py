@@ -52,8 +52,13 @@ def eager_server(tiny_model, tmp_path_factory):
 # Every process this test session starts inherits this marker in its environment, even
 # after it is orphaned and re-parented to init; leftovers are looked for among those
 # only, so engines of another suite (or session) on the machine never fail this one.
+# Each pytest-xdist worker is a session of its own: an engine of the other worker, started
+# while a test of this one runs, is not this test's leftover.
 SESSION_MARK = "AUTOTUNE_TEST_SESSION"
-os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+else:
+    os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
 
 
 def engine_processes() -> list[psutil.Process]:
@@ -207,6 +212,38 @@ def cpu_study(tmp_path_factory) -> StudyRun:
     path.write_text(SCENARIO)
     proc = run_tune(path, root)
     return StudyRun(path, root, proc)
+
+
+# Engines that tests share, by fixture: a pytest-xdist worker that runs one of their tests
+# starts the engine (or runs the study) once more.
+SHARED = ("cpu_study", "eager_server")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the tests on two pytest-xdist workers (`--dist loadgroup`): the
+    tests of a shared engine (SHARED) go to one worker, as do an engine test module's (its
+    module-scoped engines and studies), so that each is started once; unit tests go
+    wherever a worker is free."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        group = next((f for f in SHARED if f in names), None)
+        if group is None and item.get_closest_marker("engine") is not None:
+            group = item.module.__name__ if item.module is not None else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a worker of `--dist loadgroup`: stop at once if pytest-xdist did not group the
+    tests. It marks a group in the test's node id, through an attribute pytest 9.2 renamed,
+    so there a shared engine was silently started by both workers (hence `pytest<9.2`)."""
+    if getattr(session.config.option, "loadgroup", False):
+        lost = [i.nodeid for i in session.items
+                if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if lost:
+            raise pytest.UsageError(f"pytest-xdist ignored the test groups (pytest "
+                                    f"{pytest.__version__}), e.g. {lost[0]}")
 
 
 def copy_study(run: StudyRun, dest: Path) -> StudyRun:

@@ -40,6 +40,7 @@ def _vllm_bench(srv: Server, model: str, seed: int, monkeypatch) -> dict:
     return main(args)
 
 
+@pytest.mark.alone
 def test_agrees_with_vllm_bench_serve(server, tiny_model, monkeypatch):
     model = str(tiny_model)
     spec = WorkloadSpec(num_requests=N, input_len=IN, output_len=OUT, max_concurrency=CONC,

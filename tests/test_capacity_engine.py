@@ -21,7 +21,8 @@ from autotune.measure import bench, capacity
 from autotune.measure.loadgen import Target
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
-pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
+pytestmark = [pytest.mark.engine, pytest.mark.alone,
+              pytest.mark.usefixtures("no_leftover_engine")]
 
 CAP = CapacitySpec(tolerance=0.1, max_steps=7, repeats=2, min_step_s=3, max_step_s=8)
 # A fresh engine's first requests are slow: without a warm-up the first search on an engine

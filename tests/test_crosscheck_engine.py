@@ -23,7 +23,7 @@ from autotune.tuning import record
 from tests.conftest import SCENARIO, SESSION_MARK
 from tests.test_vllmbench import _trial
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.alone]
 
 
 def _helpers() -> list[psutil.Process]:

@@ -147,6 +147,7 @@ def test_killed_engine_ends_the_trial_as_crashed(tiny_model, tmp_path, pick, del
     assert "[autotune reaper]" in log  # the launched command's end, in words, for a reader
 
 
+@pytest.mark.alone  # a bound in seconds: beside another engine the stop took 1.8 s too long
 def test_trial_timeout_bounds_the_whole_trial(tiny_model, tmp_path):
     """40 s for a trial whose capacity search alone would take minutes (20-s steps): it
     ends as `timeout` within seconds of the budget, start-up included."""
