@@ -169,24 +169,31 @@ def test_a_signal_during_a_benchmark_ends_in_one_line(eager_server, tmp_path, si
          eager_server.api_key, "--num-requests", "400", "--input-len", "16",
          "--output-len", "256", "--concurrency", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    # The engine is generating this bench's requests once its token counter moves. Its
+    # running-requests gauge is a snapshot: in one run beside another engine, 300 scrapes
+    # over 60 s all read 0 while the engine's log showed ~1,000 generated tokens/s.
+    before = _generated(eager_server)
     waiting = time.monotonic() + 60
-    while time.monotonic() < waiting:  # requests in flight: the engine is generating
-        if eager_server.get_text("/metrics") and _running(eager_server) > 0:
+    while time.monotonic() < waiting and proc.poll() is None:
+        if _generated(eager_server) > before:
             break
         time.sleep(0.2)
     else:
         proc.kill()
-        pytest.fail("no request reached the engine")
+        out, err = proc.communicate()
+        pytest.fail(f"no request reached the engine (bench exit {proc.returncode}): "
+                    f"{out[-1500:]} {err[-1500:]}")
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == ["autotune: interrupted"], err
 
 
-def _running(srv) -> float:
+def _generated(srv) -> float:
     from autotune.engine import prometheus
 
-    return prometheus.scrape(srv.get_text("/metrics") or "").get("vllm:num_requests_running", 0)
+    return prometheus.scrape(srv.get_text("/metrics") or "").get(
+        "vllm:generation_tokens_total", 0)
 
 
 def test_bench_with_its_own_engine_stops_in_one_line_when_the_engine_dies(tiny_model, tmp_path):
