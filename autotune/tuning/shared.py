@@ -234,6 +234,8 @@ def heartbeat(study: optuna.Study, number: int) -> Iterator[None]:
     if held is None or interval is None:
         yield
         return
+    # Heartbeats are kept per trial id; Optuna's public storage API (BaseStorage) maps the
+    # trial's number to it, since neither `Trial` nor `FrozenTrial` exposes the id.
     trial_id = held.storage.get_trial_id_from_study_id_trial_number(held.study_id, number)
     held.storage.record_heartbeat(trial_id)  # at once: no moment without a heartbeat
     stop = threading.Event()
