@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from autotune.cli import main as cli
+from autotune.engine import cpuplace
 from autotune.tuning import record
 from tests.conftest import SCENARIO, SESSION_MARK
 from tests.test_vllmbench import _trial
@@ -63,10 +64,12 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     before = record.records(optuna.load_study(study_name="engine-test",
                                               storage=f"sqlite:///{db}"))
 
+    # Side by side, no binding of the tests' own (conftest): validate places the engines.
+    env = {k: v for k, v in os.environ.items() if not gpus or k != cpuplace.VAR}
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "1",
                            "--client", "vllm", "--repeats", "1", "--step-seconds", "3",
                            *(["--gpus", gpus] if gpus else [])],
-                          capture_output=True, text=True, timeout=900, check=False)
+                          capture_output=True, text=True, timeout=900, check=False, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not _helpers()
 
@@ -93,6 +96,9 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     if gpus:  # pair 0: the candidate on the first GPU, the baseline on the second
         assert [r["gpu"] for r in v["runs"]] == [1, 0]
         assert v["order"].startswith("pairs side by side on GPUs 0 and 1")
+        for r in v["runs"]:  # and each engine computed on cores of its own
+            cores = cpuplace.bind(r["gpu"], 2, cpuplace.physical_cores()).split(",")
+            assert f"core ids={[int(c) for c in cores]}" in Path(r["log_path"]).read_text()
     else:
         assert v["order"] == "alternating, baseline first"
     assert v["helper_start_s"] > 0 and v["engine_version"].startswith("vllm")

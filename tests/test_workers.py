@@ -27,6 +27,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from autotune.engine import cpuplace
 from autotune.tuning import guardrail, ranking, record, shared, study, workers
 from autotune.tuning.storage import masked
 from tests.conftest import SCENARIO
@@ -446,9 +447,11 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     trial checked against the defaults' reference; both workers' engines gone."""
     path = tmp_path / "two-workers.yaml"
     path.write_text(_engine_scenario())
+    # No binding of the tests' own (conftest): the workers place their engines themselves.
+    env = {k: v for k, v in os.environ.items() if k != cpuplace.VAR}
     proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--gpus", "0,1",
                            "--studies-dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "AUTOTUNE_POLL_S": "0.5"})
+                          timeout=900, env={**env, "AUTOTUNE_POLL_S": "0.5"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     st = optuna.load_study(study_name="two-workers",
                            storage=f"sqlite:///{tmp_path / 'two-workers.db'}")
@@ -463,6 +466,14 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     for g in "01":
         assert (tmp_path / "two-workers" / "workers" / f"gpu{g}.log").exists()
     assert [n for n in (1, 2) if f"trial {n}/2" in proc.stdout] == [1, 2]
+    # Each worker's engine computed on cores of its own, as vLLM's log says.
+    for rec in (defaults, searched):
+        log = tmp_path / "two-workers" / "trials" / str(rec.number) / "engine.log"
+        if rec.state == TrialState.PRUNED and not log.exists():
+            continue  # pruned before its launch
+        slot = int(rec.worker["id"].rsplit("gpu", 1)[1])
+        cores = [int(c) for c in cpuplace.bind(slot, 2, cpuplace.physical_cores()).split(",")]
+        assert f"local_rank=0, core ids={cores}" in log.read_text(), (rec.number, cores)
 
 
 def test_stop_does_not_wait_without_end_for_a_worker_that_ignores_the_interrupt(tmp_path):

@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 
 from autotune.config import Scenario
-from autotune.engine import gpu
+from autotune.engine import cpuplace, gpu
 from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
@@ -180,7 +180,8 @@ def _side_by_side(scenario: Scenario, model: str, candidate: TrialRecord,
                     futures[role] = (t, g, pool.submit(
                         _measure, helpers[g], scenario, model, t,
                         where / f"{i + 1:02d}-{role}-gpu{g}", step_s,
-                        f"run {i + 1} ({role}, trial #{t.number}, GPU {g})", g))
+                        f"run {i + 1} ({role}, trial #{t.number}, GPU {g})", g,
+                        (gpus.index(g), len(gpus))))
                 for role in ("baseline", "candidate"):
                     t, g, future = futures[role]
                     run_figures = {"trial": t.number, "role": role, "pair": pair, "gpu": g,
@@ -192,16 +193,19 @@ def _side_by_side(scenario: Scenario, model: str, candidate: TrialRecord,
 
 
 def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,
-             run_dir: Path, step_s: float, what: str, device: int | None = None
-             ) -> dict[str, Any]:
+             run_dir: Path, step_s: float, what: str, device: int | None = None,
+             slot: tuple[int, int] = (0, 1)) -> dict[str, Any]:
     """One fresh engine with the trial's flags, launched as `trial.run` launches it
     (the scenario's env, hardware emulation with its ballast), on `device` when given,
-    and its capacity by vLLM's client, searched from the capacity the study reported."""
+    and its capacity by vLLM's client, searched from the capacity the study reported.
+    `slot` (index, count) places it among engines side by side: on the CPU build each
+    gets cores of its own (`engine.cpuplace`)."""
     flags = dict(t.flags)
     launch = prune.emulate(flags, scenario.hardware, prune.device_bytes())
     env = dict(scenario.engine.env)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
+    env.update(cpuplace.placement(*slot, env))
     reported = (t.capacity or {}).get("request_throughput") or None
     t0 = time.monotonic()
     try:

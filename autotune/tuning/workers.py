@@ -40,6 +40,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
+from autotune.engine import cpuplace
 from autotune.errors import ConfigError
 from autotune.tuning import ranking, record
 from autotune.tuning.record import TrialRecord
@@ -172,9 +173,10 @@ def run(study: optuna.Study, scenario: Scenario, scenario_path: str | Path, gpus
     children: list[_Child] = []
     result = Result()
     try:
-        for g in gpus:
+        for slot, g in enumerate(gpus):
+            place = cpuplace.placement(slot, len(gpus), scenario.engine.env)
             children.append(_start(g, scenario_path, name, studies_dir, folder, url, tickets,
-                                   trials, timeout_s))
+                                   trials, timeout_s, place))
             say(f"worker {children[-1].id} on GPU {g}: log in {children[-1].log_path}")
         while True:
             _report(study, ids, seen, result, trials, t0, timeout_s, on_progress)
@@ -198,7 +200,8 @@ def run(study: optuna.Study, scenario: Scenario, scenario_path: str | Path, gpus
 
 
 def _start(gpu: str, scenario_path: str | Path, name: str, studies_dir: Path, folder: Path,
-           url: str, tickets: Tickets, trials: int, timeout_s: float | None) -> _Child:
+           url: str, tickets: Tickets, trials: int, timeout_s: float | None,
+           place: dict[str, str]) -> _Child:
     wid = worker_id(gpu)
     log_path = folder / f"gpu{gpu}.log"
     cmd = [*ENTRY, "tune", str(scenario_path), "--study", name, "--studies-dir",
@@ -206,7 +209,8 @@ def _start(gpu: str, scenario_path: str | Path, name: str, studies_dir: Path, fo
            "--run-tickets", str(tickets.path), "--parent-pid", str(os.getpid())]
     if timeout_s is not None:
         cmd += ["--timeout", f"{timeout_s:.0f}s"]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, STORAGE_ENV: url}
+    # `place`: on the CPU build, the cores of this worker's model workers (engine.cpuplace).
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, STORAGE_ENV: url, **place}
     log_file = log_path.open("ab")
     # A session of its own: a Ctrl-C at the terminal reaches this process only, which
     # passes it on once to each worker (twice would skip the engines' grace period).
