@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from autotune import tinymodel
+from autotune.engine import cpuplace
 
 # A run started in the background of a script (`make test &`, nohup) inherits SIGINT
 # ignored, and so would every tuner and engine the tests start, which then ignore the
@@ -63,15 +64,15 @@ else:
 # The CPU build binds its model worker's threads to cores of its own choosing: with one
 # engine per host it takes the first core(s) and leaves the last for the engine core. Two
 # pytest-xdist workers' engines would then both compute (and import) on core 0 while the
-# other core waits: side by side here, two engines started in 24-29 s with that binding
-# and 19-20 s with one core each. Each worker's engines get a core of their own (where the
-# person running the tests has not chosen a binding); the API server, the engine core and
-# everything else still run on any core.
+# other core waits: two engines started together here were ready after 28.6 s with that
+# binding and 21.1 s with a core each (benchmarks/side_by_side.py), and the parallel
+# phase took 603-640 s against 686-779 s before. Each worker's engines get a core of their
+# own (unless the person running the tests chose a binding); the API server, the engine
+# core and everything else still run on any core.
 if os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw").isdigit():
-    _cores = sorted(os.sched_getaffinity(0))
+    _cores = cpuplace.physical_cores()
     os.environ.setdefault(
-        "VLLM_CPU_OMP_THREADS_BIND",
-        str(_cores[int(os.environ["PYTEST_XDIST_WORKER"][2:]) % len(_cores)]))
+        cpuplace.VAR, str(_cores[int(os.environ["PYTEST_XDIST_WORKER"][2:]) % len(_cores)]))
 
 
 def engine_processes() -> list[psutil.Process]:
@@ -237,7 +238,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs the tests on two pytest-xdist workers (`--dist loadgroup`): the
     tests of a shared engine (SHARED) go to one worker, as do an engine test module's (its
     module-scoped engines and studies), so that each is started once; unit tests go
-    wherever a worker is free."""
+    wherever a worker is free, after every engine group."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         group = next((f for f in SHARED if f in names), None)
@@ -245,6 +246,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             group = item.module.__name__ if item.module is not None else None
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # Engine groups first, unit tests after (a stable sort: each keeps its order). pytest-xdist
+    # hands out the biggest groups first and the rest in this order, so a one-test engine
+    # group late in the alphabet (`tune --gpus`, 60 s) ran last while the other worker,
+    # out of unit tests, waited for it (54 s of a 658-s phase); unit tests now fill the end.
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -10,12 +10,16 @@ below skip rather than compare measurements autotune itself calls invalid.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from autotune.engine import cpuplace
 from autotune.engine.server import Server
 from autotune.measure import bench, capacity
 from autotune.measure.loadgen import Target
@@ -36,11 +40,26 @@ LOOSE, STRICT = {"e2el_p95_ms": 800.0}, {"e2el_p95_ms": 400.0}
 
 
 @pytest.fixture(scope="module")
-def eight(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("cap8") / "engine.log"
-    with Server(str(tiny_model), {"enforce-eager": True, "max-num-seqs": 8},
-                log_path=log) as srv:
-        yield srv
+def engines(tiny_model, tmp_path_factory) -> Iterator[dict[int, Server]]:
+    """This module's two engines by max-num-seqs (8 and 1), started at once with a core
+    each for their model workers, as `tune --gpus` places engines side by side: about 20 s
+    for both instead of 20 s each. Neither is measured while the other starts."""
+    servers = {n: Server(str(tiny_model), {"enforce-eager": True, "max-num-seqs": n},
+                         env=cpuplace.placement(slot, 2),
+                         log_path=tmp_path_factory.mktemp(f"cap{n}") / "engine.log")
+               for slot, n in enumerate((8, 1))}
+    with contextlib.ExitStack() as stack:
+        for srv in servers.values():
+            stack.callback(srv.stop)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for started in [pool.submit(srv.start) for srv in servers.values()]:
+                started.result()
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def eight(engines) -> Server:
+    return engines[8]
 
 
 def _search(srv: Server, model, slos, should_stop=None) -> dict:
@@ -117,11 +136,8 @@ def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose):
 
 
 @pytest.fixture(scope="module")
-def one_seq(tiny_model, tmp_path_factory):
-    log = tmp_path_factory.mktemp("cap1") / "engine.log"
-    with Server(str(tiny_model), {"enforce-eager": True, "max-num-seqs": 1},
-                log_path=log) as srv:
-        yield srv
+def one_seq(engines) -> Server:
+    return engines[1]
 
 
 def test_one_sequence_at_a_time_carries_less_and_stops_early(one_seq, tiny_model, loose):

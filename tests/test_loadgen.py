@@ -235,7 +235,14 @@ def test_duration_cap_stops_scheduled_arrivals(server):
     result = run(server, sessions, request_rate=10.0, burstiness=float("inf"),
                  max_duration_s=0.45)
     assert result.truncated
-    assert 3 <= len(result.results) <= 5
+    # The schedule stops at the last arrival due before the cap (0.4 s): none after it.
+    assert result.send_s == pytest.approx(0.4)
+    assert 1 <= len(result.results) <= 5
+    assert all(r.start_time - result.t0 < 0.45 for r in result.results)
+    # A request whose turn came after the cap is not sent. How many made it in time depends
+    # on the event loop: beside two engines on 2 cores it once woke 383 ms late and sent 2.
+    if result.lag["lag_max_ms"] < 50:
+        assert len(result.results) >= 3, result.lag
     assert result.duration_s < 1.5
 
 

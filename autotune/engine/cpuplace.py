@@ -5,8 +5,9 @@ default `auto`) as if the engine were alone on the host: the cores of the first 
 one logical CPU per physical core, less the last core, left for the engine core. Engines
 started side by side that way (`tune --gpus 0,1` or `validate --gpus 0,1` on the CPU build)
 all compute on the same cores while the others wait. On the 2-core test host both model
-workers ran on core 0: two engines started together took 24-29 s, against 19-20 s with a
-core each, and each one's generation had half a core.
+workers ran on core 0, and two engines started together were ready after 28.6 s (median)
+against 21.1 s with a core each (`benchmarks/side_by_side.py`: 0.72x over 3 pairs, 95 %
+interval 0.66-0.79).
 
 `placement(slot, slots)` gives engine `slot` of `slots` side by side a binding of its own:
 the physical cores this process may use, split into `slots` equal runs, less the last core
