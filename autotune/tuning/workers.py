@@ -2,7 +2,8 @@
 
 Each worker is an `autotune tune` process of its own, pinned to its GPU with
 `CUDA_VISIBLE_DEVICES` (so the memory emulation, the memory model's pruning and the wait
-for released memory all read that GPU), with its own id (`HOST-gpuN`), its own log
+for released memory all read that GPU; on the CPU build, to a share of the cores with
+`engine.cpuplace`), with its own id (`HOST-gpuN`), its own log
 (`studies/NAME/workers/gpuN.log`) and its lines in `tune.log` tagged with its id. They
 share the study through its storage (`autotune.tuning.shared` keeps them in order) and the
 run's trials through a counter file (`Tickets`): `--trials N` is N trials in all, taken by
@@ -63,8 +64,8 @@ def parse_gpus(text: str, what: str = "tune") -> list[str]:
         found = visible_gpus()
         if not found:
             raise ConfigError(f"{what}: --gpus all: no NVIDIA GPU is visible; name the devices "
-                              "instead, e.g. --gpus 0,1 (on the CPU engine the workers share "
-                              "the CPU)")
+                              "instead, e.g. --gpus 0,1 (on the CPU engine each worker's "
+                              "engines get a share of the cores)")
         return found
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
