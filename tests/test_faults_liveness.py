@@ -73,7 +73,11 @@ def test_command_killed_leaves_no_orphan_and_reads_as_sigkill(tmp_path):
 def test_member_ignoring_sigterm_is_killed_after_the_grace(tmp_path):
     log = tmp_path / "engine.log"
     t0 = time.monotonic()
-    proc, pids = _reap("(trap '' TERM; exec sleep 300) & echo $! > \"$1\"; exit 3", 1, log)
+    # The command exits only once its child ignores SIGTERM: under load, a child that had
+    # not reached its `trap` yet died of the group's SIGTERM at once (0.27 s, in CI).
+    proc, pids = _reap("(trap '' TERM; : > \"$1.ready\"; exec sleep 300) & "
+                       "echo $! > \"$1\"; while [ ! -e \"$1.ready\" ]; do sleep 0.01; done; "
+                       "exit 3", 1, log)
     assert proc.returncode == 3
     assert pids and _gone_soon(pids)
     assert 1 <= time.monotonic() - t0 < 10
