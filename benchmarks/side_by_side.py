@@ -1,6 +1,6 @@
 """Benchmark: two CPU engines side by side, vLLM's own thread binding against autotune's.
 
-    .venv/bin/python benchmarks/side_by_side.py [--pairs 3] [--requests 96]
+    .venv/bin/python benchmarks/side_by_side.py [--pairs 3] [--requests 256] [--logs DIR]
 
 Each round starts two CPU engines at once (as `tune --gpus 0,1` or `validate --gpus 0,1`
 run them), waits until both serve, then sends each the same fixed workload at the same time.

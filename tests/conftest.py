@@ -68,11 +68,12 @@ else:
 # binding and 21.1 s with a core each (benchmarks/side_by_side.py), and the parallel
 # phase took 603-640 s against 686-779 s before. Each worker's engines get a core of their
 # own (unless the person running the tests chose a binding); the API server, the engine
-# core and everything else still run on any core.
-if os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw").isdigit():
-    _cores = cpuplace.physical_cores()
-    os.environ.setdefault(
-        cpuplace.VAR, str(_cores[int(os.environ["PYTEST_XDIST_WORKER"][2:]) % len(_cores)]))
+# core and everything else still run on any core. The share is the one `tune --gpus`
+# gives its workers (autotune.engine.cpuplace), one slot per pytest-xdist worker.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+if _worker.isdigit() and os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
+    os.environ.setdefault(cpuplace.VAR, cpuplace.bind(
+        int(_worker), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), cpuplace.physical_cores()))
 
 
 def engine_processes() -> list[psutil.Process]:
