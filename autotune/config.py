@@ -70,9 +70,10 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    """Exactly one of `tiny` (a preset built on first use) or `path` (directory or HF id)."""
+    """Exactly one of `tiny` (a preset built on first use: `tiny` and `qwen3-4b` have random
+    weights, `smollm2-135m` is a real instruct model) or `path` (directory or HF id)."""
 
-    tiny: Literal["tiny", "qwen3-4b"] | None = None
+    tiny: Literal["tiny", "qwen3-4b", "smollm2-135m"] | None = None
     path: str | None = None
 
     @model_validator(mode="after")
@@ -134,11 +135,27 @@ class Param(_Strict):
 
 class Speculative(_Strict):
     """Speculative decoding: `num_speculative_tokens` 0 means off; the method is chosen only
-    when it is on."""
+    when it is on, and ngram's prompt-lookup window only for ngram. `extra` goes into
+    `--speculative-config` as it is."""
 
     methods: list[str] = Field(default_factory=lambda: ["ngram"], min_length=1)
     num_speculative_tokens: Param = Field(default_factory=lambda: Param(low=0, high=5))
+    # ngram only: the longest and shortest prompt n-gram a draft is looked up by.
+    prompt_lookup_max: Param | None = None
+    prompt_lookup_min: Param | None = None
     extra: dict[str, Any] = Field(default_factory=lambda: {"prompt_lookup_max": 4})
+
+    @model_validator(mode="after")
+    def _searched_not_fixed(self) -> Speculative:
+        for key in ("prompt_lookup_max", "prompt_lookup_min"):
+            if getattr(self, key) is not None:
+                if "ngram" not in self.methods:
+                    raise ValueError(f"{key} is ngram's; add ngram to `methods`")
+                self.extra.pop(key, None)  # the searched value replaces the default
+        for key in ("method", "num_speculative_tokens"):
+            if key in self.extra:
+                raise ValueError(f"extra.{key}: set by the search; remove it from `extra`")
+        return self
 
 
 class Objective(_Strict):

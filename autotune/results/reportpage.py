@@ -129,6 +129,9 @@ def columns(study: optuna.Study) -> list[Column]:
             (r.quality or {}).get("passed"), ""), False),
         ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
+    if any(r.spec for r in trials):
+        cols.append(("speculation: acceptance (tokens a step)",
+                     lambda r: show.speculation_text(r).removeprefix("acceptance "), False))
     if any(r.capacity for r in trials):
         cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], False),
                  ("capacity out tok/s", lambda r: _capacity(r)[1], True),
@@ -261,6 +264,12 @@ def build(study: optuna.Study) -> str:
          + _figure(report.parallel_figure(study), "parallel")),
         ("Quality guardrail", _guardrail(study)
          + _figure(report.guardrail_figure(study), "guardrail")),
+        *([("Speculative decoding", "<p>Each bar is one trial that speculated: the share "
+            "of draft tokens the target model accepted during its workload, as the engine "
+            "counted them; the label gives the tokens a verification step yielded on "
+            "average (1 + accepted per draft).</p>"
+            + _figure(report.speculation_figure(study), "speculation"))]
+          if any(r.spec for r in records(study)) else []),
         ("Engine start-up", "<p>Each bar is one engine start, from launch to the first "
          "completed request, split where the engine's log shows each phase ending. A warm "
          "start has already imported vLLM in its API server.</p>"

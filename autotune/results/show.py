@@ -117,9 +117,19 @@ def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, 
         "capacity": _capacity(r),
         "detail": r.detail,
         "quality": {k: (r.quality or {}).get(k) for k in ("passed", "drift", "agreement")},
+        "speculation": r.spec.as_dict() if r.spec else None,
         "validation": compact(r.validation),
         "validation_vllm": crosscheck.compact(r.validation_vllm),
     }
+
+
+def speculation_text(r: TrialRecord) -> str:
+    """`acceptance 62% (2.9 tokens a step)`, or "" for a trial that did not speculate."""
+    spec = r.spec
+    if spec is None or spec.acceptance_rate is None:
+        return ""
+    return f"acceptance {spec.acceptance_rate:.0%} ({fmt(spec.mean_acceptance_length, '.2f')} " \
+        "tokens a step)"
 
 
 def _capacity(r: TrialRecord) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from autotune.measure import capacity
-from autotune.results.show import fmt, outcome, reason
+from autotune.results.show import fmt, outcome, reason, speculation_text
 from autotune.tuning import crosscheck
 from autotune.tuning.paired import one_line
 from autotune.tuning.record import TrialRecord
@@ -66,19 +66,29 @@ def _gain_cell(r: dict[str, Any], weighted: bool) -> str:
     return fmt(r["gain"], "+.1%")
 
 
+def _spec_cell(r: dict[str, Any]) -> str:
+    """Speculation's acceptance rate and tokens per step: `62% x2.9`, "-" without it."""
+    spec = r.get("speculation") or {}
+    if spec.get("acceptance_rate") is None:
+        return "-"
+    return f"{spec['acceptance_rate']:.0%} x{spec['mean_acceptance_length']:.2f}"
+
+
 def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     weighted = len(data["directions"]) == 1
+    speculated = any(r.get("speculation") for r in data["trials"])
     if console.width >= WIDE:
         table = Table(title=f"study {data['study']}")
         for col in ("#", "baseline", "flags", "outcome", "reason", "tput", "latency ms",
-                    "mem MiB", "drift", "gain" if weighted else "values"):
+                    "mem MiB", "drift", *(["spec acc"] if speculated else []),
+                    "gain" if weighted else "values"):
             table.add_column(col, overflow="fold")
         for r in data["trials"]:
             table.add_row(str(r["number"]), r["name"], _flags(r["flags"]), r["outcome"],
                           r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
                           fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
-                          _gain_cell(r, weighted))
+                          *([_spec_cell(r)] if speculated else []), _gain_cell(r, weighted))
         console.print(table)
     else:
         print_stacked(data, console, weighted)
@@ -125,6 +135,8 @@ def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True)
                              _gain_cell(r, weighted)])
         console.print(f"{head} {figures}", soft_wrap=True, highlight=False)
         about = " ".join(x for x in (r["name"], _flags(r["flags"])) if x)
+        if r.get("speculation"):
+            about += f"; speculation {_spec_cell(r)}"
         if r["reason"]:
             about += f"; {r['reason']}"
         console.print(Padding(about, (0, 0, 0, 5)), highlight=False)
@@ -199,6 +211,15 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                       f"{fmt(m.get('median_ttft_ms'))}/{fmt(m.get('p95_ttft_ms'))} ms; TPOT p50 "
                       f"{fmt(m.get('median_tpot_ms'), '.2f')} ms; completed {m.get('completed')}"
                       f", failed {m.get('failed')}")
+    if r.spec is not None:
+        spec = r.spec
+        console.print(f"speculation: {speculation_text(r) or 'nothing accepted'}; "
+                      f"{spec.accepted_tokens:,} of {spec.draft_tokens:,} draft tokens accepted "
+                      f"in {spec.drafts:,} drafts; by position "
+                      + " ".join(f"{x:.0%}" for x in spec.accepted_per_position))
+    if r.startup.get("async_scheduling") is not None:
+        console.print("async scheduling (as the engine said): "
+                      + ("on" if r.startup["async_scheduling"] else "off"))
     if m.get("capacity"):
         print_capacity(m["capacity"], [k for k in m["capacity"]["steps"][0]["figures"]
                                        if k.endswith("_ms")], console)

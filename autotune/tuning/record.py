@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.measure import capacity
+from autotune.measure.speculation import Speculation
 
 # 1: before named constraints and study-level validations; 2: before the short scalars
 VERSION = 3
@@ -77,6 +78,8 @@ class TrialRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     measures: dict[str, float] | None = None
     quality: dict[str, Any] | None = None
+    # What speculative decoding did during the workload (`autotune.measure.speculation`).
+    speculation: dict[str, Any] | None = None
     gain: float | None = None
     validation: dict[str, Any] | None = None
     validation_vllm: dict[str, Any] | None = None
@@ -121,6 +124,11 @@ class TrialRecord:
         return self.metrics.get("capacity")
 
     @property
+    def spec(self) -> Speculation | None:
+        """Speculative decoding's counts and acceptance, if the engine drafted."""
+        return Speculation.from_dict(self.speculation) if self.speculation else None
+
+    @property
     def startup_s(self) -> float | None:
         return self.timings.get("startup_s")
 
@@ -141,7 +149,7 @@ class TrialRecord:
         """The record's key figures as short scalars (see `SCALARS`), derived from its long
         fields, so that a record of any version has them; None where not measured."""
         return {"feasible": self.feasible, "outcome": self.outcome, "reason": self.reason,
-                "gain": self.gain, **_scalars(self.metrics, self.quality)}
+                "gain": self.gain, **_scalars(self.metrics, self.quality, self.speculation)}
 
 
 # Fields of a record that come from Optuna's own trial, not from user attributes.
@@ -157,12 +165,14 @@ WRITABLE = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - _FROM_TR
 # version 3), `set_constraints` stores `feasible`; `TrialRecord.scalars` derives them for a
 # record of any version. They are not fields of their own: nothing else may write them.
 SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
-           "capacity_uncertainty", "bottleneck", "drift", "agreement", "quality_passed")
+           "capacity_uncertainty", "bottleneck", "drift", "agreement", "quality_passed",
+           "spec_acceptance_rate", "spec_acceptance_length")
 
 
-def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | None
-             ) -> dict[str, Any]:
-    """The short scalars of `metrics` (capacity, bottleneck) and `quality` (drift, ...)."""
+def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | None,
+             spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...) and
+    `spec` (speculative decoding's acceptance)."""
     out: dict[str, Any] = {}
     if metrics is not None:
         cap = metrics.get("capacity") or {}
@@ -174,6 +184,9 @@ def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | Non
     if quality is not None:
         out.update(drift=quality.get("drift"), agreement=quality.get("agreement"),
                    quality_passed=quality.get("passed"))
+    if spec:
+        out.update(spec_acceptance_rate=spec.get("acceptance_rate"),
+                   spec_acceptance_length=spec.get("mean_acceptance_length"))
     return out
 
 
@@ -186,7 +199,7 @@ def write(trial: optuna.Trial, **values: Any) -> None:
     trial.set_user_attr("record_version", VERSION)
     for key, value in values.items():
         trial.set_user_attr(key, value)
-    short = _scalars(values.get("metrics"), values.get("quality"))
+    short = _scalars(values.get("metrics"), values.get("quality"), values.get("speculation"))
     for key, value in short.items():
         if value is not None:
             trial.set_user_attr(key, value)

@@ -113,6 +113,22 @@ def flags_key(flags: Mapping[str, Any]) -> str:
     return json.dumps(normalize(dict(flags)), sort_keys=True, default=str)
 
 
+ASYNC = "async-scheduling"
+
+
+def same_engine(flags: Mapping[str, Any], rec: TrialRecord) -> bool:
+    """Whether `flags` would start the engine that trial `rec` ran: the same flags, or
+    flags that differ only in `--async-scheduling` from a trial whose engine turned async
+    scheduling off by itself (vLLM does so for ngram speculation and logs it; the record's
+    start-up figures keep what it said). Then any setting of the flag runs that engine."""
+    if flags_key(flags) == flags_key(rec.flags):
+        return True
+    asked, ran = normalize(dict(flags)), normalize(dict(rec.flags))
+    forced_off = rec.startup.get("async_scheduling") is False and ran.get(ASYNC) is not False
+    return forced_off and flags_key({k: v for k, v in asked.items() if k != ASYNC}) == \
+        flags_key({k: v for k, v in ran.items() if k != ASYNC})
+
+
 class Requeue:
     """The storage's stale-trial callback: the configuration of a trial whose worker stopped
     sending heartbeats goes back into the queue (Optuna has already failed the trial, in one

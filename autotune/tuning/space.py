@@ -21,6 +21,7 @@ from autotune.flags import normalize
 
 SPEC_TOKENS = "num_speculative_tokens"
 SPEC_METHOD = "speculative_method"
+LOOKUP = ("prompt_lookup_max", "prompt_lookup_min")  # ngram's searchable window
 
 
 def suggest(trial: optuna.Trial, scenario: Scenario) -> dict[str, Any]:
@@ -33,7 +34,12 @@ def suggest(trial: optuna.Trial, scenario: Scenario) -> dict[str, Any]:
         tokens = int(_suggest(trial, SPEC_TOKENS, spec.num_speculative_tokens))
         if tokens > 0:  # conditional: a method only when speculation is on
             method = trial.suggest_categorical(SPEC_METHOD, spec.methods)
-            flags["speculative-config"] = {"method": method, SPEC_TOKENS: tokens, **spec.extra}
+            config = {"method": method, SPEC_TOKENS: tokens, **spec.extra}
+            for key in LOOKUP if method == "ngram" else ():
+                p = getattr(spec, key)
+                if p is not None:
+                    config[key] = int(_suggest(trial, key, p))
+            flags["speculative-config"] = config
     return flags
 
 
@@ -72,6 +78,12 @@ def relation_violation(flags: dict[str, Any]) -> str | None:
     mbt_tokens = None if mbt is None else _tokens(mbt)
     if seqs is not None and mbt_tokens is not None and mbt_tokens < int(seqs):
         return f"max-num-batched-tokens {mbt} < max-num-seqs {seqs}"
+    spec = flags.get("speculative-config")
+    if isinstance(spec, dict) and isinstance(spec.get("prompt_lookup_min"), int) and \
+            isinstance(spec.get("prompt_lookup_max"), int) and \
+            spec["prompt_lookup_min"] > spec["prompt_lookup_max"]:
+        return (f"prompt_lookup_min {spec['prompt_lookup_min']} > prompt_lookup_max "
+                f"{spec['prompt_lookup_max']}")
     mml = flags.get("max-model-len")
     mml_tokens = None if mml is None else _tokens(mml)
     if flags.get("enable-chunked-prefill") is False and mbt_tokens is not None \

@@ -190,9 +190,9 @@ def resolve_model(scenario: Scenario) -> str:
 
 
 def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
-    key = shared.flags_key(flags)
+    """A finished trial that ran the engine these flags would start (`shared.same_engine`)."""
     return next((r for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
-                 if r.number != number and shared.flags_key(r.flags) == key), None)
+                 if r.number != number and shared.same_engine(flags, r)), None)
 
 
 def reference(study: optuna.Study) -> obj.Measures | None:

@@ -31,7 +31,7 @@ from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import EngineError, Halted
 from autotune.flags import to_args
-from autotune.measure import capacity
+from autotune.measure import capacity, speculation
 from autotune.measure.bench import benchmark
 from autotune.measure.loadgen import Target
 from autotune.measure.watch import Alive
@@ -119,8 +119,13 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
             watch = TrialWatch(srv.death, deadline)
             try:
                 t1 = time.monotonic()
+                before = speculation.Counters.parse(srv.get_text("/metrics") or "")
                 summary = _measure(srv, scenario, workload, model, watch, intermediate,
                                    capacity_floor)
+                spec = speculation.between(
+                    before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
+                if spec is not None:
+                    attrs["speculation"] = spec.as_dict()
                 attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None

@@ -1,0 +1,90 @@
+"""Speculative decoding as the engine counts it: drafts, draft tokens, accepted tokens.
+
+vLLM's `/metrics` keeps counters since start-up (`vllm:spec_decode_num_drafts_total`,
+`..._num_draft_tokens_total`, `..._num_accepted_tokens_total` and, per draft position,
+`..._num_accepted_tokens_per_pos_total{position=...}`). A trial reads them before and
+after its workload, so the guardrail's requests and the start-up's warm-up do not count.
+The two figures follow vLLM's own definitions (its spec-decode logging and
+`vllm bench serve`): acceptance rate = accepted / draft tokens, and mean acceptance
+length = 1 + accepted / drafts, the tokens a verification step yields on average (the
+target model's own token plus the accepted draft tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.engine.prometheus import by_label, scrape
+
+PREFIX = "vllm:spec_decode"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The engine's speculative-decoding counters at one moment (all zero without it)."""
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_position: tuple[float, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Counters:
+        values = scrape(text, (PREFIX,))
+        positions = by_label(text, PER_POSITION, "position")
+        ordered = tuple(positions[k] for k in sorted(positions, key=_position))
+        return cls(values.get(DRAFTS, 0.0), values.get(DRAFT_TOKENS, 0.0),
+                   values.get(ACCEPTED, 0.0), ordered)
+
+
+def _position(key: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        return 1 << 30
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What speculation did over a window: counts and vLLM's two summary figures."""
+
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    # Share of drafts whose token at position i was accepted: how deep drafts hold.
+    accepted_per_position: list[float] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "acceptance_rate": self.acceptance_rate,
+                "mean_acceptance_length": self.mean_acceptance_length}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Speculation:
+        return cls(int(data.get("drafts") or 0), int(data.get("draft_tokens") or 0),
+                   int(data.get("accepted_tokens") or 0),
+                   [float(x) for x in data.get("accepted_per_position") or []])
+
+
+def between(before: Counters, after: Counters) -> Speculation | None:
+    """The window's speculation, or None when the engine drafted nothing in it (off)."""
+    drafts = after.drafts - before.drafts
+    if drafts <= 0 and after.draft_tokens - before.draft_tokens <= 0:
+        return None
+    start = before.per_position + (0.0,) * (len(after.per_position) - len(before.per_position))
+    per = [(a - b) / drafts if drafts > 0 else 0.0
+           for a, b in zip(after.per_position, start, strict=False)]
+    return Speculation(int(drafts), int(after.draft_tokens - before.draft_tokens),
+                       int(after.accepted - before.accepted), [round(x, 4) for x in per])
