@@ -11,7 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Kind = Literal["random", "jsonl", "sharegpt", "chat"]
+Kind = Literal["random", "jsonl", "sharegpt", "chat", "text"]
+# The real-text workloads shipped with autotune (`kind: text`, autotune/data/workloads/):
+# `edit` answers copy much of the prompt, `chat` answers little of it.
+DATASETS = ("edit", "chat")
 
 
 class CapacitySpec(BaseModel):
@@ -65,6 +68,8 @@ class WorkloadSpec(BaseModel):
     range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
     prefix_len: int = Field(0, ge=0, description="tokens shared by every prompt")
     path: str | None = None
+    dataset: Literal["edit", "chat"] | None = Field(
+        None, description="text: which shipped real-text workload (edit or chat)")
     # chat: conversations sharing a system prompt, each with growing history
     conversations: int = Field(8, ge=1)
     turns: int = Field(4, ge=1)
@@ -90,4 +95,11 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"workload kind {self.kind!r} needs `path`")
         if self.kind == "chat":
             self.api = "chat"
+        if (self.kind == "text") != (self.dataset is not None):
+            raise ValueError("`dataset` goes with workload kind 'text', which needs it "
+                             f"(allowed: {', '.join(DATASETS)})")
+        if self.kind == "text":
+            self.api = "chat"  # instruct prompts, sent through the model's chat template
+            if "ignore_eos" not in self.model_fields_set:
+                self.ignore_eos = False  # a real answer ends where the model ends it
         return self

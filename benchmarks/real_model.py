@@ -1,0 +1,171 @@
+"""Benchmark: the quality guardrail and the real-text workloads on a real model (CPU engine).
+
+    .venv/bin/python benchmarks/real_model.py guardrail [--repeats 10] [--json OUT]
+    .venv/bin/python benchmarks/real_model.py overlap [--prompts 16] [--json OUT]
+
+Both serve SmolLM2-135M-Instruct (`autotune tiny-model --preset smollm2-135m`) on vLLM's
+CPU build, one engine at a time, `--enforce-eager` throughout.
+
+`guardrail`: vLLM's defaults make the reference (batched, then one prompt at a time: the
+noise floor), exactly as a study's trial 0 does. Then every configuration below is started
+as a fresh engine and checked against it with the study's default thresholds: the defaults
+themselves `--repeats` times (every rejection is a false reject), configurations that must
+not change greedy answers (block size, max-num-seqs, prefix caching, ngram speculation,
+which is lossless under greedy), and configurations that really change the model (an fp8
+KV cache, a wrong RoPE base, six fewer layers). Prints drift and agreement per check.
+
+`overlap`: the shipped `edit` and `chat` workloads' greedy answers: how much of each answer
+copies the prompt (the share of answer tokens inside a 3-token or longer run that also
+occurs in the prompt: what prompt-lookup speculation can draft) and the answers' length;
+then the same prompts with ngram speculation, and the acceptance the engine counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from autotune import tinymodel
+from autotune.config import GuardrailSpec
+from autotune.engine.server import Server
+from autotune.measure import speculation
+from autotune.measure.loadgen import Target
+from autotune.measure.workloads import Tokenizer, dataset_path
+from autotune.tuning import guardrail
+
+EAGER = {"enforce-eager": True}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+LOSSLESS = {
+    "block-size 32": {"block-size": 32},
+    "max-num-seqs 4": {"max-num-seqs": 4},
+    "no prefix caching": {"enable-prefix-caching": False},
+    "ngram x4": {"speculative-config": NGRAM},
+}
+# Each one is a different model (or cache) than the reference's, not a different schedule.
+DEGRADED = {
+    "fp8 KV cache": {"kv-cache-dtype": "fp8"},
+    "RoPE base 1e4 (config says 1e5)": {"hf-overrides": {"rope_theta": 10000.0}},
+    "24 of 30 layers": {"hf-overrides": {"num_hidden_layers": 24}},
+}
+
+
+def model_path() -> str:
+    return str(tinymodel.build(preset="smollm2-135m").path)
+
+
+def guardrail_run(repeats: int, logs: Path) -> list[dict[str, Any]]:
+    model = model_path()
+    prompts = guardrail.default_prompts()
+    spec = GuardrailSpec()
+    with Server(model, EAGER, log_path=logs / "reference.log") as srv:
+        ref, noise = guardrail.make_reference(
+            Target(srv.url, model, srv.headers), prompts[:spec.num_prompts], spec.max_tokens,
+            factor=spec.noise_factor, drift=None, agreement=None, context={"model": model})
+    print(f"reference: noise drift {ref.noise['drift']:.4f} nats, agreement "
+          f"{ref.noise['agreement']:.3f}; thresholds drift <= {ref.thresholds['drift']:.4f}, "
+          f"agreement >= {ref.thresholds['agreement']:.3f}", flush=True)
+    rows = [{"group": "noise floor", "config": "defaults, one by one",
+             "drift": noise["drift"], "agreement": noise["agreement"], "passed": None}]
+    plan = [("defaults", f"defaults #{i + 1}", {}) for i in range(repeats)]
+    plan += [("lossless", name, flags) for name, flags in LOSSLESS.items()]
+    plan += [("degraded", name, flags) for name, flags in DEGRADED.items()]
+    for i, (group, name, flags) in enumerate(plan):
+        try:
+            with Server(model, {**EAGER, **flags}, log_path=logs / f"{i:02d}.log") as srv:
+                got = guardrail.check(Target(srv.url, model, srv.headers), ref)
+            row = {"group": group, "config": name, "drift": got["drift"],
+                   "agreement": got["agreement"], "passed": got["passed"]}
+        except Exception as err:  # noqa: BLE001 - a refused configuration is a result
+            row = {"group": group, "config": name, "error": f"{type(err).__name__}: {err}"}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def copied_share(prompt: list[int], output: list[int], n: int = 3) -> float:
+    """Share of `output` tokens inside a run of `n`+ tokens that also occurs in `prompt`."""
+    if len(output) < n:
+        return 0.0
+    grams = {tuple(prompt[i:i + n]) for i in range(len(prompt) - n + 1)}
+    covered = [False] * len(output)
+    for i in range(len(output) - n + 1):
+        if tuple(output[i:i + n]) in grams:
+            covered[i:i + n] = [True] * n
+    return sum(covered) / len(output)
+
+
+async def _answers(target: Target, prompts: list[str], max_tokens: int) -> list[str]:
+    async with aiohttp.ClientSession(trust_env=False) as http:
+        async def one(p: str) -> str:
+            body = {"model": target.model, "messages": [{"role": "user", "content": p}],
+                    "max_tokens": max_tokens, "temperature": 0}
+            async with http.post(target.url + "/v1/chat/completions", json=body,
+                                 headers=target.headers) as resp:
+                return (await resp.json())["choices"][0]["message"]["content"]
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+
+def overlap_run(count: int, logs: Path) -> list[dict[str, Any]]:
+    model = model_path()
+    tok = Tokenizer.of(model)
+    rows = []
+    for dataset in ("edit", "chat"):
+        data = [json.loads(line) for line in dataset_path(dataset).read_text().splitlines()]
+        prompts = [r["prompt"] for r in data[:count]]
+        out: dict[str, Any] = {"workload": dataset, "prompts": len(prompts)}
+        plain: list[str] = []
+        for label, flags in (("plain", {}), ("ngram x4", {"speculative-config": NGRAM})):
+            with Server(model, {**EAGER, **flags},
+                        log_path=logs / f"overlap-{dataset}-{label[:5]}.log") as srv:
+                target = Target(srv.url, model, srv.headers)
+                before = speculation.Counters.parse(srv.get_text("/metrics") or "")
+                answers = asyncio.run(_answers(target, prompts, data[0]["output_tokens"]))
+                spec = speculation.between(
+                    before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
+            if label == "plain":
+                shares = [copied_share(tok.encode(p), tok.encode(a))
+                          for p, a in zip(prompts, answers, strict=True)]
+                out.update(copied_share=statistics.mean(shares),
+                           copied_share_median=statistics.median(shares),
+                           answer_tokens=statistics.mean(len(tok.encode(a)) for a in answers),
+                           example=answers[0][:160])
+            else:
+                out.update(same_answers=sum(a == b for a, b in zip(
+                    answers, plain, strict=True)) / len(answers),
+                    acceptance_rate=spec.acceptance_rate if spec else None,
+                    mean_acceptance_length=spec.mean_acceptance_length if spec else None)
+            plain = answers
+        rows.append(out)
+        print(json.dumps(out), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    g = sub.add_parser("guardrail")
+    g.add_argument("--repeats", type=int, default=10)
+    o = sub.add_parser("overlap")
+    o.add_argument("--prompts", type=int, default=16)
+    for p in (g, o):
+        p.add_argument("--json", type=Path, help="write the rows here")
+        p.add_argument("--logs", type=Path, help="engine logs (default: a temporary folder)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = args.logs or Path(tmp)
+        logs.mkdir(parents=True, exist_ok=True)
+        rows = guardrail_run(args.repeats, logs) if args.what == "guardrail" \
+            else overlap_run(args.prompts, logs)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

