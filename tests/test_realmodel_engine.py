@@ -25,7 +25,8 @@ from autotune.tuning import guardrail
 
 pytestmark = [pytest.mark.engine]
 
-EAGER = {"enforce-eager": True}
+# float32: without AVX-512 BF16 the CPU build computes bf16 several times slower.
+EAGER = {"enforce-eager": True, "dtype": "float32"}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 
 

@@ -325,9 +325,11 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: F
     from autotune.tuning import crosscheck, validate
 
     step_s = vllmbench.STEP_S if args.step_seconds is None else args.step_seconds
+    fixed = validate.scenario_of(st).workload.mode == "fixed"
     console.print(f"re-measuring trial #{candidate.number} against #{against.number} with "
                   f"vllm bench serve: {args.repeats} pair(s) of fresh engine launches, "
-                  f"alternating, capacity at SLO in {step_s:g}-s Poisson steps")
+                  "alternating, " + ("the study's fixed workload each run" if fixed else
+                                     f"capacity at SLO in {step_s:g}-s Poisson steps"))
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
         result = crosscheck.run(
             st, candidate, against, args.repeats,

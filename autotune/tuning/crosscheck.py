@@ -109,7 +109,7 @@ def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if not v:
         return None
     keys = ("ratio", "ci_low", "ci_high", "study_ratio", "verdict", "repeats", "against",
-            "step_s", "client", "when")
+            "step_s", "client", "when", "metric", "better")
     return {k: v.get(k) for k in keys}
 
 
