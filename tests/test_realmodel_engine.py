@@ -16,12 +16,11 @@ from __future__ import annotations
 import pytest
 
 from autotune import tinymodel
-from autotune.config import GuardrailSpec
+from autotune.config import GuardrailSpec, Scenario
 from autotune.engine.server import Server
-from autotune.measure import bench, speculation
 from autotune.measure.loadgen import Target
-from autotune.traffic import WorkloadSpec
-from autotune.tuning import guardrail
+from autotune.measure.speculation import Speculation
+from autotune.tuning import guardrail, trial
 
 pytestmark = [pytest.mark.engine]
 
@@ -72,27 +71,28 @@ def test_configurations_that_only_reschedule_pass(real_model, reference, tmp_pat
 
 
 @pytest.mark.usefixtures("no_leftover_engine")
-def test_ngram_speculation_passes_and_accepts_drafts_on_copy_heavy_text(real_model, reference,
-                                                                       tmp_path):
+def test_a_speculative_trial_records_its_acceptance_and_passes_the_guardrail(
+        real_model, reference, tmp_path):
+    """One trial as a study runs it (`trial.run`): the copy-heavy workload with ngram
+    speculation, checked against the defaults' reference."""
     ref, _ = reference
-    with Server(real_model, {**EAGER, "speculative-config": NGRAM},
-                log_path=tmp_path / "e.log") as srv:
-        target = Target(srv.url, real_model, srv.headers)
-        report = guardrail.check(target, ref)
-        before = speculation.Counters.parse(srv.get_text("/metrics") or "")
-        work = WorkloadSpec(kind="text", dataset="edit", num_requests=4, max_concurrency=4,
-                            mode="fixed")
-        summary = bench.benchmark(target, work, tokenizer_model=real_model)
-        spec = speculation.between(before,
-                                   speculation.Counters.parse(srv.get_text("/metrics") or ""))
-        said = srv.figures.async_scheduling
-    assert report["passed"], report  # greedy speculation returns the target's own tokens
-    assert summary["completed"] == 4
-    assert spec is not None and spec.drafts > 0
+    scenario = Scenario.model_validate({
+        "model": {"tiny": "smollm2-135m"}, "engine": {"flags": EAGER},
+        "workload": {"kind": "text", "dataset": "edit", "num_requests": 4,
+                     "max_concurrency": 4, "mode": "fixed"},
+        "prune": {"enabled": False}, "budget": {"trial_timeout": "10m"}})
+    guard = guardrail.Guard(scenario.guardrail, ref.prompts, ref)
+    flags = {**EAGER, "speculative-config": NGRAM}
+    outcome = trial.run(scenario, real_model, flags, tmp_path / "0", guard)
+    assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.attrs.get("detail"))
+    assert outcome.quality["passed"], outcome.quality  # greedy speculation: the same tokens
+    assert outcome.summary["completed"] == 4
+    spec = Speculation.from_dict(outcome.attrs["speculation"])
+    assert spec.drafts > 0 and len(spec.accepted_per_position) == 4
     assert spec.acceptance_rate > 0.2, spec  # rewriting text copies much of the prompt
     assert spec.mean_acceptance_length > 1.5
-    assert len(spec.accepted_per_position) == 4
-    assert said is False  # vLLM turns async scheduling off with ngram, and says so
+    # vLLM turns async scheduling off with ngram, and says so
+    assert outcome.attrs["startup"]["async_scheduling"] is False
 
 
 @pytest.mark.usefixtures("no_leftover_engine")

