@@ -17,7 +17,8 @@ KV cache, a wrong RoPE base, six fewer layers). Prints drift and agreement per c
 `overlap`: the shipped `edit` and `chat` workloads' greedy answers: how much of each answer
 copies the prompt (the share of answer tokens inside a 3-token or longer run that also
 occurs in the prompt: what prompt-lookup speculation can draft) and the answers' length;
-then the same prompts with ngram speculation, and the acceptance the engine counted.
+then the same prompts with ngram speculation: the acceptance the engine counted and the share
+of the output that accepted drafts supplied.
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def overlap_run(count: int, logs: Path) -> list[dict[str, Any]]:
                 out.update(same_answers=sum(a == b for a, b in zip(
                     answers, plain, strict=True)) / len(answers),
                     acceptance_rate=spec.acceptance_rate if spec else None,
-                    mean_acceptance_length=spec.mean_acceptance_length if spec else None)
+                    mean_acceptance_length=spec.mean_acceptance_length if spec else None,
+                    drafted_share=spec.drafted_share if spec else None)
             plain = answers
         rows.append(out)
         print(json.dumps(out), flush=True)

@@ -91,6 +91,7 @@ def test_a_speculative_trial_records_its_acceptance_and_passes_the_guardrail(
     assert spec.drafts > 0 and len(spec.accepted_per_position) == 4
     assert spec.acceptance_rate > 0.2, spec  # rewriting text copies much of the prompt
     assert spec.mean_acceptance_length > 1.5
+    assert spec.drafted_share > 0.2  # a good share of the answers came from the drafts
     # vLLM turns async scheduling off with ngram, and says so
     assert outcome.attrs["startup"]["async_scheduling"] is False
 

@@ -31,21 +31,25 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",pos
 # HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{engine="0",model_name="m"} 0.0
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="m"} 60.0
 """
 
 
 def test_counters_are_read_with_positions_in_numeric_order():
     c = speculation.Counters.parse(PAGE)
-    assert (c.drafts, c.draft_tokens, c.accepted) == (10, 40, 25)
+    assert (c.drafts, c.draft_tokens, c.accepted, c.generated) == (10, 40, 25, 60)
     assert c.per_position == (9, 7, 5, 4, 1)  # position 10 after 3, not after 1
 
 
 def test_the_window_follows_vllms_definitions():
-    before = speculation.Counters(2, 8, 5, (2, 2, 1, 0, 0))
+    before = speculation.Counters(2, 8, 5, (2, 2, 1, 0, 0), 20)
     spec = speculation.between(before, speculation.Counters.parse(PAGE))
     assert (spec.drafts, spec.draft_tokens, spec.accepted_tokens) == (8, 32, 20)
     assert spec.acceptance_rate == pytest.approx(20 / 32)  # accepted / drafted
     assert spec.mean_acceptance_length == pytest.approx(1 + 20 / 8)  # 1 + accepted / drafts
+    assert spec.drafted_share == pytest.approx(20 / 40)  # accepted / generated tokens
     assert spec.accepted_per_position == [pytest.approx(7 / 8), pytest.approx(5 / 8),
                                           pytest.approx(4 / 8), pytest.approx(4 / 8),
                                           pytest.approx(1 / 8)]
@@ -74,7 +78,7 @@ def test_the_engines_word_on_async_scheduling():
 def _study(tmp_path):
     st = optuna.create_study(direction="maximize", storage=f"sqlite:///{tmp_path / 's.db'}",
                              study_name="spec")
-    spec = speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4]).as_dict()
+    spec = speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500).as_dict()
     ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     record.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=record.DEFAULTS,
                flags={}, outcome="complete", metrics={"median_tpot_ms": 9.0})
@@ -88,12 +92,13 @@ def test_show_report_and_dashboard_carry_the_acceptance(tmp_path):
     st = _study(tmp_path)
     plain, spec = record.records(st)
     assert plain.spec is None and spec.spec.acceptance_rate == 0.625
-    assert show.speculation_text(spec) == "acceptance 62% (3.50 tokens a step)"
+    assert show.speculation_text(spec) == \
+        "acceptance 62% (3.50 tokens a step, 50% of the output)"
     rows = [show.trial_row(r) for r in (plain, spec)]
     assert rows[0]["speculation"] is None
     assert rows[1]["speculation"]["mean_acceptance_length"] == 3.5
     html = reportpage.build(st)
-    assert "Speculative decoding" in html and "62% (3.50 tokens a step)" in html
+    assert "Speculative decoding" in html and "62% (3.50 tokens a step, 50% of the output)" in html
     attrs = dashboard.attributes(st)
     assert attrs[1]["autotune:spec_acceptance_rate"] == 0.625
     assert "autotune:spec_acceptance_rate" not in attrs[0]

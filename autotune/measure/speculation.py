@@ -7,7 +7,9 @@ after its workload, so the guardrail's requests and the start-up's warm-up do no
 The two figures follow vLLM's own definitions (its spec-decode logging and
 `vllm bench serve`): acceptance rate = accepted / draft tokens, and mean acceptance
 length = 1 + accepted / drafts, the tokens a verification step yields on average (the
-target model's own token plus the accepted draft tokens).
+target model's own token plus the accepted draft tokens). The drafted share (accepted /
+generated tokens, `vllm:generation_tokens_total` over the same window) says how much of the
+output the drafts supplied.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+GENERATED = "vllm:generation_tokens_total"
 
 
 @dataclass(frozen=True)
@@ -32,14 +35,15 @@ class Counters:
     draft_tokens: float = 0.0
     accepted: float = 0.0
     per_position: tuple[float, ...] = ()
+    generated: float = 0.0  # every output token, drafted or not
 
     @classmethod
     def parse(cls, text: str) -> Counters:
-        values = scrape(text, (PREFIX,))
+        values = scrape(text, (PREFIX, GENERATED))
         positions = by_label(text, PER_POSITION, "position")
         ordered = tuple(positions[k] for k in sorted(positions, key=_position))
         return cls(values.get(DRAFTS, 0.0), values.get(DRAFT_TOKENS, 0.0),
-                   values.get(ACCEPTED, 0.0), ordered)
+                   values.get(ACCEPTED, 0.0), ordered, values.get(GENERATED, 0.0))
 
 
 def _position(key: str) -> int:
@@ -58,6 +62,7 @@ class Speculation:
     accepted_tokens: int = 0
     # Share of drafts whose token at position i was accepted: how deep drafts hold.
     accepted_per_position: list[float] = field(default_factory=list)
+    generated_tokens: int = 0  # every output token of the window
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -67,15 +72,24 @@ class Speculation:
     def mean_acceptance_length(self) -> float | None:
         return 1.0 + self.accepted_tokens / self.drafts if self.drafts else None
 
+    @property
+    def drafted_share(self) -> float | None:
+        """Share of the output tokens that accepted drafts supplied. ngram drafts only where
+        the context holds a match, so a high acceptance rate can come with few drafts (open
+        chat); this says how much of the answer speculation actually produced."""
+        return self.accepted_tokens / self.generated_tokens if self.generated_tokens else None
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "acceptance_rate": self.acceptance_rate,
-                "mean_acceptance_length": self.mean_acceptance_length}
+                "mean_acceptance_length": self.mean_acceptance_length,
+                "drafted_share": self.drafted_share}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Speculation:
         return cls(int(data.get("drafts") or 0), int(data.get("draft_tokens") or 0),
                    int(data.get("accepted_tokens") or 0),
-                   [float(x) for x in data.get("accepted_per_position") or []])
+                   [float(x) for x in data.get("accepted_per_position") or []],
+                   int(data.get("generated_tokens") or 0))
 
 
 def between(before: Counters, after: Counters) -> Speculation | None:
@@ -87,4 +101,5 @@ def between(before: Counters, after: Counters) -> Speculation | None:
     per = [(a - b) / drafts if drafts > 0 else 0.0
            for a, b in zip(after.per_position, start, strict=False)]
     return Speculation(int(drafts), int(after.draft_tokens - before.draft_tokens),
-                       int(after.accepted - before.accepted), [round(x, 4) for x in per])
+                       int(after.accepted - before.accepted), [round(x, 4) for x in per],
+                       int(after.generated - before.generated))

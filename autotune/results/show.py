@@ -128,8 +128,9 @@ def speculation_text(r: TrialRecord) -> str:
     spec = r.spec
     if spec is None or spec.acceptance_rate is None:
         return ""
+    share = "" if spec.drafted_share is None else f", {spec.drafted_share:.0%} of the output"
     return f"acceptance {spec.acceptance_rate:.0%} ({fmt(spec.mean_acceptance_length, '.2f')} " \
-        "tokens a step)"
+        f"tokens a step{share})"
 
 
 def _capacity(r: TrialRecord) -> dict[str, Any] | None:

@@ -215,7 +215,8 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         spec = r.spec
         console.print(f"speculation: {speculation_text(r) or 'nothing accepted'}; "
                       f"{spec.accepted_tokens:,} of {spec.draft_tokens:,} draft tokens accepted "
-                      f"in {spec.drafts:,} drafts; by position "
+                      f"in {spec.drafts:,} drafts, of {spec.generated_tokens:,} output tokens; "
+                      "by position "
                       + " ".join(f"{x:.0%}" for x in spec.accepted_per_position))
     if r.startup.get("async_scheduling") is not None:
         console.print("async scheduling (as the engine said): "
