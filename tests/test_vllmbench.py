@@ -238,8 +238,51 @@ def test_a_fixed_workload_recheck_compares_the_objectives_latency_lower_is_bette
     v.update(metric="median_tpot_ms", against=0, repeats=3, study_ratio=0.6)
     assert crosscheck.verdict(v) == "gain"
     assert crosscheck.headline(v).startswith(
-        "median_tpot_ms autotune's client: 0.6x; vllm bench serve: 0.61")
+        "median_tpot_ms autotune's client: 0.6x; vllm bench serve: 0.609x (0.541-0.686), gain")
     assert "3 pair(s) of runs of the study's workload" in crosscheck.headline(v)
     slower = crosscheck.summarise([{**r, "figure": 1 / r["figure"]} for r in runs],
                                   "figure", "lower")
     assert crosscheck.verdict({**slower, "metric": "median_tpot_ms"}) == "loss"
+
+
+class _Helper:
+    """Stands in for the `vllm bench serve` helper process: records the arguments of the
+    one step and answers with a result of vLLM's keys."""
+
+    def __init__(self, result):
+        self.result, self.argv = result, None
+
+    def step(self, argv, *, api_key=None, timeout_s=0.0):
+        self.argv = argv
+        return self.result
+
+
+class _Srv:
+    url, api_key = "http://127.0.0.1:9", "k"
+
+    @staticmethod
+    def death():
+        return None
+
+
+def test_a_fixed_workload_run_sends_the_studys_workload_once(tmp_path):
+    from autotune.config import Scenario
+
+    scenario = Scenario.model_validate({
+        "model": {"tiny": "smollm2-135m"},
+        "workload": {"kind": "text", "dataset": "edit", "num_requests": 240,
+                     "max_concurrency": 6, "warmup_requests": 12, "mode": "fixed"},
+        "objective": {"latency": "tpot_median"}})
+    helper = _Helper({"completed": 240, "median_tpot_ms": 2.05, "median_ttft_ms": 18.3,
+                      "output_throughput": 2599.0})
+    got = crosscheck._fixed(helper, scenario, "m", _Srv(), tmp_path)
+    assert got["metric"] == "median_tpot_ms" and got["figure"] == 2.05
+    argv = helper.argv
+    assert argv[argv.index("--num-prompts") + 1] == "240"
+    assert argv[argv.index("--max-concurrency") + 1] == "6"
+    assert argv[argv.index("--num-warmups") + 1] == "12"
+    assert argv[argv.index("--request-rate") + 1] == "inf"
+    assert argv[argv.index("--dataset-name") + 1] == "custom"
+    helper.result = {"completed": 0}
+    with pytest.raises(Exception, match="no request of the run completed"):
+        crosscheck._fixed(helper, scenario, "m", _Srv(), tmp_path)
