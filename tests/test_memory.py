@@ -16,6 +16,7 @@ from autotune.tuning.memory import (
     kv_bytes_per_token,
     load_shape,
     param_count,
+    served_as,
 )
 
 QWEN3_4B = ModelShape.from_config({**PRESETS["qwen3-4b"], "torch_dtype": "bfloat16"})
@@ -29,6 +30,21 @@ def test_param_counts_are_exact():
     assert param_count(TINY) == 361_344
     untied = replace(TINY, tie_word_embeddings=False)
     assert param_count(untied) == 361_344 + 512 * 128
+
+
+def test_dtype_float32_doubles_the_weights_and_an_auto_kv_cache():
+    """`--dtype float32` (the CPU engine's fast path without AVX-512 BF16): the real model's
+    study predicted twice the KV tokens the engine reported before this was counted."""
+    wide = served_as(TINY, "float32")
+    assert kv_bytes_per_token(wide, "auto") == 2 * kv_bytes_per_token(TINY, "auto")
+    assert kv_bytes_per_token(wide, "fp8") == kv_bytes_per_token(TINY, "fp8")
+    assert served_as(TINY, "auto") == TINY and served_as(TINY, None) == TINY
+    assert served_as(TINY, "half").dtype_bytes == 2
+    budget = 1 * GiB
+    assert estimate(wide, device_memory_bytes=None, cpu_kvcache_space_gib=1,
+                    block_size=128).kv_capacity_tokens * 2 == estimate(
+        TINY, device_memory_bytes=None, cpu_kvcache_space_gib=1, block_size=128
+    ).kv_capacity_tokens == budget // 512
 
 
 def test_kv_bytes_per_token():

@@ -9,6 +9,8 @@ split into whole blocks, one of which (the null block) never holds tokens.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 from dataclasses import dataclass
@@ -80,6 +82,13 @@ def param_count(shape: ModelShape) -> int:
     layer = attention + 3 * h * shape.intermediate_size + 2 * h + 2 * d
     embeddings = shape.vocab_size * h * (1 if shape.tie_word_embeddings else 2)
     return embeddings + shape.num_layers * layer + h
+
+
+def served_as(shape: ModelShape, dtype: str | None) -> ModelShape:
+    """The shape as `--dtype` serves it: weights and an `auto` KV cache take that dtype's
+    bytes (`auto` and unknown values keep the checkpoint's)."""
+    size = _DTYPE_BYTES.get(str(dtype or "auto"))
+    return dataclasses.replace(shape, dtype_bytes=size) if size else shape
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto") -> int:

@@ -67,6 +67,7 @@ def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
     shape = memory.load_shape(model)
     if shape is None:
         return None
+    shape = memory.served_as(shape, flags.get("dtype"))  # --dtype float32 doubles the bytes
     device = device_bytes()
     if scenario.hardware.memory_gib is not None and device is not None:
         device = int(scenario.hardware.memory_gib * 2**30)
