@@ -9,11 +9,9 @@ split into whole blocks, one of which (the null block) never holds tokens.
 
 from __future__ import annotations
 
-import dataclasses
-
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +86,7 @@ def served_as(shape: ModelShape, dtype: str | None) -> ModelShape:
     """The shape as `--dtype` serves it: weights and an `auto` KV cache take that dtype's
     bytes (`auto` and unknown values keep the checkpoint's)."""
     size = _DTYPE_BYTES.get(str(dtype or "auto"))
-    return dataclasses.replace(shape, dtype_bytes=size) if size else shape
+    return replace(shape, dtype_bytes=size) if size else shape
 
 
 def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto") -> int:
