@@ -56,3 +56,12 @@ def test_vllm_bench_serve_reads_the_same_file_as_its_custom_dataset():
     step = vllmbench.step_args(spec, base_url="http://127.0.0.1:1", model="m", tokenizer="m",
                                rate=2.0, num_prompts=10, seed=0)
     assert "openai-chat" in step and "--ignore-eos" not in step
+
+
+def test_autotune_bench_takes_the_text_workload(capsys):
+    from autotune.cli import main as cli
+
+    assert cli.main(["bench", "--url", "http://127.0.0.1:1", "--workload", "text"]) == 2
+    err = capsys.readouterr().err
+    assert "`dataset` goes with workload kind 'text', which needs it (allowed: edit, chat)" \
+        in err and "Value error" not in err and err.count("\n") == 1

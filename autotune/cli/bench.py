@@ -19,7 +19,7 @@ from autotune.errors import ConfigError
 from autotune.measure import capacity, metrics
 from autotune.measure.bench import benchmark, summary_rows
 from autotune.measure.loadgen import Target
-from autotune.traffic import CapacitySpec, WorkloadSpec
+from autotune.traffic import DATASETS, CapacitySpec, WorkloadSpec
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,8 +30,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    "server's first model with --url)")
     p.add_argument("--api-key", help="API key of a running server")
     p.add_argument("--tokenizer", help="tokenizer for building prompts (default: the model)")
-    p.add_argument("--workload", default="random", choices=["random", "jsonl", "sharegpt", "chat"])
+    p.add_argument("--workload", default="random",
+                   choices=["random", "jsonl", "sharegpt", "chat", "text"])
     p.add_argument("--path", help="prompt file for jsonl and sharegpt workloads")
+    p.add_argument("--dataset", choices=list(DATASETS),
+                   help="text workload: the shipped real text (edit: answers copy the prompt; "
+                   "chat: open requests)")
     p.add_argument("--api", choices=["completions", "chat"], default="completions")
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=128)
@@ -80,7 +84,8 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
         return WorkloadSpec(
             kind=args.workload, api=args.api, num_requests=args.num_requests,
             input_len=args.input_len, output_len=args.output_len, range_ratio=args.range_ratio,
-            prefix_len=args.prefix_len, path=args.path, conversations=args.conversations,
+            prefix_len=args.prefix_len, path=args.path, dataset=args.dataset,
+            conversations=args.conversations,
             turns=args.turns, system_len=args.system_len, request_rate=args.request_rate,
             burstiness=args.burstiness, max_concurrency=args.concurrency,
             warmup_requests=args.warmup, max_duration_s=args.max_duration, seed=args.seed,
@@ -94,7 +99,8 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "workload"
-        raise ConfigError(f"bench: {where}: {first['msg']}") from None
+        raise ConfigError(f"bench: {where}: {first['msg'].removeprefix('Value error, ')}"
+                          ) from None
 
 
 def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
