@@ -37,7 +37,10 @@ def real_model() -> str:
 
 @pytest.fixture(scope="module")
 def reference(real_model, tmp_path_factory):
-    spec = GuardrailSpec()
+    # Half the shipped prompts, shorter answers: the mechanism is the study's, at a cost
+    # the suite can carry (the 16 x 48 default, one by one for the noise floor, took ~2 min
+    # of one core here); docs/real-model.md has the full set over 10 repeats.
+    spec = GuardrailSpec(num_prompts=8, max_tokens=32)
     log = tmp_path_factory.mktemp("real") / "reference.log"
     with Server(real_model, EAGER, log_path=log) as srv:
         ref, noise = guardrail.make_reference(
@@ -54,8 +57,12 @@ def _check(model: str, flags: dict, ref: guardrail.Reference, log) -> dict:
 
 def test_a_real_model_answers_and_measures_its_noise_floor(reference):
     ref, noise = reference
-    texts = " ".join(s.text for s in ref.samples)
-    assert "Paris" in texts or "def " in texts  # real answers, not random tokens
+    # Real answers, not random tokens. The guardrail sends its prompts as plain completions
+    # (no chat template), and an instruct model ends some of them at once (3 of these 8,
+    # 7 of the 16 on the H200): those still count, by the log-probability of that end.
+    answered = [s for s in ref.samples if s.text.strip()]
+    assert len(answered) >= 3
+    assert any("def " in s.text for s in answered)  # the quicksort prompt gets Python
     assert all(len(s.logprobs) == len(s.output_ids) > 0 for s in ref.samples)
     # batched against one by one: small against the threshold it sets
     assert ref.noise["drift"] < ref.thresholds["drift"] / 2
@@ -63,18 +70,12 @@ def test_a_real_model_answers_and_measures_its_noise_floor(reference):
 
 
 @pytest.mark.usefixtures("no_leftover_engine")
-def test_configurations_that_only_reschedule_pass(real_model, reference, tmp_path):
-    ref, _ = reference
-    flags = {"block-size": 32, "max-num-seqs": 4, "enable-prefix-caching": False}
-    report = _check(real_model, flags, ref, tmp_path / "e.log")
-    assert report["passed"], report
-
-
-@pytest.mark.usefixtures("no_leftover_engine")
-def test_a_speculative_trial_records_its_acceptance_and_passes_the_guardrail(
+def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_guardrail(
         real_model, reference, tmp_path):
     """One trial as a study runs it (`trial.run`): the copy-heavy workload with ngram
-    speculation, checked against the defaults' reference."""
+    speculation and flags that only reschedule the same greedy computation (block size,
+    max-num-seqs, prefix caching), checked against the defaults' reference: all of them
+    must leave the answers as they are (one engine for all, to keep the suite's time)."""
     ref, _ = reference
     scenario = Scenario.model_validate({
         "model": {"tiny": "smollm2-135m"}, "engine": {"flags": EAGER},
@@ -82,7 +83,8 @@ def test_a_speculative_trial_records_its_acceptance_and_passes_the_guardrail(
                      "max_concurrency": 4, "mode": "fixed"},
         "prune": {"enabled": False}, "budget": {"trial_timeout": "10m"}})
     guard = guardrail.Guard(scenario.guardrail, ref.prompts, ref)
-    flags = {**EAGER, "speculative-config": NGRAM}
+    flags = {**EAGER, "speculative-config": NGRAM, "block-size": 32, "max-num-seqs": 4,
+             "enable-prefix-caching": False}
     outcome = trial.run(scenario, real_model, flags, tmp_path / "0", guard)
     assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.attrs.get("detail"))
     assert outcome.quality["passed"], outcome.quality  # greedy speculation: the same tokens
