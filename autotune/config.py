@@ -158,13 +158,19 @@ class Speculative(_Strict):
         return self
 
 
+# The terms of the weighted score (objective.weighted_score).
+WeightKey = Literal["throughput", "latency", "memory"]
+
+
 class Objective(_Strict):
     mode: Literal["weighted", "pareto"] = "weighted"
     throughput: Literal["output_throughput", "request_throughput",
                         "total_token_throughput"] = "output_throughput"
     latency: str = "ttft_p95"
-    weights: dict[Literal["throughput", "latency", "memory"], float] = Field(
-        default_factory=lambda: {"throughput": 1.0, "latency": 1.0, "memory": 0.2})
+    # The explicit dict[...] call: mypy types a bare literal in the lambda as dict[str, float].
+    weights: dict[WeightKey, float] = Field(
+        default_factory=lambda: dict[WeightKey, float](
+            {"throughput": 1.0, "latency": 1.0, "memory": 0.2}))
     slos: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("latency")
@@ -254,6 +260,15 @@ class SamplerSpec(_Strict):
     seed: int = 0
 
 
+class ReliefSpec(_Strict):
+    """Relief moves (`autotune.tuning.relief`): after a trial, queue the move that relieves
+    the best trial's bottleneck; at most one in every `every` trials (2: they alternate with
+    the sampler's). Not with the grid sampler, which runs every point anyway."""
+
+    enabled: bool = True
+    every: int = Field(2, ge=1)
+
+
 class Scenario(_Strict):
     name: str | None = None
     model: ModelSpec
@@ -268,6 +283,7 @@ class Scenario(_Strict):
     baselines: list[Baseline] = Field(default_factory=list)
     budget: Budget = Field(default_factory=Budget)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    relief: ReliefSpec = Field(default_factory=ReliefSpec)
 
     @field_validator("name")
     @classmethod
@@ -299,7 +315,9 @@ class Scenario(_Strict):
                 raise ValueError(f"{site.key}: --{bare} is set by autotune itself "
                                  f"({LAUNCHER_FLAGS[bare]}); remove it")
             test, allowed = FLAG_RANGES.get(bare, (None, ""))
-            for value in site.values if test else []:
+            if test is None:
+                continue
+            for value in site.values:
                 number = _number(value)  # other values are the engine parser's to judge
                 if number is not None and not test(number):
                     raise ValueError(f"{site.key}: {value!r} is out of range; "

@@ -1,4 +1,5 @@
-"""Pruning on the real CPU engine: before launch, at start-up, and in the probe phase."""
+"""Pruning on the real CPU engine: before launch, at start-up, and in the probe phase; and
+the relief move the preempting trial's bottleneck gets (the `cpu-pressure` study's case)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ baselines:
   - {name: too-small, flags: {kv-cache-memory-bytes: 500000}}
   # vLLM refuses 4 batched tokens with 8 sequences: pruned without launching too
   - {name: refused, flags: {max-num-seqs: 8, max-num-batched-tokens: 4}}
-budget: {trials: 4, trial_timeout: 5m}
+# The fifth trial is the relief move of the preempting baseline: fewer sequences.
+budget: {trials: 5, trial_timeout: 5m}
 sampler: {name: random, seed: 0}
 """
 
@@ -78,7 +80,28 @@ def test_show_explains_every_pruned_trial(study):
                          check=True).stdout
     data = json.loads(out)
     reasons = [r["reason"] for r in data["trials"]]
-    assert reasons == ["", "preemption", "kv_too_small (not launched)", "invalid_combination"]
-    assert data["memory_model"]["trials"] == 2  # defaults and the preempting one
+    assert reasons == ["", "preemption", "kv_too_small (not launched)", "invalid_combination",
+                       ""]
+    assert data["memory_model"]["trials"] == 3  # defaults, the preempting one, its relief
     assert data["memory_model"]["max_abs_error"] < 0.01
     assert data["memory_model"]["not_launched"] == 1
+
+
+def test_the_preempting_trial_gets_a_relief_move_with_its_reason(study):
+    root, st = study
+    trials = record.records(st)
+    assert [t.origin_kind for t in trials] == ["baseline"] * 4 + [record.RELIEF]
+    relieved = trials[4]
+    why = relieved.tried_because
+    assert why.source == 1 and why.bottleneck == "kv_cache" and why.knob == "max-num-seqs"
+    assert why.text.startswith("relieves kv_cache of #1 (pruned for preemption")
+    # The baseline's flags with one move (16 -> 2 sequences), run as flags: the space cannot
+    # express a KV size it does not search. It no longer preempts.
+    assert relieved.flags == {"enforce-eager": True, "max-model-len": 2048,
+                              "kv-cache-memory-bytes": 2000000, "max-num-seqs": 2}
+    assert relieved.state == TrialState.COMPLETE
+    assert relieved.metrics["probes"]["preemptions"] == 0
+    text = subprocess.run([sys.executable, "-m", "autotune", "show", "pressure-test",
+                           "--studies-dir", str(root)], capture_output=True, text=True,
+                          check=True, env={"COLUMNS": "220", "PATH": ""}).stdout
+    assert "relief #1 kv_cache: max-num-seqs 16->2" in text

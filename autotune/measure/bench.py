@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotune.measure import loadgen, metrics, probes, watch
+from autotune.measure import bottleneck, loadgen, metrics, probes, watch
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.traffic import WorkloadSpec
 
@@ -40,8 +40,11 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     results = [r for run, _ in runs for r in run.results]
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
     lags = [run.lag for run, _ in runs if run.lag]
-    summary.update(probes=probes.merge([s.summary() for _, s in runs]).as_dict(),
-                   client=max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {},
+    seen = probes.merge([s.summary() for _, s in runs]).as_dict()
+    client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
+    # What limited the engine over the whole run (a capacity step judges its own window).
+    summary.update(probes=seen, client=client,
+                   bottleneck=bottleneck.attribute(seen, client).as_dict(),
                    truncated=any(run.truncated for run, _ in runs),
                    workload=spec.model_dump(mode="json"))
     return summary

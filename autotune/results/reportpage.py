@@ -17,8 +17,8 @@ from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.results import report, show
 from autotune.results.show import fmt, outcome, reason
-from autotune.tuning import crosscheck, ranking
-from autotune.tuning.record import TrialRecord, records
+from autotune.tuning import crosscheck, ranking, relief
+from autotune.tuning.record import RELIEF, TrialRecord, records
 
 # The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table
 # wraps its cells (long flag lists break between flags) instead of widening the page.
@@ -97,6 +97,8 @@ def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> dict[str, Any]:
 
 
 Column = tuple[str, Callable[[TrialRecord], str], bool]  # header, cell, numeric
+# The guardrail's verdict (a trial's quality["passed"]); "" where it did not run.
+_VERDICTS: dict[object, str] = {True: "passed", False: "REJECTED"}
 
 
 def columns(study: optuna.Study) -> list[Column]:
@@ -115,7 +117,7 @@ def columns(study: optuna.Study) -> list[Column]:
 
     cols: list[Column] = [
         ("#", lambda r: str(r.number), True),
-        ("baseline", lambda r: r.name, False),
+        ("tried because", lambda r: r.tried_because.text, False),
         ("flags beyond the fixed ones", lambda r: _flags(_beyond(r, fixed)), False),
         ("outcome", outcome, False),
         ("reason", lambda r: reason(r) + (f": {r.detail[:160]}" if r.detail else ""), False),
@@ -125,8 +127,7 @@ def columns(study: optuna.Study) -> list[Column]:
         ("gain", lambda r: _gain(r, tied, top.number if top else None), False),
         ("drift (nats)", q("drift", ".2g"), True),
         ("agreement", q("agreement", ".3f"), True),
-        ("quality", lambda r: {True: "passed", False: "REJECTED"}.get(
-            (r.quality or {}).get("passed"), ""), False),
+        ("quality", lambda r: _VERDICTS.get((r.quality or {}).get("passed"), ""), False),
         ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
     if any(r.spec for r in trials):
@@ -136,6 +137,8 @@ def columns(study: optuna.Study) -> list[Column]:
         cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], False),
                  ("capacity out tok/s", lambda r: _capacity(r)[1], True),
                  ("limited by", lambda r: capacity.limit_text(r.capacity or {}) or "", False)]
+    elif any(r.bottleneck for r in trials):
+        cols.append(("limited by", lambda r: r.bottleneck.text if r.bottleneck else "", False))
     if any(r.validation_vllm for r in trials):
         cols.append(("re-measured by vllm bench serve",
                      lambda r: crosscheck.headline(r.validation_vllm)
@@ -206,6 +209,12 @@ def _about(study: optuna.Study) -> str:
             "overrides of vLLM's defaults is preferred")
     if ranked and ranked[0].get("bottleneck"):
         items["limited by"] = f"#{ranked[0]['number']}: {ranked[0]['bottleneck']}"
+    if ceiling := relief.ceiling(top):
+        items["headroom"] = ceiling
+    guided = [r for r in trials if r.origin_kind == RELIEF]
+    if guided:
+        items["relief moves"] = f"{len(guided)} of {len(trials)} trials relieved another " \
+            "trial's bottleneck (column 'tried because')"
     return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) \
         + "</dl>"
 
@@ -231,9 +240,9 @@ def _guardrail(study: optuna.Study) -> str:
     checked = [r for r in records(study) if "drift" in (r.quality or {})]
     if not checked:
         return "<p class='note'>No trial was checked against reference outputs.</p>"
-    q = checked[-1].quality
+    q = checked[-1].quality or {}  # each checked trial has a quality record
     th, noise = q.get("thresholds") or {}, q.get("noise") or {}
-    rejected = [f"#{r.number}" for r in checked if not r.quality.get("passed")]
+    rejected = [f"#{r.number}" for r in checked if not (r.quality or {}).get("passed")]
     return (f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
             f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
             f"{fmt(noise.get('agreement'), '.3f')}. A trial passes with drift &le; "

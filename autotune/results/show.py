@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.measure import capacity
-from autotune.tuning import crosscheck
+from autotune.tuning import crosscheck, relief
 from autotune.tuning import ranking as ranked
 from autotune.tuning.objective import gain
 from autotune.tuning.paired import compact
@@ -105,6 +105,8 @@ def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, 
     return {
         "number": r.number,
         "name": r.name,
+        "tried_because": r.tried_because.text,
+        "tried": r.tried_because.short,
         "outcome": outcome(r),
         "reason": reason(r),
         "flags": {k: v for k, v in r.flags.items() if k not in (fixed or {})},
@@ -115,6 +117,7 @@ def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, 
         "gain": r.gain,
         "startup_s": r.startup_s,
         "capacity": _capacity(r),
+        "bottleneck": r.bottleneck.text if r.bottleneck else None,
         "detail": r.detail,
         "quality": {k: (r.quality or {}).get(k) for k in ("passed", "drift", "agreement")},
         "speculation": r.spec.as_dict() if r.spec else None,
@@ -150,11 +153,12 @@ def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[st
     """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
     the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
     parser defaults and the scenario's fixed flags)."""
-    done = [r for r in trials if r.feasible and r.capacity and r.duplicate_of is None]
-    done.sort(key=lambda r: -r.capacity["request_throughput"])
+    done = [(r, cap) for r in trials
+            if r.feasible and (cap := r.capacity) and r.duplicate_of is None]
+    done.sort(key=lambda rc: -rc[1]["request_throughput"])
     return [{"number": r.number, "name": r.name, "overrides": ranked.overrides(r, defaults),
-             "tied": capacity.tied(r.capacity, done[0].capacity), **(_capacity(r) or {})}
-            for r in done]
+             "tied": capacity.tied(cap, done[0][1]), **(_capacity(r) or {})}
+            for r, cap in done]
 
 
 def tied_with_best(study: optuna.Study) -> set[int]:
@@ -182,7 +186,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     launched = [r for r in trials if r.duplicate_of is None]
     errors = [r.memory_estimate["kv_capacity_tokens"] / r.kv_capacity_reported - 1
               for r in launched
-              if (r.memory_estimate or {}).get("kv_capacity_tokens") and r.kv_capacity_reported]
+              if r.memory_estimate and r.memory_estimate.get("kv_capacity_tokens")
+              and r.kv_capacity_reported]
     out["memory_model"] = {
         "trials": len(errors),
         "median_error": sorted(errors)[len(errors) // 2] if errors else None,
@@ -195,9 +200,10 @@ def summary(study: optuna.Study) -> dict[str, Any]:
     for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
         row["tied_with_best"] = top.number if top and row["number"] in tied else None
     if len(study.directions) == 1:
-        best = ranked.pick(feasible, lambda r: r.values[0], defaults)
+        best = ranked.pick(feasible, ranked.objective_value, defaults)
         out["best"] = trial_row(best, fixed) if best else None
-        out["best_gain"] = gain(best.values[0]) if best else None
+        out["ceiling"] = relief.ceiling(best)
+        out["best_gain"] = gain(ranked.objective_value(best)) if best else None
         out["gain_over"] = ranked.reference_name(study)
     else:
         front = {t.number for t in study.best_trials}  # feasible and non-dominated

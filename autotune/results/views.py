@@ -80,12 +80,12 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     speculated = any(r.get("speculation") for r in data["trials"])
     if console.width >= WIDE:
         table = Table(title=f"study {data['study']}")
-        for col in ("#", "baseline", "flags", "outcome", "reason", "tput", "latency ms",
+        for col in ("#", "tried because", "flags", "outcome", "reason", "tput", "latency ms",
                     "mem MiB", "drift", *(["spec acc"] if speculated else []),
                     "gain" if weighted else "values"):
             table.add_column(col, overflow="fold")
         for r in data["trials"]:
-            table.add_row(str(r["number"]), r["name"], _flags(r["flags"]), r["outcome"],
+            table.add_row(str(r["number"]), r["tried"], _flags(r["flags"]), r["outcome"],
                           r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
                           fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
                           *([_spec_cell(r)] if speculated else []), _gain_cell(r, weighted))
@@ -112,6 +112,8 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
             if cap.get("text"):
                 console.print(f"  capacity at SLO {cap['text']}" + (
                     f" (not a figure to quote: {cap['caveat']})" if cap.get("caveat") else ""))
+            if data.get("ceiling"):
+                console.print(f"  {data['ceiling']}")
     else:
         nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
@@ -134,7 +136,7 @@ def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True)
                              fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
                              _gain_cell(r, weighted)])
         console.print(f"{head} {figures}", soft_wrap=True, highlight=False)
-        about = " ".join(x for x in (r["name"], _flags(r["flags"])) if x)
+        about = " ".join(x for x in (r["tried"] + ":", _flags(r["flags"])) if x)
         if r.get("speculation"):
             about += f"; speculation {_spec_cell(r)}"
         if r["reason"]:
@@ -190,6 +192,9 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
     console = console or Console()
     console.print(f"trial #{r.number} {r.name}: {outcome(r)}"
                   + (f" ({reason(r)})" if reason(r) else ""))
+    why = r.tried_because
+    console.print(f"tried because: {why.text}" + (
+        f"; moved {why.knob} {why.before} -> {why.after}: {why.why}" if why.knob else ""))
     console.print("command: " + (" ".join(str(x) for x in r.command) or "-")
                   + ("" if r.command else f" (flags {_flags(r.flags)})"))
     if r.detail:
@@ -205,6 +210,8 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         console.print("start-up: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s"
                                                for k, v in r.startup["phases"].items()))
     m = r.metrics
+    if r.bottleneck is not None and not m.get("capacity"):
+        console.print(f"limited by: {r.bottleneck.text}")
     if m:
         console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "
                       f"{fmt(m.get('request_throughput'), '.2f')} req/s; TTFT p50/p95 "

@@ -27,7 +27,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.measure import capacity
+from autotune.measure import bottleneck, capacity
+from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.speculation import Speculation
 
 # 1: before named constraints and study-level validations; 2: before the short scalars
@@ -37,6 +38,40 @@ VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
 # Outcomes of FAIL trials: the tuner was stopped mid-trial (the trial is queued again), or
 # autotune itself failed (its reason is the exception's type, its detail the message).
 INTERRUPTED, ERROR = "interrupted", "error"
+# Why a trial was tried (`Origin.kind`): a baseline (vLLM's defaults or a named one), the
+# sampler's suggestion, or a relief move of another trial's bottleneck
+# (`autotune.tuning.relief`).
+BASELINE, SAMPLER, RELIEF = "baseline", "sampler", "relief"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Why a trial was tried, in words (`text`) and, for a relief move, which trial's
+    limit it relieves and the flag it moved."""
+
+    kind: str
+    text: str
+    source: int | None = None
+    bottleneck: str | None = None
+    knob: str | None = None
+    before: Any = None
+    after: Any = None
+    why: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @property
+    def short(self) -> str:
+        """For a table cell: `relief #0 front_end: api-server-count 1->2`."""
+        if self.kind != RELIEF:
+            return self.text
+        return f"relief #{self.source} {self.bottleneck}: {self.knob} {self.before}->{self.after}"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Origin:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)
@@ -70,6 +105,8 @@ class TrialRecord:
     ballast: dict[str, Any] | None = None
     # Which worker ran it (`autotune.tuning.shared.Worker`): id, host, pid, GPU.
     worker: dict[str, Any] | None = None
+    # Why it was tried (`Origin.as_dict`); queued with the trial for a relief move.
+    origin: dict[str, Any] | None = None
     # How it ended and what it measured.
     outcome: str | None = None
     reason: str = ""
@@ -124,6 +161,40 @@ class TrialRecord:
         return self.metrics.get("capacity")
 
     @property
+    def tried_because(self) -> Origin:
+        """Why the trial was tried; records made before origins were kept read as a
+        baseline or the sampler."""
+        if self.origin:
+            return Origin.from_dict(self.origin)
+        if self.baseline:
+            return Origin(BASELINE, f"baseline {self.baseline}")
+        return Origin(SAMPLER, "sampler")
+
+    @property
+    def origin_kind(self) -> str:
+        return self.tried_because.kind
+
+    @property
+    def bottleneck(self) -> Bottleneck | None:
+        """What limited the engine: the capacity search's limiting step, else the fixed
+        workload's whole run (attributed from its probes for records made before it was
+        stored); None where nothing was measured."""
+        cap = self.capacity
+        found = cap.get("bottleneck") if cap else self.metrics.get("bottleneck")
+        if isinstance(found, Mapping) and found.get("kind"):
+            return Bottleneck(found["kind"], found.get("text", ""), found.get("valid", True))
+        probes = self.metrics.get("probes")
+        if cap is None and probes:
+            return bottleneck.attribute(probes, self.metrics.get("client"))
+        return None
+
+    @property
+    def limit_probes(self) -> dict[str, Any]:
+        """The probe figures the bottleneck was read from."""
+        cap = self.capacity
+        return capacity.limiting_probes(cap) if cap else dict(self.metrics.get("probes") or {})
+
+    @property
     def spec(self) -> Speculation | None:
         """Speculative decoding's counts and acceptance, if the engine drafted."""
         return Speculation.from_dict(self.speculation) if self.speculation else None
@@ -149,7 +220,8 @@ class TrialRecord:
         """The record's key figures as short scalars (see `SCALARS`), derived from its long
         fields, so that a record of any version has them; None where not measured."""
         return {"feasible": self.feasible, "outcome": self.outcome, "reason": self.reason,
-                "gain": self.gain, **_scalars(self.metrics, self.quality, self.speculation)}
+                "gain": self.gain, **_scalars(self.metrics, self.quality, self.speculation),
+                "tried_because": self.tried_because.text}
 
 
 # Fields of a record that come from Optuna's own trial, not from user attributes.
@@ -166,21 +238,25 @@ WRITABLE = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - _FROM_TR
 # record of any version. They are not fields of their own: nothing else may write them.
 SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
            "capacity_uncertainty", "bottleneck", "drift", "agreement", "quality_passed",
-           "spec_acceptance_rate", "spec_acceptance_length")
+           "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
 
 
 def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | None,
-             spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...) and
-    `spec` (speculative decoding's acceptance)."""
+             spec: Mapping[str, Any] | None = None, origin: Mapping[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
+    `spec` (speculative decoding's acceptance) and `origin` (why the trial was tried)."""
     out: dict[str, Any] = {}
+    if origin:
+        out["tried_because"] = origin.get("text")
     if metrics is not None:
         cap = metrics.get("capacity") or {}
         out.update(capacity_rps=cap.get("request_throughput") if cap.get("low") else
                    (0.0 if cap else None),
                    capacity_low=cap.get("low"), capacity_high=cap.get("high"),
                    capacity_uncertainty=cap.get("uncertainty"),
-                   bottleneck=capacity.limit_text(cap) if cap else None)
+                   bottleneck=capacity.limit_text(cap) if cap else
+                   (metrics.get("bottleneck") or {}).get("text"))
     if quality is not None:
         out.update(drift=quality.get("drift"), agreement=quality.get("agreement"),
                    quality_passed=quality.get("passed"))
@@ -199,7 +275,8 @@ def write(trial: optuna.Trial, **values: Any) -> None:
     trial.set_user_attr("record_version", VERSION)
     for key, value in values.items():
         trial.set_user_attr(key, value)
-    short = _scalars(values.get("metrics"), values.get("quality"), values.get("speculation"))
+    short = _scalars(values.get("metrics"), values.get("quality"), values.get("speculation"),
+                     values.get("origin"))
     for key, value in short.items():
         if value is not None:
             trial.set_user_attr(key, value)
@@ -211,9 +288,12 @@ def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, A
 
 
 def queued_again(rec: TrialRecord) -> dict[str, Any]:
-    """What a trial that did not finish takes back into the queue: its baseline, if any."""
-    return queued(rec.baseline, rec.baseline_flags) if rec.baseline_flags is not None \
-        else {}
+    """What a trial that did not finish takes back into the queue: its baseline or its
+    queued flags, and why it was tried."""
+    out = queued(rec.baseline, rec.baseline_flags) if rec.baseline_flags is not None else {}
+    if rec.origin:
+        out["origin"] = rec.origin
+    return out
 
 
 def copied(rec: TrialRecord) -> dict[str, Any]:

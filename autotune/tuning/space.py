@@ -24,8 +24,9 @@ SPEC_METHOD = "speculative_method"
 LOOKUP = ("prompt_lookup_max", "prompt_lookup_min")  # ngram's searchable window
 
 
-def suggest(trial: optuna.Trial, scenario: Scenario) -> dict[str, Any]:
-    """Flags for one trial: the fixed engine flags plus one point of the space."""
+def suggest(trial: optuna.trial.BaseTrial, scenario: Scenario) -> dict[str, Any]:
+    """Flags for one trial: the fixed engine flags plus one point of the space (a
+    `FixedTrial` gives the flags of known parameters)."""
     flags = normalize(scenario.engine.flags)
     for name, p in scenario.space.items():
         flags[name] = _suggest(trial, name, p)
@@ -43,7 +44,7 @@ def suggest(trial: optuna.Trial, scenario: Scenario) -> dict[str, Any]:
     return flags
 
 
-def _suggest(trial: optuna.Trial, name: str, p: Param) -> Any:
+def _suggest(trial: optuna.trial.BaseTrial, name: str, p: Param) -> Any:
     if p.choices is not None:
         return trial.suggest_categorical(name, p.choices)
     assert p.low is not None and p.high is not None

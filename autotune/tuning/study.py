@@ -36,7 +36,7 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
-from autotune.tuning import guardrail, prune, ranking, record, shared, space
+from autotune.tuning import guardrail, prune, ranking, record, relief, shared, space
 from autotune.tuning import objective as obj
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import DEFAULTS, TrialRecord
@@ -198,7 +198,7 @@ def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> Trial
 def reference(study: optuna.Study) -> obj.Measures | None:
     """The reference trial's measures (see `ranking.reference_trial`)."""
     r = ranking.reference_trial(study)
-    return obj.Measures(**r.measures) if r else None
+    return obj.Measures(**r.measures) if r and r.measures else None  # r has measures
 
 
 @contextlib.contextmanager
@@ -215,10 +215,10 @@ def no_interrupts() -> Iterator[None]:
 
 
 def _pruner_hook(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
-                 baseline: dict[str, Any] | None) -> Callable[[dict[str, Any]], str | None] | None:
+                 searched: bool) -> Callable[[dict[str, Any]], str | None] | None:
     """Report the probe phase's score so Optuna's pruner can stop a trial that is behind
     earlier ones at the same point (weighted mode; baselines always run to the end)."""
-    if scenario.objective.mode != "weighted" or baseline is not None:
+    if scenario.objective.mode != "weighted" or not searched:
         return None
 
     def hook(partial: dict[str, Any]) -> str | None:
@@ -287,16 +287,20 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                hold: HeldInterrupts) -> None:
     me = shared.me(study)
     asked = TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
+    # Flags fixed when it was queued: a baseline's, or a relief move the space cannot
+    # express as parameters (which, unlike a baseline, is pruned like any searched trial).
     base = asked.baseline_flags
+    searched = asked.baseline is None
     flags: dict[str, Any] | None = None
     try:
         hold.release()  # a Ctrl-C held since `ask` is raised here, where the trial goes back
         # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
         flags = {**normalize(scenario.engine.flags), **normalize(base)} if base is not None \
             else space.suggest(trial, scenario)
-        # Announced before anything waits or launches: the flags, then the worker (other
-        # workers read a trial with a worker as one whose flags are known).
-        record.write(trial, flags=flags, worker=me.as_dict())
+        # Announced before anything waits or launches: the flags, why it is tried, then the
+        # worker (other workers read a trial with a worker as one whose flags are known).
+        record.write(trial, flags=flags, origin=asked.tried_because.as_dict(),
+                     worker=me.as_dict())
         if not asked.is_defaults:
             if not _after_defaults(study, me):
                 _give_back(study, trial, asked, flags, "defaults_first",
@@ -314,9 +318,9 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
             outcome = runner(scenario, model, flags, trial_dir=trials_root / str(trial.number),
                              guard=guard,
-                             intermediate=_pruner_hook(study, trial, scenario, base),
-                             capacity_floor=None if base is not None
-                             else capacity_floor(study, scenario))
+                             intermediate=_pruner_hook(study, trial, scenario, searched),
+                             capacity_floor=capacity_floor(study, scenario) if searched
+                             else None)
     except KeyboardInterrupt:
         with no_interrupts():  # a further Ctrl-C must not leave the study half-written
             if flags is None and base is None:  # its point, so that the same one runs again
@@ -340,6 +344,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
         _tell(study, trial, scenario, outcome, guard, trials_root.parent)
         if asked.is_defaults:
             _queue_baselines(study, scenario)
+        _relieve(study, scenario, trial.number)
 
 
 def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
@@ -431,6 +436,28 @@ def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
     study.tell(trial, values)
 
 
+def _relieve(study: optuna.Study, scenario: Scenario, number: int) -> None:
+    """Queue the relief move of the best trial's bottleneck (or of trial `number`'s, just
+    finished), where the scenario wants them and one is due (`relief.due`)."""
+    spec = scenario.relief
+    if not spec.enabled or scenario.sampler.name == "grid":
+        return
+    recs = record.records(study)
+    if not relief.due(recs, spec.every):
+        return
+    best = ranking.feasible_best(study)
+    just = next(r for r in recs if r.number == number)
+    move = relief.propose(recs, scenario, study.user_attrs.get("engine_defaults") or {},
+                          [r for r in (best, just) if r is not None])
+    if move is None:
+        return
+    extra = {} if move.params is not None else record.queued(None, move.flags)
+    study.enqueue_trial(move.params or {}, user_attrs={**extra,
+                                                       "origin": move.origin.as_dict()},
+                        skip_if_exists=False)
+    log.info("queued a relief move: %s", move.describe())
+
+
 def record_engine_defaults(study: optuna.Study, scenario: Scenario, info: Any) -> None:
     """Keep the installed engine's defaults of the flags this study sets, once."""
     if "engine_defaults" in study.user_attrs:
@@ -456,7 +483,7 @@ def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
 
 def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *,
          trials: int, timeout_s: float | None = None, guard: guardrail.Guard | None = None,
-         runner: Runner = trial_mod.run, between: Callable[[], None] | None = None,
+         runner: Runner = trial_mod.run, between: Callable[[], object] | None = None,
          on_progress: Callable[[Progress], None] | None = None,
          clock: Callable[[], float] = time.monotonic,
          claim: Callable[[], bool] | None = None) -> None:
