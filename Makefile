@@ -69,6 +69,8 @@ endif
 # measure the engine's speed, with nothing beside them.
 TEST_JOBS ?= 2
 test: setup
+	@# Types first (seconds): a stale annotation fails here, not at run time.
+	$(BIN)/mypy
 	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m "not alone" \
 	    -n $(TEST_JOBS) --dist loadgroup --durations=15
 	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m alone --durations=5

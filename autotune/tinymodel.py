@@ -170,7 +170,11 @@ def _build_tokenizer(out: Path, vocab_size: int) -> dict[str, int]:
     fast.chat_template = CHATML
     fast.model_max_length = 1 << 30
     fast.save_pretrained(str(out))
-    return {s: full.token_to_id(s) for s in SPECIALS}
+    ids = {s: full.token_to_id(s) for s in SPECIALS}
+    lost = [s for s, i in ids.items() if i is None]
+    if lost:  # added above, so never: token_to_id answers None for unknown tokens
+        raise RuntimeError(f"tokenizer lacks its special tokens: {', '.join(lost)}")
+    return {s: i for s, i in ids.items() if i is not None}
 
 
 def _build_weights(out: Path, shape: dict[str, Any], ids: dict[str, int], seed: int,

@@ -1,5 +1,5 @@
 """The package's shape: imports point down the layers, and only the record module touches
-Optuna's user attributes (../shared/DESIGN.md's layout, checked on the source itself)."""
+Optuna's user attributes (docs/architecture.md's layers, checked on the source itself)."""
 
 from __future__ import annotations
 

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import optuna
-    from optuna.trial import FrozenTrial
     from rich.console import Console
 
     from autotune.config import Scenario
+    from autotune.tuning.record import TrialRecord
 
 
 # Optional dependencies (pyproject.toml's extras) by the module that needs them: a command
@@ -315,8 +315,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: FrozenTrial,
-                        against: FrozenTrial, console: Console) -> int:
+def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecord,
+                        against: TrialRecord, console: Console) -> int:
     """`validate --client vllm`: both capacities re-measured with `vllm bench serve`."""
     from pathlib import Path
 

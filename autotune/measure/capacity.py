@@ -40,7 +40,7 @@ from typing import Any
 
 import aiohttp
 
-from autotune.config import latency_key
+from autotune.config import LATENCY_METRICS, LATENCY_STATS, latency_key
 from autotune.engine import prometheus
 from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch
 from autotune.measure.loadgen import Target
@@ -86,6 +86,9 @@ class Step:
     backlog: dict[str, Any] = field(default_factory=dict)
     bottleneck: dict[str, Any] = field(default_factory=dict)
     probes: dict[str, Any] = field(default_factory=dict)  # what the attribution read
+    # Every latency figure of the judged window, by SLO key (`ttft_p95_ms`), so that a
+    # study can be re-ranked under another SLO later (`autotune.results.whatif`).
+    latencies: dict[str, float] = field(default_factory=dict)
 
     @property
     def load(self) -> float:
@@ -285,7 +288,9 @@ def limiting(result: Result) -> Step:
 def interval(cap: Mapping[str, Any]) -> tuple[float, float]:
     """Where the true capacity lies (requests/s): the bracket widened by the spread."""
     low = cap.get("low") or 0.0
-    high = cap.get("high") if cap.get("high") is not None else low
+    high = cap.get("high")
+    if high is None:
+        high = low
     spread = cap.get("spread") or 0.0
     return low * (1 - spread), high * (1 + spread)
 
@@ -341,7 +346,14 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
                 backlog=grew.as_dict() if grew else {}, bottleneck=limit.as_dict(),
-                probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}})
+                probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}},
+                latencies=latency_figures(summary))
+
+
+def latency_figures(summary: Mapping[str, Any]) -> dict[str, float]:
+    """Every latency statistic of a summary under its SLO key: {"ttft_p95_ms": 312.5}."""
+    keys = [f"{m}_{s}_ms" for m in LATENCY_METRICS for s in LATENCY_STATS]
+    return slo_figures(summary, dict.fromkeys(keys, 0.0))
 
 
 def slo_figures(summary: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:

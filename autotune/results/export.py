@@ -215,7 +215,7 @@ def deployment_notes(p: Plan) -> list[str]:
 
 
 def _compose(notes: list[str], p: Plan, args: list[str]) -> str:
-    env = dict(p.env)
+    env: dict[str, str | None] = dict(p.env)  # None: passed through from the shell
     volumes: list[dict[str, Any]] = []
     if p.hub:
         env.setdefault("HF_TOKEN", None)  # passed through from the shell, if set
@@ -254,7 +254,7 @@ def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any]) -> st
     startup = int(max(120, 2 * (f.get("startup_s") or 150)))  # measured start-up, doubled
     probe = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10}
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in p.env.items()]
-    mounts = [{"name": "shm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "shm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{p.shm_gib}Gi"}}]
     if p.hub:

@@ -32,6 +32,7 @@ from autotune.tuning.ranking import (
     choose,
     fixed_flags,
     not_overrides,
+    objective_value,
     pick,
     reference_name,
     stored_scenario,
@@ -112,8 +113,8 @@ def points(study: optuna.Study) -> tuple[list[Point], list[TrialRecord]]:
     placed, unplaced = [], []
     for r in records(study):
         flags = {k: v for k, v in r.flags.items() if fixed.get(k) != v}
-        common = {"number": r.number, "name": r.name, "flags": flags, "why": reason(r),
-                  "gain": r.gain}
+        common: dict[str, Any] = {"number": r.number, "name": r.name, "flags": flags,
+                                  "why": reason(r), "gain": r.gain}
         if r.state == TrialState.COMPLETE and r.measures:
             m = r.measures
             placed.append(Point(kind=FEASIBLE if r.feasible else INFEASIBLE,
@@ -200,7 +201,8 @@ def place_labels(fig: go.Figure, labels: Sequence[Label], xr: Sequence[float],
     for lab in sorted(labels, key=lambda lb: (lb.x, lb.y)):
         cx, cy = px(lab.x, lab.y)
         w, h = CHAR_W * len(lab.text) + 4, LINE_H + 2
-        chosen = None
+        chosen: tuple[float, float, tuple[float, float, float, float]] | None = None
+        dy: float  # whole pixels in the loop below, fractions in the fallback
         for dist in (14, 26, 40, 60, 85):
             for dx, dy in ((0, dist), (0, -dist), (dist + w / 2, 0), (-dist - w / 2, 0),
                            (dist + w / 2, dist), (-dist - w / 2, dist),
@@ -338,7 +340,7 @@ def history_figure(study: optuna.Study) -> go.Figure:
     for p, _ in done:
         so_far = [recs[q.number] for q, _ in done if q.number <= p.number and q.kind == FEASIBLE]
         if ax.mode == "weighted":
-            top = pick([r for r in so_far if r.values], lambda r: r.values[0], defaults)
+            top = pick([r for r in so_far if r.values], objective_value, defaults)
         else:
             top = max(so_far, key=lambda r: gains[r.number], default=None)
         if top is not None:
@@ -374,7 +376,7 @@ def history_figure(study: optuna.Study) -> go.Figure:
     fig.add_hline(y=0, line_dash="dash", line_color="#888")
     if done:
         ypts = [g * 100 for _, g in done] + [0.0] + [
-            (v.get(k) if v.get(k) is not None else v["gain"]) * 100
+            (v[k] if v.get(k) is not None else v["gain"]) * 100
             for _, v in checked for k in ("ci_low", "ci_high")]
         xr = [min(p.number for p, _ in done) - 0.6, max(p.number for p, _ in done) + 0.6]
         yr = axis_range(ypts, pad=0.15)
@@ -394,7 +396,7 @@ def history_figure(study: optuna.Study) -> go.Figure:
 MIN_DISTINCT = 5  # distinct searched configurations before importances mean anything
 
 
-def importances(study: optuna.Study) -> dict[str, float] | str:
+def importances(study: optuna.Study) -> Importances | str:
     """fANOVA importances of the searched flags for the first objective, or why there are
     none: fewer than `MIN_DISTINCT` distinct completed searched configurations (a copy of a
     configuration measured before, `same as #N`, adds nothing; two identical trials once
@@ -429,7 +431,7 @@ def importances(study: optuna.Study) -> dict[str, float] | str:
     return Importances(imp, len(distinct), thin)
 
 
-class Importances(dict):
+class Importances(dict[str, float]):
     """Importances by flag, with how many distinct configurations they rest on and the
     flags some of whose values only one trial tried (where the figure may be off)."""
 
@@ -539,7 +541,7 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
         fig.add_annotation(text="no trial was checked (guardrail off, or nothing completed)",
                            xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False)
         return fig
-    qs = [r.quality for r in checked]
+    qs = [r.quality for r in checked if r.quality is not None]  # each of them has one
     xs = [f"#{r.number} {r.name}".strip() for r in checked]
     colours = ["#2ca02c" if q.get("passed") else "#d62728" for q in qs]
     hover = [("reference run (its drift is the noise floor)" if q.get("made_reference")
@@ -549,7 +551,8 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
                          hovertext=hover, name="drift"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=[q.get("agreement") for q in qs], marker_color=colours,
                          hovertext=hover, name="agreement"), row=1, col=2)
-    th = next((q["thresholds"] for q in reversed(qs) if q.get("thresholds")), {})
+    th: dict[str, Any] = next((q["thresholds"] for q in reversed(qs) if q.get("thresholds")),
+                              {})
     if th.get("drift") is not None:
         fig.add_hline(y=th["drift"], line_dash="dash", line_color="#d62728", row=1, col=1,
                       annotation_text=f"max {th['drift']:.3g}")

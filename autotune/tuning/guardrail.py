@@ -159,7 +159,7 @@ def compare(reference: list[Sample], trial: list[Sample],
 
     `trial[i].logprobs` must score the *reference* output of prompt i.
     """
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, (ref, got) in enumerate(zip(reference, trial, strict=True)):
         n = len(ref.output_ids)
         prefix = 0

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
-from autotune.config import Objective, latency_key
+from autotune.config import Objective, WeightKey, latency_key
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def measures(summary: Mapping[str, Any], objective: Objective) -> Measures:
                     float(summary[latency_key(objective.latency)]), memory_mib(summary))
 
 
-def directions(objective: Objective) -> list[str]:
+def directions(objective: Objective) -> list[Literal["maximize", "minimize"]]:
     if objective.mode == "weighted":
         return ["maximize"]
     return ["maximize", "minimize", "minimize"]
@@ -61,7 +61,7 @@ def _log_ratio(better: float | None, worse: float | None) -> float | None:
     return math.log(better / worse)
 
 
-def weighted_score(m: Measures, base: Measures, weights: Mapping[str, float]) -> float:
+def weighted_score(m: Measures, base: Measures, weights: Mapping[WeightKey, float]) -> float:
     """Weighted mean of log-ratios against the baseline; terms without data are left out."""
     terms = {
         "throughput": _log_ratio(m.throughput, base.throughput),

@@ -32,6 +32,18 @@ def overrides(rec: TrialRecord, defaults: Mapping[str, Any]) -> int:
     return sum(1 for k, v in rec.flags.items() if k not in defaults or defaults[k] != v)
 
 
+def objective_value(rec: TrialRecord) -> float:
+    """A completed trial's (first) objective value: Optuna gives every completed trial one."""
+    assert rec.values is not None, f"trial {rec.number} has no value ({rec.state.name})"
+    return rec.values[0]
+
+
+def measure_of(rec: TrialRecord, key: str) -> float:
+    """One of a trial's measures; only for trials that carry them (`feasible` keeps those)."""
+    assert rec.measures is not None, f"trial {rec.number} has no measures"
+    return rec.measures[key]
+
+
 def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float],
          defaults: Mapping[str, Any]) -> TrialRecord | None:
     """The best by `score`, except that among trials whose capacity is tied with the best's,
@@ -87,7 +99,7 @@ def feasible(study: optuna.Study) -> list[TrialRecord]:
 def feasible_best(study: optuna.Study) -> TrialRecord | None:
     """The best feasible completed trial (weighted mode); None if there is none."""
     done = [r for r in feasible(study) if len(r.values or ()) == 1]
-    return pick(done, lambda r: r.values[0], not_overrides(study))
+    return pick(done, objective_value, not_overrides(study))
 
 
 def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
@@ -112,15 +124,18 @@ def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "bala
                           + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
                              or "the study's constraints"))
     fixed = not_overrides(study)
+    best: TrialRecord | None
     if policy == "max-throughput":
-        return pick(candidates, lambda r: r.measures["throughput"], fixed)
-    if policy == "min-latency":
-        return min(candidates, key=lambda r: r.measures["latency_ms"])
-    if len(study.directions) == 1:
-        return pick(candidates, lambda r: r.values[0], fixed)
-    # Pareto studies: the best throughput per unit of latency.
-    return max(candidates, key=lambda r: math.log(r.measures["throughput"])
-               - math.log(r.measures["latency_ms"]))
+        best = pick(candidates, lambda r: measure_of(r, "throughput"), fixed)
+    elif policy == "min-latency":
+        best = min(candidates, key=lambda r: measure_of(r, "latency_ms"))
+    elif len(study.directions) == 1:
+        best = pick(candidates, objective_value, fixed)
+    else:  # Pareto studies: the best throughput per unit of latency.
+        best = max(candidates, key=lambda r: math.log(measure_of(r, "throughput"))
+                   - math.log(measure_of(r, "latency_ms")))
+    assert best is not None  # pick answers None only when there are no candidates
+    return best
 
 
 def state_text(rec: TrialRecord) -> str:

@@ -122,10 +122,10 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
                 before = speculation.Counters.parse(srv.get_text("/metrics") or "")
                 summary = _measure(srv, scenario, workload, model, watch, intermediate,
                                    capacity_floor)
-                spec = speculation.between(
+                drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
-                if spec is not None:
-                    attrs["speculation"] = spec.as_dict()
+                if drafted is not None:
+                    attrs["speculation"] = drafted.as_dict()
                 attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None

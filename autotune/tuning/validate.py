@@ -51,6 +51,7 @@ def pick(study: optuna.Study, *, trial: int | None = None, policy: str = "balanc
         raise ConfigError("validate: the study has no feasible completed trial to validate")
     cand = ranking.choose(study, trial=trial, policy=policy, what="validate")
     trials = record.records(study)
+    base: TrialRecord | None
     if against is not None:
         if not 0 <= against < len(trials):
             raise ConfigError(f"validate: no trial {against} (the study has {len(trials)})")

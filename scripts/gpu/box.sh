@@ -2,7 +2,7 @@
 # scripts/gpu/box.sh SCENARIO [autotune tune options: --trials N, --timeout 8m, --study NAME]
 #
 # ONE `run` call on the lent H200 machine: one time box of an autotune study.
-# The same command serves every call; only the carried paths differ (docs/gpu.md):
+# The same command serves every call; only the carried paths differ (scripts/gpu/README.md):
 #   1. install.sh stashes the carried part(s) of the pack (scripts/gpu/pack.sh)
 #      and, once all are on the machine, unpacks them to /tmp/at-site;
 #   2. builds the random-weight model (`autotune tiny-model`, reused when there);
@@ -95,7 +95,7 @@ device="cuda"); print(b.path, b.params, "reused" if b.reused else f"built in {b.
   say "model ready in $model_s s"
 fi
 case $inst in STASHED*)
-  say "pack incomplete: carry the missing part(s) in the next call (docs/gpu.md)"
+  say "pack incomplete: carry the missing part(s) in the next call (scripts/gpu/README.md)"
   exit 0 ;;
 esac
 
@@ -121,7 +121,7 @@ say "study $name: $carried trial(s) so far"
 stamp=$(mktemp /tmp/at-stamp.XXXX)
 
 # 3c. GPU-only tests first, when asked (BOX_TESTS="pytest args"): pytest's wheels are
-# carried in .gpu-pack/extra (docs/gpu.md); their output goes to this box's log.
+# carried in .gpu-pack/extra (scripts/gpu/README.md); their output goes to this box's log.
 if [ -n "${BOX_TESTS:-}" ]; then
   t=$(date +%s)
   python3 -m pip install -q --no-index --no-deps --target /tmp/at-extra \

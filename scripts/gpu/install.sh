@@ -33,7 +33,7 @@ for f in "$PARTS"/at-site.tar.xz.part* "$PARTS"/at-site.sha256 "$PARTS"/at-site.
 done
 if [ ! -f "$STASH/at-site.nparts" ]; then
   echo "NOTHING-CARRIED: no pack on this machine (a fresh one): carry part00 and the two" \
-       "small files (docs/gpu.md, call A)" >&2
+       "small files (scripts/gpu/README.md, call A)" >&2
   exit 3
 fi
 n=$(cat "$STASH/at-site.nparts")

