@@ -39,11 +39,19 @@ def _study(flags: dict, *, device: str = "NVIDIA H200", engine: str = "vllm-0.26
 
 
 def _k8s(text: str) -> tuple[dict, dict]:
+    """The Deployment and Service, after every manifest passed the validator."""
+    docs = _k8s_all(text)
+    return docs["Deployment"], docs["Service"]
+
+
+def _k8s_all(text: str) -> dict[str, dict]:
     docs = list(yaml.safe_load_all(text))
     for doc in docs:
         kubernetes_validate.validate(doc, K8S, strict=True)
-    deployment, service = docs
-    return deployment, service
+    kinds = [d["kind"] for d in docs]
+    assert kinds[:2] == ["Deployment", "Service"]
+    return {d.get("metadata", {}).get("name", "") if d["kind"] == "ConfigMap" else d["kind"]: d
+            for d in docs}
 
 
 def _compose(text: str) -> dict:
@@ -155,3 +163,60 @@ def test_committed_study_exports_validate_in_every_format(tmp_path):
     _compose(texts["compose"])
     assert json.loads(texts["json"])["env"] == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     _vllm_config(texts["vllm-yaml"], tmp_path)
+
+
+def test_k8s_export_of_an_h200_study_carries_its_operating_limits():
+    """The chat study's api-server-4 trial: the autoscaler, the adapter's rules and the
+    alerts pass the validator, and every threshold is a figure of a recorded step."""
+    st = show.open_existing(str(ROOT / "studies" / "qwen3-4b-h200-sustained.db"))
+    rec = export.choose(st, trial=2)
+    text = export.render(st, rec, "k8s", rec.command[2], max_replicas=6)
+    docs = _k8s_all(text)
+    hpa = docs["HorizontalPodAutoscaler"]["spec"]
+    assert hpa["maxReplicas"] == 6 and hpa["scaleTargetRef"]["name"] == "vllm"
+    targets = {m["pods"]["metric"]["name"]: m["pods"]["target"]["averageValue"]
+               for m in hpa["metrics"]}
+    # The queue showed as running requests: 78 at most in the passing steps, 103 at the
+    # first failing one (41.6 req/s): the threshold is halfway, 91.
+    steps = rec.capacity["steps"]
+    assert max(s["probes"]["requests_running_max"] for s in steps if s["passed"]) == 78
+    assert steps[6]["probes"]["requests_running_max"] == 103 and not steps[6]["passed"]
+    assert targets["vllm_num_requests_running"] == "91000m"
+    # The safe rate: 90 % of the capacity interval's low end (no passing step below it).
+    lim = json.loads(export.render(st, rec, "json", rec.command[2]))["operating_limits"]
+    assert lim["safe_rps"] == pytest.approx(0.9 * lim["interval"][0])
+    assert targets[export.RATE_METRIC] == f"{round(lim['safe_rps'] * 1000)}m"
+    assert lim["max_concurrency"] == 78 and "step 2" in lim["concurrency_source"]
+    rules = yaml.safe_load(docs["vllm-autotune-adapter-rules"]["data"]["config.yaml"])
+    assert {r["name"]["as"] for r in rules["rules"]} == set(targets)
+    alerts = yaml.safe_load(docs["vllm-autotune-alerts"]["data"]["vllm-alerts.yaml"])
+    exprs = [r["expr"] for r in alerts["groups"][0]["rules"]]
+    assert "max_over_time(vllm:num_requests_running[1m]) > 91" in exprs
+    assert any("vllm:time_to_first_token_seconds_bucket" in e and e.endswith("> 0.5")
+               for e in exprs)
+    annotations = docs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert "# re-check on your machine: autotune validate qwen3-4b-h200-sustained --trial 2 " \
+        "--client vllm --repeats 3" in text
+
+
+def test_an_export_without_a_capacity_search_says_it_has_no_limits():
+    st, rec = _study({"max-num-seqs": 8})  # a fixed workload: no steps, no SLOs
+    text = export.render(st, rec, "k8s", "/models/qwen3-4b")
+    assert [d["kind"] for d in yaml.safe_load_all(text)] == ["Deployment", "Service"]
+    assert "# operating limits: none (the trial ran no capacity search" in text
+    data = json.loads(export.render(st, rec, "json", "/models/qwen3-4b"))
+    assert data["operating_limits"]["available"] is False
+    assert data["recheck"]["command"].startswith("autotune validate deploy --trial 0 ")
+
+
+def test_the_recheck_command_quotes_a_hostile_study_name():
+    st = optuna.create_study(study_name="x; rm -rf ~ #\nnext", direction="maximize")
+    rec = record.add(st, values=[0.1], constraints={"slo": -1.0}, flags={},
+                     metrics={"output_throughput": 1.0}, device={"name": "cpu"})
+    text = export.render(st, rec, "cli", "/m")
+    line = next(x for x in text.splitlines() if x.startswith("# re-check"))
+    words = shlex.split(line.removeprefix("# re-check on your machine: "))
+    assert words[:3] == ["autotune", "validate", "x; rm -rf ~ #\\nnext"]
+    assert all(x.startswith("#") or x.startswith("vllm") or x.startswith("    ")
+               for x in text.splitlines() if x)

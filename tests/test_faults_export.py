@@ -71,7 +71,10 @@ def test_the_cli_script_runs_only_vllm(tmp_path, name):
     assert argv[2:] == ["--max-num-seqs", "4", "--served-model-name", nul_free]
     assert (tmp_path / "env").read_bytes().decode() == nul_free
     # Every comment stays one comment line (a quoted value may span lines: that is data).
-    notes = export.comment_lines(export.facts(st, rec))
+    # The operating limits and the re-check command (with the study's name) follow them.
+    lim = export.limits_mod.derive(rec, export.slos_of(st))
+    notes = export.comment_lines(export.facts(st, rec)) + \
+        export.limit_lines(lim, export.recheck(st, rec, lim))
     lines = script.splitlines()
     assert [ln.removeprefix("# ") for ln in lines[:len(notes)]] == notes
     assert lines[len(notes)].startswith("VLLM_TEST_VALUE=")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from autotune.config import Scenario
+    from autotune.slo import Slo
     from autotune.tuning.record import TrialRecord
 
 
@@ -219,7 +220,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         else:
             views.print_trial(trials[args.trial])
         return 0
-    data = show.summary(st)
+    data = show.summary(st, _what_if(args.slo, "show"))
     if args.json:
         print(json.dumps(data, indent=2, default=str))
     else:
@@ -232,8 +233,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     from autotune.results import reportpage
 
+    what_if = _what_if(args.slo, "report")
     st = _open_study(args)
-    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"))
+    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"), what_if)
     print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
           file=sys.stderr)
     return 0
@@ -268,7 +270,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     st = _open_study(args)
     trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
     model = args.model or (trial.command or ["", "", "MODEL"])[2]
-    text = export.render(st, trial, args.format, model, args.image)
+    text = export.render(st, trial, args.format, model, args.image, args.max_replicas)
     if args.output:
         try:
             Path(args.output).write_text(text)
@@ -359,16 +361,19 @@ def _gpus(text: str | None) -> list[int] | None:
 
 def _slo_pairs(specs: list[str]) -> dict[str, float]:
     """`ttft_p95_ms=500` pairs (the scenario's SLO names)."""
-    out = {}
-    for spec in specs:
-        key, sep, value = spec.partition("=")
-        if not sep:
-            raise ValueError(f"{spec!r} is not KEY=MS (e.g. ttft_p95_ms=500)")
-        try:
-            out[key.strip()] = float(value)
-        except ValueError:
-            raise ValueError(f"{spec!r}: {value!r} is not a number") from None
-    return out
+    from autotune import slo
+
+    return slo.parse_all(specs)
+
+
+def _what_if(specs: list[str], command: str) -> list[Slo]:
+    """`--slo` of show and report: the SLOs to re-rank the study under."""
+    from autotune import slo
+
+    try:
+        return [slo.parse(s) for s in specs]
+    except ValueError as err:
+        raise ConfigError(f"{command}: --slo: {err}") from None
 
 
 def _study_arguments(p: argparse.ArgumentParser) -> None:
@@ -438,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
     _study_arguments(p)
     p.add_argument("--trial", type=whole(0), help="one trial in full, with its quality figures")
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help="what if: re-rank the trials under this SLO from their recorded "
+                   "capacity steps, e.g. ttft_p95_ms=300 (repeatable)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
 
@@ -445,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "importances, guardrail, every trial")
     _study_arguments(p)
     p.add_argument("-o", "--output", help="the HTML file (default: STUDY-report.html)")
+    p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
+                   help="add a section re-ranking the trials under this SLO (repeatable)")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("dashboard", help="optuna-dashboard of a study, naming the best trial "
@@ -467,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model path or id in the artifact (default: as measured)")
     p.add_argument("--image", help="container image (default: vllm/vllm-openai of the "
                    "measured engine version)")
+    p.add_argument("--max-replicas", type=whole(1), default=4,
+                   help="k8s: the autoscaler's largest number of replicas (default 4)")
     p.add_argument("-o", "--output", help="write here instead of stdout")
     p.set_defaults(func=_cmd_export)
 

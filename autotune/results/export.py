@@ -22,13 +22,34 @@ import yaml
 from autotune.errors import ConfigError
 from autotune.flags import to_args
 from autotune.measure import capacity
-from autotune.tuning import crosscheck, paired
+from autotune.results import limits as limits_mod
+from autotune.results.limits import Limits
+from autotune.tuning import crosscheck, paired, ranking
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.record import TrialRecord
 
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
 PORT = 8000
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def slos_of(study: optuna.Study) -> dict[str, float]:
+    """The SLOs the study measured capacity under (its stored scenario)."""
+    return dict((ranking.stored_scenario(study).get("objective") or {}).get("slos") or {})
+
+
+def recheck(study: optuna.Study, r: TrialRecord, lim: Limits) -> dict[str, str]:
+    """The command that re-measures the export against vLLM's defaults on the user's own
+    machine with vLLM's own client, and what result would mean the export no longer holds."""
+    command = shlex.join(["autotune", "validate", str(study.study_name), "--trial",
+                          str(r.number), "--client", "vllm", "--repeats", "3"])
+    broken = "the ratio's 95 % interval lies wholly below 1 (it no longer beats vLLM's " \
+        "defaults here)"
+    if lim.available and lim.safe_rps is not None:
+        broken += f", or its re-measured capacity falls below the safe rate " \
+            f"{lim.safe_rps:.3g} req/s"
+    return {"command": command, "no_longer_holds_if": broken,
+            "needs": "the study database and the model; one GPU like the measured one"}
 
 
 def facts(study: optuna.Study, r: TrialRecord) -> dict[str, Any]:
@@ -81,6 +102,14 @@ def comment_lines(f: Mapping[str, Any]) -> list[str]:
       + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else []) \
       + ([f"re-measured: {crosscheck.headline(f['validation_vllm'])}"]
          if f.get("validation_vllm") else [])]
+
+
+def limit_lines(lim: Limits, check: Mapping[str, str]) -> list[str]:
+    """The operating limits and the re-check command as comment lines (made inert)."""
+    return [inert(line) for line in [
+        *lim.lines(),
+        f"re-check on your machine: {check['command']}",
+        f"the export no longer holds if {check['no_longer_holds_if']}"]]
 
 
 GPU_IMAGE = "vllm/vllm-openai"  # vLLM's published images: CUDA, and x86 CPU
@@ -157,9 +186,11 @@ def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
 
 
 def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
-           image: str | None = None) -> str:
-    """The artifact for trial `r` in format `fmt`. Every name and value is data: quoted for
-    the shell, emitted by the YAML or JSON library, and made inert in comments."""
+           image: str | None = None, max_replicas: int = 4) -> str:
+    """The artifact for trial `r` in format `fmt`, with the operating limits the study
+    measured (`autotune.results.limits`) and the command that re-checks them. Every name
+    and value is data: quoted for the shell, emitted by the YAML or JSON library, and made
+    inert in comments."""
     flags: dict[str, Any] = dict(r.flags)
     if bad := [k for k in r.env if not ENV_NAME.fullmatch(k)]:
         raise ConfigError(f"export: engine.env name {bad[0]!r} is not an environment variable "
@@ -169,7 +200,9 @@ def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
     f = facts(study, r)
     p = plan(r, model, image)
     env = p.env
-    notes = comment_lines(f)
+    lim = limits_mod.derive(r, slos_of(study))
+    check = recheck(study, r, lim)
+    notes = comment_lines(f) + limit_lines(lim, check)
     args = to_args(flags)
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     if fmt == "cli":
@@ -190,6 +223,7 @@ def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
     if fmt == "json":
         return json.dumps({**f, "model": model, "flags": flags, "env": env,
                            "command": ["vllm", "serve", model, *args],
+                           "operating_limits": lim.as_dict(), "recheck": check,
                            "deployment": {"image": p.image, "gpus": p.gpus, "cpus": p.cpus,
                                           "memory_gib": p.memory_gib, "shm_gib": p.shm_gib,
                                           "model_source": "hub" if p.hub else "path"}},
@@ -197,7 +231,7 @@ def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
     notes += [inert(n) for n in deployment_notes(p)]  # a container's: image, resources
     if fmt == "compose":
         return _compose(notes, p, args)
-    return _k8s(notes, p, args, f)
+    return _k8s(notes, p, args, f, lim, max_replicas)
 
 
 def deployment_notes(p: Plan) -> list[str]:
@@ -248,7 +282,8 @@ def _compose(notes: list[str], p: Plan, args: list[str]) -> str:
     return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
-def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any]) -> str:
+def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any], lim: Limits,
+         max_replicas: int) -> str:
     labels = {"app": "vllm", "autotune/study": label_value(str(f["study"])),
               "autotune/trial": str(f["trial"])}
     startup = int(max(120, 2 * (f.get("startup_s") or 150)))  # measured start-up, doubled
@@ -291,7 +326,10 @@ def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any]) -> st
                      "annotations": {"autotune/measured": " | ".join(notes),
                                      "autotune/study": str(f["study"])}},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}},
-                 "template": {"metadata": {"labels": dict(labels)}, "spec": {
+                 "template": {"metadata": {"labels": dict(labels), "annotations": {
+                     # vLLM's /metrics, for the Prometheus that feeds the autoscaler
+                     "prometheus.io/scrape": "true", "prometheus.io/port": str(PORT),
+                     "prometheus.io/path": "/metrics"}}, "spec": {
                      "containers": [{k: v for k, v in container.items() if v is not None}],
                      "volumes": volumes}}},
     }
@@ -299,8 +337,77 @@ def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any]) -> st
                "metadata": {"name": "vllm", "labels": dict(labels)},
                "spec": {"selector": {"app": "vllm"},
                         "ports": [{"port": PORT, "targetPort": PORT, "name": "http"}]}}
-    return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump_all(
-        [deployment, service], sort_keys=False)
+    docs = [deployment, service, *autoscaling(lim, labels, max_replicas)]
+    return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump_all(docs, sort_keys=False)
+
+
+# The custom metrics the autoscaler reads, as prometheus-adapter serves them from vLLM's
+# /metrics (its rules are in the exported ConfigMap): a queue gauge per pod, and each pod's
+# completed requests per second.
+RATE_METRIC = "vllm_request_success_per_second"
+
+
+def adapter_name(metric: str) -> str:
+    """`vllm:num_requests_running` as the custom metrics API names it."""
+    return metric.replace(":", "_")
+
+
+def autoscaling(lim: Limits, labels: Mapping[str, str], max_replicas: int
+                ) -> list[dict[str, Any]]:
+    """A HorizontalPodAutoscaler on the measured thresholds, the prometheus-adapter rules
+    that expose them, and the alerts as a Prometheus rule file; none without limits.
+
+    A HorizontalPodAutoscaler (autoscaling/v2) on Pods metrics, not a KEDA ScaledObject:
+    it is part of Kubernetes itself (no operator to install, and a schema any validator
+    has), and prometheus-adapter, which serves Prometheus series as custom metrics, is the
+    common way to feed it. It scales on the larger of two needs: the queue gauge above the
+    threshold the study saw where the backlog started to grow, and each pod's request rate
+    above the safe rate."""
+    if not lim.available or lim.safe_rps is None:
+        return []
+    metrics: list[dict[str, Any]] = []
+    rules: list[dict[str, Any]] = []
+    over = {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+    if lim.queue_metric and lim.queue_threshold is not None:
+        metrics.append(_pods_metric(adapter_name(lim.queue_metric), lim.queue_threshold))
+        rules.append({"seriesQuery": f'{lim.queue_metric}{{namespace!="",pod!=""}}',
+                      "resources": {"overrides": over},
+                      "name": {"matches": f"^{lim.queue_metric}$",
+                               "as": adapter_name(lim.queue_metric)},
+                      "metricsQuery": "max(max_over_time(<<.Series>>{<<.LabelMatchers>>}"
+                                      "[1m])) by (<<.GroupBy>>)"})
+    metrics.append(_pods_metric(RATE_METRIC, lim.safe_rps))
+    rules.append({"seriesQuery": 'vllm:request_success_total{namespace!="",pod!=""}',
+                  "resources": {"overrides": over},
+                  "name": {"matches": "^vllm:request_success_total$", "as": RATE_METRIC},
+                  "metricsQuery": "sum(rate(<<.Series>>{<<.LabelMatchers>>}[1m])) "
+                                  "by (<<.GroupBy>>)"})
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "metadata": {"name": "vllm", "labels": dict(labels), "annotations": {
+               "autotune/thresholds": inert(f"{lim.queue_source}; safe rate: "
+                                            f"{lim.safe_source}")}},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                       "name": "vllm"},
+                    "minReplicas": 1, "maxReplicas": max_replicas, "metrics": metrics,
+                    # A new replica takes minutes to start: scale up at once, down slowly.
+                    "behavior": {"scaleUp": {"stabilizationWindowSeconds": 0},
+                                 "scaleDown": {"stabilizationWindowSeconds": 600}}}}
+    adapter = {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "vllm-autotune-adapter-rules", "labels": dict(labels)},
+               "data": {"config.yaml": yaml.safe_dump({"rules": rules}, sort_keys=False)}}
+    alerts = {"groups": [{"name": "vllm-autotune", "rules": [
+        {"alert": w.name, "expr": w.expr, "for": "2m", "annotations": {"summary": w.why}}
+        for w in lim.watch]}]}
+    rule_file = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "vllm-autotune-alerts", "labels": dict(labels)},
+                 "data": {"vllm-alerts.yaml": yaml.safe_dump(alerts, sort_keys=False)}}
+    return [hpa, adapter, rule_file]
+
+
+def _pods_metric(name: str, value: float) -> dict[str, Any]:
+    """A Pods metric target: the average over the pods (a quantity in thousandths)."""
+    return {"type": "Pods", "pods": {"metric": {"name": name}, "target": {
+        "type": "AverageValue", "averageValue": f"{max(1, round(value * 1000))}m"}}}
 
 
 def _copy(value: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from plotly.offline import get_plotlyjs
 
 from autotune.errors import ConfigError
 from autotune.measure import capacity
-from autotune.results import report, show
+from autotune.results import report, show, whatif
 from autotune.results.show import fmt, outcome, reason
+from autotune.slo import Slo
 from autotune.tuning import crosscheck, ranking, relief
 from autotune.tuning.record import RELIEF, TrialRecord, records
 
@@ -256,8 +257,34 @@ def _figure(fig: Any, div_id: str) -> str:
                        div_id=div_id)
 
 
-def build(study: optuna.Study) -> str:
-    """The whole report as one HTML document."""
+def what_if_table(study: optuna.Study, slos: Sequence[Slo]) -> str:
+    """The trials re-ranked under `slos` from their recorded steps (`whatif.rerank`)."""
+    data = whatif.rerank(records(study), slos)
+    head = "".join(f"<th>{_e(c)}</th>" for c in ("#", "tried because", "flags", "answer",
+                                                 "steps with data"))
+    rows = "".join(
+        f"<tr><td>{t['number']}</td><td>{_e(t['tried'])}</td><td>{_e(_flags(t['flags']))}"
+        f"</td><td>{_e(t['text'] + ('' if t['quality_ok'] else ' (rejected by the guardrail)'))}"
+        f"</td><td>{t['steps']}</td></tr>" for t in data["trials"])
+    return f"<p>{_e(whatif_summary(data))}</p><table><tr>{head}</tr>{rows}</table>"
+
+
+def whatif_summary(data: Mapping[str, Any]) -> str:
+    """One sentence: the pick under the new SLO, and what the steps cannot say."""
+    c = data["counts"]
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in data["slos"].items())
+    pick = f"#{data['best']} carries {data['best_text']}" if data["best"] is not None \
+        else "no trial is known to meet it"
+    rivals = f"; the steps cannot rank #{', #'.join(map(str, data['contenders']))} below it" \
+        if data.get("contenders") else ""
+    return (f"Under {slo}, from the recorded steps only: {pick}{rivals}. {c['covered']} "
+            f"trial(s) answered, {c['at_least']} only as a lower bound, {c['at_most']} only "
+            f"as an upper bound, {c['no_data']} without data.")
+
+
+def build(study: optuna.Study, what_if: Sequence[Slo] = ()) -> str:
+    """The whole report as one HTML document (with `what_if`, a section re-ranking the
+    trials under those SLOs)."""
     imp = report.importances(study)
     sections: Sequence[tuple[str, str]] = [
         ("Pareto front", "<p>Each point is one configuration. Lower right is better: more "
@@ -283,6 +310,8 @@ def build(study: optuna.Study) -> str:
          "completed request, split where the engine's log shows each phase ending. A warm "
          "start has already imported vLLM in its API server.</p>"
          + _figure(report.startup_figure(study), "startup")),
+        *([("What if the SLO were " + ", ".join(map(str, what_if)),
+            what_if_table(study, what_if))] if what_if else []),
         ("All trials", trials_table(study)),
     ]
     body = "".join(f"<section><h2>{_e(title)}</h2>{content}</section>"
@@ -295,9 +324,9 @@ def build(study: optuna.Study) -> str:
             f"{body}</body></html>")
 
 
-def write(study: optuna.Study, path: Path) -> Path:
+def write(study: optuna.Study, path: Path, what_if: Sequence[Slo] = ()) -> Path:
     try:
-        path.write_text(build(study), encoding="utf-8")
+        path.write_text(build(study, what_if), encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"report: cannot write {path}: {err.strerror or err}") from None
     return path

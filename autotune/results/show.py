@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.measure import capacity
+from autotune.results import whatif
+from autotune.slo import Slo
 from autotune.tuning import crosscheck, relief
 from autotune.tuning import ranking as ranked
 from autotune.tuning.objective import gain
@@ -173,8 +175,9 @@ def tied_with_best(study: optuna.Study) -> set[int]:
             and capacity.tied(r.capacity, best.capacity)}
 
 
-def summary(study: optuna.Study) -> dict[str, Any]:
-    """Every trial, the baseline, and the best feasible trial or the feasible Pareto set."""
+def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
+    """Every trial, the baseline, and the best feasible trial or the feasible Pareto set;
+    with `what_if`, the trials re-ranked under those SLOs from their recorded steps."""
     trials = records(study)
     fixed = ranked.fixed_flags(study)
     rows = [trial_row(r, fixed) for r in trials]
@@ -210,6 +213,8 @@ def summary(study: optuna.Study) -> dict[str, Any]:
         out["pareto"] = [trial_row(r, fixed) for r in feasible if r.number in front]
     out["ranking"] = ranking(trials, defaults)
     out["fixed_flags"] = fixed
+    if what_if:
+        out["what_if"] = whatif.rerank(trials, what_if)
     return out
 
 

@@ -117,12 +117,29 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     else:
         nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
+    if data.get("what_if"):
+        print_what_if(data["what_if"], console)
     for r in data["trials"]:
         if r.get("validation"):
             console.print(f"validated: trial #{r['number']} {one_line(r['validation'])}")
         if r.get("validation_vllm"):
             console.print(f"re-measured: trial #{r['number']} "
                           f"{crosscheck.headline(r['validation_vllm'])}")
+
+
+def print_what_if(data: dict[str, Any], console: Console) -> None:
+    """The trials re-ranked under another SLO, from their recorded steps."""
+    from autotune.results.reportpage import whatif_summary
+
+    table = Table(title="what if: " + ", ".join(f"{k}<={v:g}" for k, v in data["slos"].items())
+                  + " (recorded steps only)")
+    for col in ("#", "tried because", "answer", "steps"):
+        table.add_column(col, overflow="fold")
+    for t in data["trials"]:
+        table.add_row(str(t["number"]), t["tried"], t["text"] + (
+            "" if t["quality_ok"] else " (rejected by the guardrail)"), str(t["steps"]))
+    console.print(table)
+    console.print(whatif_summary(data))
 
 
 def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True) -> None:

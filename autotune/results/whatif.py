@@ -1,0 +1,120 @@
+"""What-if SLOs: re-rank a study under an SLO it did not run with, from its recorded steps.
+
+A capacity search keeps every sustained step's rate, its verdict and the latency figures of
+its steady window (`Step.latencies`; studies made before kept only the study's own SLO
+figures). Under another SLO each step passes or fails again, without a GPU, and each trial's
+answer is one of:
+
+- covered: a rate that passed and a higher one that failed under the new SLO; the capacity is
+  the highest passing rate below the lowest failing one;
+- at least N req/s: every step with figures passed, so the knee lies above the steps tried;
+- at most N req/s: every step failed, so the capacity is below the lowest rate tried;
+- no data: no step recorded the figure (the study measured another metric, or the trial has
+  no capacity search).
+
+What a step failed on besides latency (a growing backlog, failed requests) still fails it:
+those do not depend on the SLO. The steps were placed to find the knee of the study's own
+SLO, so a stricter or looser SLO is often answered only as a bound; the answer says so
+instead of guessing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from optuna.trial import TrialState
+
+from autotune.slo import Slo
+from autotune.tuning.record import TrialRecord
+
+COVERED, AT_LEAST, AT_MOST, NO_DATA = "covered", "at_least", "at_most", "no_data"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One trial under the new SLO: how much is known, and the rates that say it."""
+
+    number: int
+    status: str
+    passed: float | None  # the highest passing rate below the lowest failing one
+    failed: float | None  # the lowest failing rate
+    steps: int  # sustained steps that had the figures
+    quality_ok: bool = True  # the guardrail did not reject it (the SLO cannot change that)
+
+    @property
+    def low(self) -> float:
+        """What the trial is known to carry (0 where nothing passed)."""
+        return self.passed or 0.0
+
+    def text(self) -> str:
+        if self.status == COVERED:
+            return f"{self.passed:.3g} req/s (passes {self.passed:.3g}, fails {self.failed:.3g})"
+        if self.status == AT_LEAST:
+            return f"at least {self.passed:.3g} req/s (every step tried passed)"
+        if self.status == AT_MOST:
+            return f"at most {self.failed:.3g} req/s (every step tried failed)"
+        return "no data: no step recorded these figures"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "text": self.text()}
+
+
+def _latency_broken(violation: str) -> bool:
+    """An SLO violation (`ttft_p95_ms 812.0>500`), which the new SLO replaces."""
+    return violation.split(" ", 1)[0].endswith("_ms")
+
+
+def answer(rec: TrialRecord, slos: Sequence[Slo]) -> Answer:
+    """Trial `rec`'s capacity under `slos`, from its recorded sustained steps."""
+    quality_ok = (rec.quality or {}).get("passed", True) is not False
+    rows: list[tuple[float, bool]] = []
+    for step in (rec.capacity or {}).get("steps") or []:
+        if step.get("rate") is None:
+            continue  # the burst has no steady state: it never counted as capacity
+        figures = {**(step.get("figures") or {}), **(step.get("latencies") or {})}
+        if any(s.key not in figures for s in slos):
+            continue
+        other = [v for v in step.get("violations") or [] if not _latency_broken(v)]
+        rows.append((float(step["rate"]),
+                     not other and all(s.met(figures[s.key]) for s in slos)))
+    if not rows:
+        return Answer(rec.number, NO_DATA, None, None, 0, quality_ok)
+    fails = [rate for rate, ok in rows if not ok]
+    first_fail = min(fails) if fails else None
+    passes = [rate for rate, ok in rows if ok and (first_fail is None or rate < first_fail)]
+    if passes and first_fail is not None:
+        return Answer(rec.number, COVERED, max(passes), first_fail, len(rows), quality_ok)
+    if passes:
+        return Answer(rec.number, AT_LEAST, max(passes), None, len(rows), quality_ok)
+    return Answer(rec.number, AT_MOST, None, first_fail, len(rows), quality_ok)
+
+
+def rerank(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> dict[str, Any]:
+    """Every trial that ran a capacity search, ranked by what it is known to carry under
+    `slos` (covered and at-least answers by their passing rate), with the pick and how many
+    trials the recorded steps answer only as a bound or not at all."""
+    ran = [r for r in trials if r.capacity and r.duplicate_of is None
+           and r.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    answers = [answer(r, slos) for r in ran]
+    order = {COVERED: 0, AT_LEAST: 0, AT_MOST: 1, NO_DATA: 2}
+    answers.sort(key=lambda a: (not a.quality_ok, order[a.status], -a.low, a.number))
+    names = {r.number: r for r in ran}
+    usable = [a for a in answers if a.quality_ok and a.status in (COVERED, AT_LEAST)]
+    best = usable[0] if usable else None
+    counts = {s: sum(1 for a in answers if a.status == s)
+              for s in (COVERED, AT_LEAST, AT_MOST, NO_DATA)}
+    return {
+        "slos": {s.key: s.limit_ms for s in slos},
+        "trials": [{**a.as_dict(), "name": names[a.number].name,
+                    "tried": names[a.number].tried_because.short,
+                    "flags": names[a.number].flags} for a in answers],
+        "best": best.number if best else None,
+        "best_text": best.text() if best else None,
+        # Trials the steps cannot rank below the pick: their capacity may lie above its
+        # passing rate (no failing rate below it was seen).
+        "contenders": [a.number for a in usable if best is not None and a is not best
+                       and (a.failed is None or a.failed > best.low)],
+        "counts": counts,
+    }

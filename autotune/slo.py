@@ -1,0 +1,75 @@
+"""One latency SLO: a metric, a statistic and a limit in milliseconds.
+
+Scenario files and the command line spell an SLO `ttft_p95_ms=500`: the key names the
+metric (ttft, tpot, itl, e2el) and the statistic (mean, median, p50, p90, p95, p99), and
+the key of the same figure in a `vllm bench serve` summary is `p95_ttft_ms`. Both
+spellings and the check `value <= limit` live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from autotune.config import LATENCY_METRICS, LATENCY_STATS, latency_key
+
+
+@dataclass(frozen=True)
+class Slo:
+    """`ttft_p95_ms <= 500`."""
+
+    key: str  # as scenarios write it: ttft_p95_ms
+    limit_ms: float
+
+    @property
+    def summary_key(self) -> str:
+        """The figure's key in a benchmark summary: p95_ttft_ms."""
+        return latency_key(self.key.removesuffix("_ms"))
+
+    @property
+    def metric(self) -> str:
+        return self.key.split("_")[0]
+
+    def met(self, value: float | None) -> bool:
+        """A figure that was not measured does not meet the SLO."""
+        return value is not None and value <= self.limit_ms
+
+    def __str__(self) -> str:
+        return f"{self.key}<={self.limit_ms:g}"
+
+
+def check_key(key: str) -> str:
+    """`key` if it names a latency figure (METRIC_STAT_ms), else ValueError saying which."""
+    try:
+        latency_key(key.removesuffix("_ms"))
+    except ValueError:
+        raise ValueError(f"{key!r} is not an SLO key; use METRIC_STAT_ms with METRIC in "
+                         f"{', '.join(LATENCY_METRICS)} and STAT in "
+                         f"{', '.join(LATENCY_STATS)} (e.g. ttft_p95_ms)") from None
+    if not key.endswith("_ms"):
+        raise ValueError(f"{key!r}: an SLO key ends in _ms (e.g. {key}_ms)")
+    return key
+
+
+def parse(spec: str) -> Slo:
+    """`ttft_p95_ms=300` from the command line; ValueError naming what is wrong."""
+    key, sep, value = spec.partition("=")
+    if not sep:
+        raise ValueError(f"{spec!r} is not KEY=MS (e.g. ttft_p95_ms=500)")
+    try:
+        limit = float(value)
+    except ValueError:
+        raise ValueError(f"{spec!r}: {value!r} is not a number") from None
+    if not limit > 0:
+        raise ValueError(f"{spec!r}: the limit must be more than 0 ms")
+    return Slo(check_key(key.strip()), limit)
+
+
+def parse_all(specs: Iterable[str]) -> dict[str, float]:
+    """Several `KEY=MS` specs as the scenario's `slos` mapping."""
+    return {s.key: s.limit_ms for s in map(parse, specs)}
+
+
+def of(slos: Mapping[str, float]) -> list[Slo]:
+    """A scenario's `slos` mapping as SLO values."""
+    return [Slo(k, float(v)) for k, v in slos.items()]
