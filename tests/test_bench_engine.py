@@ -55,7 +55,7 @@ def test_agrees_with_vllm_bench_serve(server, tiny_model, monkeypatch):
                                                        for r in theirs]
     # Known and not yet explained: in this concurrency-8 burst autotune's median TTFT reads
     # 25-35 % below vLLM's client's (11-16 ms against 15-22 ms over several runs), while at
-    # 8 req/s Poisson the two agree within 5 % (benchmarks/client_agreement.py, benchmarks/README.md).
+    # 8 req/s Poisson the two agree within 5 % (benchmarks/README.md).
     # TTFT gets that much more room; throughput and TPOT are held to the run's own noise.
     known = {"median_ttft_ms": 0.35}
     for key in ("output_throughput", "median_ttft_ms", "median_tpot_ms"):
