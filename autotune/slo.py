@@ -3,13 +3,15 @@
 Scenario files and the command line spell an SLO `ttft_p95_ms=500`: the key names the
 metric (ttft, tpot, itl, e2el) and the statistic (mean, median, p50, p90, p95, p99), and
 the key of the same figure in a `vllm bench serve` summary is `p95_ttft_ms`. Both
-spellings and the check `value <= limit` live here.
+spellings and the check `value <= limit` live here, and nowhere else (`summary_key`,
+`Slo.met`, `figures`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.config import LATENCY_METRICS, LATENCY_STATS, latency_key
 
@@ -24,11 +26,16 @@ class Slo:
     @property
     def summary_key(self) -> str:
         """The figure's key in a benchmark summary: p95_ttft_ms."""
-        return latency_key(self.key.removesuffix("_ms"))
+        return summary_key(self.key)
 
     @property
     def metric(self) -> str:
         return self.key.split("_")[0]
+
+    @property
+    def stat(self) -> str:
+        """The statistic: p95 (of ttft_p95_ms)."""
+        return self.key.removesuffix("_ms").partition("_")[2]
 
     def met(self, value: float | None) -> bool:
         """A figure that was not measured does not meet the SLO."""
@@ -38,10 +45,23 @@ class Slo:
         return f"{self.key}<={self.limit_ms:g}"
 
 
+def summary_key(key: str) -> str:
+    """SLO key `ttft_p95_ms` as a benchmark summary's key, `p95_ttft_ms`; ValueError for a
+    key that names no latency figure."""
+    return latency_key(key.removesuffix("_ms"))
+
+
+def figures(summary: Mapping[str, Any], keys: Iterable[str]) -> dict[str, float]:
+    """The figures of a summary that SLO keys name, under those keys and rounded:
+    {"ttft_p95_ms": 312.5}; keys the summary has no figure for are left out."""
+    return {k: round(summary[summary_key(k)], 3) for k in keys
+            if summary.get(summary_key(k)) is not None}
+
+
 def check_key(key: str) -> str:
     """`key` if it names a latency figure (METRIC_STAT_ms), else ValueError saying which."""
     try:
-        latency_key(key.removesuffix("_ms"))
+        summary_key(key)
     except ValueError:
         raise ValueError(f"{key!r} is not an SLO key; use METRIC_STAT_ms with METRIC in "
                          f"{', '.join(LATENCY_METRICS)} and STAT in "

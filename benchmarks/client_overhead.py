@@ -2,11 +2,12 @@
 
 The fake server (tests/fakeserver.py) runs in its own process, so its CPU time is not charged
 to the client, and streams `--events` content events per request as fast as it can, each
-carrying the server's `time.time()` at sending. `autotune.measure.loadgen.run` drives it at several
-concurrencies; for each the table gives requests/s, content events/s, the client's CPU seconds
-per second of run and per event, and the delay between the server sending an event and the
-client timestamping it (client receive time, a `perf_counter` mapped onto `time.time()`, minus
-the server's stamp): median and p99, in ms. Growing delays mean the client falls behind.
+carrying the server's `time.time()` at sending. `autotune.measure.loadgen.send_workload` drives
+it at several concurrencies; for each the table gives requests/s, content events/s, the
+client's CPU seconds per second of run and per event, and the delay between the server sending
+an event and the client timestamping it (client receive time, a `perf_counter` mapped onto
+`time.time()`, minus the server's stamp): median and p99, in ms. Growing delays mean the
+client falls behind.
 
     .venv/bin/python benchmarks/client_overhead.py [--events 64] [--concurrency 1 16 64 256]
 
@@ -56,7 +57,7 @@ def measure(url: str, concurrency: int, requests: int, events: int, cap_s: float
     sessions = [Session([Turn("go", events)]) for _ in range(requests)]
     wall_minus_perf = time.time() - time.perf_counter()
     cpu0, srv0 = time.process_time(), sum(server.cpu_times()[:2])
-    run = asyncio.run(loadgen.run(loadgen.Target(url, "fake", {}), spec, sessions))
+    run = asyncio.run(loadgen.send_workload(loadgen.Target(url, "fake", {}), spec, sessions))
     cpu, srv = time.process_time() - cpu0, sum(server.cpu_times()[:2]) - srv0
     ok = [r for r in run.results if r.success]
     n_events = sum(1 + len(r.itl) for r in ok)

@@ -38,7 +38,7 @@ from autotune.engine.server import Server
 from autotune.measure import bench
 from autotune.measure.loadgen import Target
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import paired
+from autotune.verify import paired
 
 FLAGS = {"enforce-eager": True}
 WORKLOAD = WorkloadSpec(kind="random", num_requests=256, input_len=64, output_len=128,

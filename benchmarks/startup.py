@@ -47,7 +47,7 @@ from autotune.engine.server import Server
 from autotune.measure import bench, capacity
 from autotune.measure.loadgen import Target
 from autotune.traffic import CapacitySpec, WorkloadSpec
-from autotune.tuning import paired
+from autotune.verify import paired
 
 FLAGS = {"enforce-eager": True, "max-num-seqs": 4}
 SPEC = WorkloadSpec(kind="random", num_requests=32, input_len=64, output_len=128,

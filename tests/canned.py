@@ -1,12 +1,14 @@
 """Canned trials for tests of several workers on one study: no engine, milliseconds each.
 
-`Canned` stands in for `autotune.tuning.trial.run`: throughput grows with max-num-seqs, the
+`Canned` stands in for `autotune.tuning.trial.run_trial` (the name `study.tune` reads for
+its default runner): throughput grows with max-num-seqs, the
 guardrail is emulated (a trial given no reference makes one, as the real trial does), and
 every launch is noted, in memory and in a JSON-lines file, with its trial, flags, process,
 GPU and times, so a test can tell which worker launched what and when.
 
 Run as a script, `python tests/canned.py ARGS...` is `autotune ARGS...` with every trial
-canned, and the workers that `tune --gpus` starts run this same script. The environment
+canned, and the workers that `tune --gpus` starts run this same script (`canned.py worker
+ARGS...` is the worker's entry point, `python -m autotune.cli.worker ARGS...`). The environment
 sets it up: CANNED_LOG (the launch file), CANNED_SLEEP (seconds a trial takes), CANNED_HANG
 and CANNED_HANG_GPU (the worker on that GPU takes CANNED_HANG seconds per trial: long
 enough to be killed in the middle of one).
@@ -136,9 +138,10 @@ if __name__ == "__main__":
     if sys.argv[1] == "loop":
         _loop(*sys.argv[2:6])
         sys.exit(0)
+    from autotune.cli import worker
     from autotune.cli.main import main
     from autotune.tuning import workers
 
-    trial_mod.run = Canned.from_env()
-    workers.ENTRY = [sys.executable, str(Path(__file__).resolve())]
-    sys.exit(main())
+    trial_mod.run_trial = Canned.from_env()
+    workers.ENTRY = [sys.executable, str(Path(__file__).resolve()), "worker"]
+    sys.exit(worker.main(sys.argv[2:]) if sys.argv[1] == "worker" else main())

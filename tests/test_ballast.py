@@ -247,7 +247,7 @@ def test_the_emulated_card_is_a_hard_limit(tiny_model, tmp_path):
         "workload": {"kind": "random", "num_requests": 4, "input_len": 16, "output_len": 8,
                      "mode": "fixed"},
         "objective": {"mode": "weighted", "latency": "ttft_p95"}})
-    outcome = trial.run(scenario, str(tiny_model), flags, tmp_path / "with-ballast")
+    outcome = trial.run_trial(scenario, str(tiny_model), flags, tmp_path / "with-ballast")
     assert outcome.state == trial.PRUNED, outcome
     assert outcome.reason == "oom", (outcome.reason, outcome.attrs.get("detail"))
     record = outcome.attrs["ballast"]

@@ -1,7 +1,7 @@
 """A real engine dies, or a trial runs out of time: the trial ends within seconds as
 pruned `crashed` or `timeout`, and no process of the engine is left behind.
 
-Each test runs one `trial.run` on the CPU engine (one engine start each: every fault here
+Each test runs one `trial.run_trial` on the CPU engine (one engine start each: every fault here
 destroys its engine) with a capacity search long enough to be caught mid-way. Before
 liveness checks, a `kill -9` of the API server left each capacity step waiting
 `idle_timeout_s` (120 s) for an idle engine, 628 s in all, and the orphaned engine core
@@ -30,7 +30,7 @@ from autotune.tuning import trial
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
 IDLE_TIMEOUT_S = 120.0  # what a dead engine used to cost per step
-# From the kill to `trial.run` returning: a poll (0.5 s), the death report (up to 1 s for
+# From the kill to `trial.run_trial` returning: a poll (0.5 s), the death report (up to 1 s for
 # the log's last error line), and stopping what is left of the group (3-6 s measured).
 CRASH_BOUND_S = 20.0
 
@@ -109,7 +109,7 @@ def _run_with(killer: Killer | None, delay: float, scenario: Scenario, model: Pa
     if handler:
         log.addHandler(handler)
     try:
-        return trial.run(scenario, str(model), {}, trial_dir)
+        return trial.run_trial(scenario, str(model), {}, trial_dir)
     finally:
         log.setLevel(level)
         log.disabled = disabled

@@ -218,7 +218,7 @@ def test_stalled_streams_are_cancelled_with_the_load():
 
     async def load(url: str) -> loadgen.RunResult:
         try:
-            return await loadgen.run(Target(url, "fake-model", {}), spec, sessions)
+            return await loadgen.send_workload(Target(url, "fake-model", {}), spec, sessions)
         finally:
             left.append(len([t for t in asyncio.all_tasks()
                              if t is not asyncio.current_task() and not t.done()]))

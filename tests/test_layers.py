@@ -11,7 +11,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
 # Lowest first: a module may import its own layer and those below it.
-LAYERS = ("", "engine", "measure", "tuning", "results", "cli")
+LAYERS = ("", "engine", "measure", "tuning", "verify", "results", "cli")
 
 
 def _layer(module: str) -> int:
@@ -69,20 +69,40 @@ def test_imports_point_down_the_layers(name, path):
 
 def test_layer_of_names():
     assert _layer("autotune.config") == 0 and _layer("autotune.engine") == 1
-    assert _layer("autotune.engine.server") == 1 and _layer("autotune.cli.main") == 5
+    assert _layer("autotune.engine.server") == 1 and _layer("autotune.cli.main") == 6
     # The checker itself would see an upward import.
     assert _layer("autotune.results.show") > _layer("autotune.tuning.study")
+    assert _layer("autotune.tuning.study") < _layer("autotune.verify.validate") < \
+        _layer("autotune.results.show")
 
 
-def test_only_the_record_module_reads_or_writes_trial_attributes():
-    """Trials' user attributes go through `tuning/record.py`; the study's own attributes
-    (its scenario, engine defaults, reference) are read where they are used."""
-    trial_attrs = re.compile(r"user_attrs\[|(?<!study)\.user_attrs\b|(?<!study)\.set_user_attr\(")
-    allowed = {PACKAGE / "tuning" / "record.py"}
-    found = [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in PACKAGE.rglob("*.py")
-             if p not in allowed for i, line in enumerate(p.read_text().splitlines(), 1)
-             if trial_attrs.search(line)]
+# Reading or writing Optuna's user attributes, of a trial or of the study, whatever the
+# name before the dot (`study.user_attrs`, `t.user_attrs`, `s.set_user_attr(...)`).
+USER_ATTRS = re.compile(r"user_attrs\[|\.user_attrs\b|\.set_user_attr\(|\bset_user_attr\b")
+
+
+def _touching_user_attrs(allowed: set[Path]) -> list[str]:
+    return [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
+            if p not in allowed for i, line in enumerate(p.read_text().splitlines(), 1)
+            if USER_ATTRS.search(line)]
+
+
+def test_only_the_record_module_reads_or_writes_user_attributes():
+    """Trials' user attributes and the study's own (its scenario, engine defaults,
+    reference, baselines, workers, validations) go through `tuning/record.py`
+    (`TrialRecord`, `StudyRecord` and their writers); no other module touches them."""
+    found = _touching_user_attrs({PACKAGE / "tuning" / "record.py"})
     assert not found, found
+
+
+def test_the_user_attribute_check_sees_study_and_trial_access():
+    for line in ("x = study.user_attrs.get('scenario')", "study.set_user_attr('k', 1)",
+                 "a = t.user_attrs", "trial.set_user_attr('reason', 'oom')",
+                 "attrs['user_attrs'] = user_attrs['x']"):
+        assert USER_ATTRS.search(line), line
+    for line in ("study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))",
+                 "attrs = trial.setdefault('user_attrs', [])"):
+        assert not USER_ATTRS.search(line), line
 
 
 def test_no_private_optuna_internals():

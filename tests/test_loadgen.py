@@ -26,8 +26,8 @@ APIS = ["completions", "chat"]
 
 def run(url: str, sessions: list[Session], warmup: list[Session] | None = None,
         **spec: object) -> loadgen.RunResult:
-    return asyncio.run(loadgen.run(Target(url, "fake-model", {}), WorkloadSpec(**spec),
-                                   sessions, warmup or ()))
+    return asyncio.run(loadgen.send_workload(Target(url, "fake-model", {}), WorkloadSpec(**spec),
+                                             sessions, warmup or ()))
 
 
 def one(url: str, prompt: str, max_tokens: int = 4, **spec: object) -> RequestResult:
@@ -97,7 +97,7 @@ def test_mixed_run_gives_one_result_per_request(server):
     prompts = ["good", "fault:close", "fault:500", "fault:stall", "good", "fault:empty",
                "fault:nodone", "good"]
     seen: list[RequestResult] = []
-    result = asyncio.run(loadgen.run(
+    result = asyncio.run(loadgen.send_workload(
         Target(server, "fake-model", {}), WorkloadSpec(timeout_s=0.5),
         [Session([Turn(p, 3)]) for p in prompts], on_result=seen.append))
     assert len(result.results) == len(prompts) and seen == result.results

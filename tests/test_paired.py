@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune.tuning import paired
+from autotune.verify import paired
 
 
 def test_t_quantiles_match_the_tables():

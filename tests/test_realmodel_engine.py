@@ -72,7 +72,7 @@ def test_a_real_model_answers_and_measures_its_noise_floor(reference):
 @pytest.mark.usefixtures("no_leftover_engine")
 def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_guardrail(
         real_model, reference, tmp_path):
-    """One trial as a study runs it (`trial.run`): the copy-heavy workload with ngram
+    """One trial as a study runs it (`trial.run_trial`): the copy-heavy workload with ngram
     speculation and flags that only reschedule the same greedy computation (block size,
     max-num-seqs, prefix caching), checked against the defaults' reference: all of them
     must leave the answers as they are (one engine for all, to keep the suite's time)."""
@@ -85,7 +85,7 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
     guard = guardrail.Guard(scenario.guardrail, ref.prompts, ref)
     flags = {**EAGER, "speculative-config": NGRAM, "block-size": 32, "max-num-seqs": 4,
              "enable-prefix-caching": False}
-    outcome = trial.run(scenario, real_model, flags, tmp_path / "0", guard)
+    outcome = trial.run_trial(scenario, real_model, flags, tmp_path / "0", guard)
     assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.attrs.get("detail"))
     assert outcome.quality["passed"], outcome.quality  # greedy speculation: the same tokens
     assert outcome.summary["completed"] == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import optuna
@@ -250,3 +251,31 @@ def test_a_baseline_with_flags_beyond_the_space_moves_as_flags():
     move = first(rec, sc)
     assert move is not None and move.params is None
     assert move.flags == {"kv-cache-memory-bytes": 2000000, "max-num-seqs": 2}
+
+
+def test_preemption_fits_the_sequences_to_what_the_cache_held():
+    sc = scenario(space={"max-num-seqs": {"choices": [16, 32, 64, 128, 256]}}, speculative=None)
+    # 183,000 KV tokens over 2,304-token requests: 79 sequences fit; 256 -> 64, not 128.
+    rec = TrialRecord(2, TrialState.PRUNED, reason="preemption", params={"max-num-seqs": 256},
+                      flags={"max-num-seqs": 256}, kv_capacity_reported=183_000,
+                      metrics={"completed": 10, "total_input_tokens": 20_480,
+                               "total_output_tokens": 2_560}, device=H200)
+    move = first(rec, sc)
+    assert move is not None and move.after == 64
+    # Without the engine's KV figure: one notch down.
+    unknown = TrialRecord(2, TrialState.PRUNED, reason="preemption",
+                          params={"max-num-seqs": 256}, flags={"max-num-seqs": 256},
+                          device=H200)
+    assert first(unknown, sc).after == 128
+    assert relief.fit(Param(low=8, high=512, type="int", step=8), 256, 79.4) == 72
+
+
+def test_the_live_progress_says_when_the_best_is_gpu_bound():
+    from autotune.results.views import progress_line
+
+    best = dataclasses.replace(measured(bn.GPU, gpu=97.0), gain=0.1)
+    line = progress_line(study_mod.Progress(3, 10, 600.0, None, best, best))
+    assert "its GPU is near full use: further flags will not help much" in line
+    calm = dataclasses.replace(measured(bn.FRONT_END), gain=0.1)
+    assert "near full use" not in progress_line(study_mod.Progress(3, 10, 600.0, None, calm,
+                                                                   calm))

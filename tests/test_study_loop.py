@@ -1,4 +1,4 @@
-"""The study loop on a real SQLite study, with `trial.run` replaced by canned outcomes.
+"""The study loop on a real SQLite study, with `trial.run_trial` replaced by canned outcomes.
 
 Seam tests: everything between Optuna and the engine (baselines first, duplicate copying,
 named constraints, the reference a score is relative to, Ctrl-C re-queueing, recovery of
@@ -36,7 +36,7 @@ def _scenario(**changes: Any) -> Scenario:
 
 
 class Canned:
-    """A stand-in for `trial.run`: throughput grows with max-num-seqs, TTFT too; the
+    """A stand-in for `trial.run_trial`: throughput grows with max-num-seqs, TTFT too; the
     `refused` baseline's flags are pruned as the engine would refuse them."""
 
     def __init__(self, ttft_per_seq: float = 10.0, sleep_s: float = 0.0,

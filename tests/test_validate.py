@@ -16,7 +16,8 @@ from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
 from autotune.tuning import objective as obj
-from autotune.tuning import record, validate
+from autotune.tuning import record
+from autotune.verify import validate
 from tests.conftest import SCENARIO
 
 

@@ -16,7 +16,8 @@ from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import crosscheck, record
+from autotune.tuning import record
+from autotune.verify import crosscheck
 from tests.conftest import SCENARIO
 
 URL, MODEL = "http://127.0.0.1:8000", "/models/tiny"

@@ -1,4 +1,5 @@
 """The command line: parse, call one library function, map errors to exit codes.
 
-`main.main` is the `autotune` console script; `bench` holds `autotune bench`.
+`main.main` is the `autotune` console script; `bench` holds `autotune bench`; `worker.main`
+is the entry point of one `tune --gpus` worker (`python -m autotune.cli.worker`).
 """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from autotune import slo
 from autotune.cli.options import positive
-from autotune.config import latency_key
 from autotune.engine import gpu
 from autotune.engine.info import installed
 from autotune.engine.server import Server
@@ -111,7 +111,7 @@ def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
         key = name.strip().removesuffix("_ms")
         if "_" in key:
             try:
-                latency_key(key)
+                slo.summary_key(f"{key}_ms")
                 limit = float(value)
             except ValueError as err:
                 raise ConfigError(f"bench: --slo {spec}: {err}") from None

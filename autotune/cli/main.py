@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from autotune.config import Scenario
     from autotune.slo import Slo
     from autotune.tuning.record import TrialRecord
+    from autotune.tuning.storage import StudyLocation
 
 
 # Optional dependencies (pyproject.toml's extras) by the module that needs them: a command
@@ -72,6 +73,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    return tune_here(args)
+
+
+def tune_here(args: argparse.Namespace, *, run_tickets: Path | None = None,
+              parent_pid: int | None = None) -> int:
+    """`tune` in this process: `args` as `autotune tune` parses them. A `--gpus` worker
+    (`autotune.cli.worker`) passes the run's shared trial counter and its parent's pid."""
     import logging
     from pathlib import Path
 
@@ -98,8 +106,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
     space.check_against_engine(scenario, engine_info(), args.scenario)
     root = Path(args.studies_dir)
-    url = _checked_url(scenario, storage_arg, root)
-    study_dir = root / str(scenario.name)
+    where = _checked_location(scenario, storage_arg, root)  # resolved once, handed down
+    url, study_dir = where.url, where.folder
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(study_dir / "tune.log")
@@ -117,7 +125,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     def on_progress(p: study.Progress) -> None:
         line = views.progress_line(p)
         console.print(line, soft_wrap=True)  # one line per trial, however narrow the terminal
-        if not args.run_tickets:  # a `--gpus` worker's own count: its log, not tune.log
+        if run_tickets is None:  # a `--gpus` worker's own count: its log, not tune.log
             logging.getLogger("autotune").info(line)
 
     from autotune.results.show import summary
@@ -128,12 +136,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         _print_summary(args, summary(shared_study), console)
         return code
     worker = shared.Worker.here(args.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    claim = workers.Tickets(Path(args.run_tickets)).take if args.run_tickets else None
-    if args.parent_pid is not None:
-        workers.watch_parent(args.parent_pid)
+    claim = workers.Tickets(run_tickets).take if run_tickets is not None else None
+    if parent_pid is not None:
+        workers.watch_parent(parent_pid)
     with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
-        result = study.tune(scenario, args.scenario, storage=storage_arg, trials=args.trials,
-                            timeout_s=timeout, root=root, on_progress=on_progress,
+        result = study.tune(scenario, args.scenario, location=where, trials=args.trials,
+                            timeout_s=timeout, on_progress=on_progress,
                             worker=worker, claim=claim)
     _print_summary(args, summary(result), console)
     return 0
@@ -158,9 +166,9 @@ def _tune_on_gpus(args: argparse.Namespace, scenario: Scenario, url: str, root: 
 
     with console.status("running trials on every GPU (Ctrl-C stops all of them cleanly; "
                         "run again to resume)"):
-        result = workers.run(st, scenario, args.scenario, gpus, url=url, studies_dir=root,
-                             trials=trials, timeout_s=timeout, on_progress=on_progress,
-                             on_event=on_event)
+        result = workers.run_workers(st, scenario, args.scenario, gpus, url=url,
+                                     studies_dir=root, trials=trials, timeout_s=timeout,
+                                     on_progress=on_progress, on_event=on_event)
     return result.code, st
 
 
@@ -174,18 +182,18 @@ def _print_summary(args: argparse.Namespace, data: dict, console: Console) -> No
         views.print_summary(data, console)
 
 
-def _checked_url(scenario: Scenario, storage_url: str | None, root: Path) -> str:
-    """The study's storage URL, checked for `tune` (it may create the database)."""
-    from autotune.tuning import storage, study
+def _checked_location(scenario: Scenario, storage_url: str | None, root: Path
+                      ) -> StudyLocation:
+    """Where the study lives, its storage checked for `tune` (it may create the database)."""
+    from autotune.tuning import storage
 
-    if storage_url is None:
-        try:  # the default database lives in the studies directory, made here if needed
-            storage_url = study.storage_url(scenario, None, root)
-        except OSError as err:
-            raise ConfigError(f"--studies-dir {root}: cannot create it: "
-                              f"{err.strerror or err}") from None
-    storage.check(storage_url, create=True)
-    return storage_url
+    try:  # the default database lives in the studies directory, made here if needed
+        where = storage.StudyLocation.resolve(scenario.name, storage_url, root)
+    except OSError as err:
+        raise ConfigError(f"--studies-dir {root}: cannot create it: "
+                          f"{err.strerror or err}") from None
+    storage.check(where.url, create=True)
+    return where
 
 
 def _open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study:
@@ -289,7 +297,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune.results import views
-    from autotune.tuning import validate
+    from autotune.verify import validate
 
     console = Console(stderr=args.json)  # --json: stdout carries the result alone
     if args.step_seconds is not None and args.client != "vllm":
@@ -307,10 +315,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if candidate.number == against.number:
         console.print("the candidate is the baseline itself: an A/A run, it measures the noise")
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
-        result = validate.run(st, candidate, against, args.repeats,
-                              validate.study_dir(args.study_or_db, st.study_name,
-                                                 Path(args.studies_dir)),
-                              on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
+        result = validate.run_validation(
+            st, candidate, against, args.repeats,
+            validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
+            on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
     views.print_validation(result, console)
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -324,7 +332,7 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: T
 
     from autotune.measure import vllmbench
     from autotune.results import views
-    from autotune.tuning import crosscheck, validate
+    from autotune.verify import crosscheck, validate
 
     step_s = vllmbench.STEP_S if args.step_seconds is None else args.step_seconds
     fixed = validate.scenario_of(st).workload.mode == "fixed"
@@ -333,7 +341,7 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: T
                   "alternating, " + ("the study's fixed workload each run" if fixed else
                                      f"capacity at SLO in {step_s:g}-s Poisson steps"))
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
-        result = crosscheck.run(
+        result = crosscheck.run_crosscheck(
             st, candidate, against, args.repeats,
             validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
             step_s=step_s, gpus=_gpus(args.gpus),
@@ -345,18 +353,12 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: T
 
 
 def _gpus(text: str | None) -> list[int] | None:
-    """`--gpus 0,1` as device indices (None when not given)."""
-    if text is None:
-        return None
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"validate: --gpus {text!r}: expected device indices such as "
-                          "0 or 0,1") from None
-    if not out or any(g < 0 for g in out) or len(set(out)) != len(out):
-        raise ConfigError(f"validate: --gpus {text!r}: expected distinct device indices "
-                          "such as 0 or 0,1")
-    return out
+    """`validate --gpus 0,1` as device indices (None when not given), parsed as `tune
+    --gpus` is, without `all`."""
+    from autotune.tuning.workers import parse_gpus
+
+    return None if text is None else [int(g) for g in parse_gpus(text, "validate",
+                                                                 allow_all=False)]
 
 
 def _slo_pairs(specs: list[str]) -> dict[str, float]:
@@ -435,9 +437,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-id", type=study_name, metavar="NAME",
                    help="this worker's name in the trial records and tune.log (default "
                    "HOST-PID), for workers of one study on several hosts")
-    # Set by `--gpus` for its workers: the run's shared trial counter and the parent.
-    p.add_argument("--run-tickets", help=argparse.SUPPRESS)
-    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("show", help="the trials of a study, its best or Pareto set")
@@ -522,19 +521,28 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        argv = list(sys.argv[1:] if argv is None else argv)
+    def command() -> int:
+        words = list(sys.argv[1:] if argv is None else argv)
         # Everything after `--` is passed to `vllm serve` untouched.
-        engine_args = argv[argv.index("--") + 1:] if "--" in argv else []
-        argv = argv[: argv.index("--")] if "--" in argv else argv
-        args = build_parser().parse_args(argv)
+        engine_args = words[words.index("--") + 1:] if "--" in words else []
+        words = words[: words.index("--")] if "--" in words else words
+        args = build_parser().parse_args(words)
         args.engine_args = engine_args
         if args.command == "tune":  # reading the engine's flags can take a while
             print(f"autotune tune: checking {args.scenario} against the installed engine",
                   file=sys.stderr if args.json else sys.stdout, flush=True)
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
+
+    return guarded(command)
+
+
+def guarded(command: Callable[[], int]) -> int:
+    """Run one command as an `autotune` process: SIGTERM takes Ctrl-C's path, and an error
+    of autotune's own is one line and its exit code (a `--gpus` worker runs this way too)."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return command()
     except AutotuneError as err:
         from autotune.tuning.storage import masked
 

@@ -2,10 +2,12 @@
 
 Public API: `server.Server` (a context manager around one `vllm serve`), `info.engine_info`
 and `info.installed` (what the installed engine accepts), `log` (start-up figures and the
-classification of start-up failures from the engine's log), `prometheus` (the `/metrics`
-text), `gpu` (NVML), `ballast` (holding the rest of a device to emulate a smaller card),
-`liveness` (which of a running engine's processes died; `Server.death` reports it),
-`cpuplace` (cores of their own for CPU engines side by side).
+classification of start-up failures from the engine's log, and the log file read from a
+byte offset), `prometheus` (the `/metrics` text), `endpoints` (the server's `/health`, text
+pages and one completion, as the launcher asks them), `gpu` (NVML), `ballast` (holding the
+rest of a device to emulate a smaller card), `liveness` (which of a running engine's
+processes died; `Server.death` reports it), `cpuplace` (cores of their own for CPU engines
+side by side).
 `reaper` and `serve` are entry points of the processes `Server` starts
 (`python -m autotune.engine.reaper`, `python -m autotune.engine.serve`).
 

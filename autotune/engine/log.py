@@ -1,7 +1,9 @@
 """Read a vLLM server log: start-up figures and the reason a start failed.
 
 Pure functions over text, so they are tested on real log excerpts. Messages
-differ between releases; each pattern lists the spellings seen so far.
+differ between releases; each pattern lists the spellings seen so far. The file
+itself is read from a byte offset (`read_text`, `read_bytes`, `size`): a server
+reads only what the current launch wrote, never an earlier launch's failure.
 """
 
 from __future__ import annotations
@@ -9,16 +11,18 @@ from __future__ import annotations
 import re
 import signal
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from autotune import reasons
 from autotune.engine.reaper import MARK
 
-# Failure reasons, stored on pruned trials and shown to users.
-OOM = "oom"
-KV_TOO_SMALL = "kv_too_small"
-INVALID_FLAG = "invalid_flag"
-PORT_IN_USE = "port_in_use"
-TIMEOUT = "timeout"
-CRASHED = "crashed"
+# Failure reasons, stored on pruned trials and shown to users (meanings in `autotune.reasons`).
+OOM = reasons.OOM
+KV_TOO_SMALL = reasons.KV_TOO_SMALL
+INVALID_FLAG = reasons.INVALID_FLAG
+PORT_IN_USE = reasons.PORT_IN_USE
+TIMEOUT = reasons.TIMEOUT
+CRASHED = reasons.CRASHED
 REASONS = (OOM, KV_TOO_SMALL, INVALID_FLAG, PORT_IN_USE, TIMEOUT, CRASHED)
 
 # First match wins: a KV-capacity error also mentions memory, and config
@@ -169,3 +173,27 @@ def _shorten(line: str, limit: int) -> str:
 
 def tail(log: str, lines: int = 40) -> str:
     return "\n".join(log.splitlines()[-lines:])
+
+
+def read_bytes(path: Path, since: int = 0) -> bytes:
+    """The log file's bytes from byte offset `since`; empty when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(since)
+            return f.read()
+    except OSError:
+        return b""
+
+
+def read_text(path: Path, since: int = 0) -> str:
+    """The log file from byte offset `since` as text; empty when it cannot be read."""
+    return read_bytes(path, since).decode(errors="replace")
+
+
+def size(path: Path) -> int:
+    """The log file's size in bytes (0 when it does not exist yet): where the next read
+    starts to see only what was written after now."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import json
 import os
 import secrets
 import signal
@@ -27,8 +26,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +33,7 @@ from typing import Any
 import psutil
 
 from autotune import flags as flagmod
-from autotune.engine import liveness, prometheus, warm
+from autotune.engine import endpoints, liveness, prometheus, warm
 from autotune.engine import log as enginelog
 from autotune.engine.info import base_command, installed
 from autotune.engine.phases import PhaseClock
@@ -169,7 +166,7 @@ class Server:
                "DO_NOT_TRACK": "1", **cpu_memory_default(self.flags, self.env), **self.env,
                "VLLM_API_KEY": self.api_key}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._launch_offset = self._ready_offset = self._log_size()
+        self._launch_offset = self._ready_offset = enginelog.size(self.log_path)
         self._t0 = time.monotonic()  # waiting for a spare's imports is start-up time too
         self._clock, self._clock_offset = PhaseClock(self._t0), self._launch_offset
         self._entry = warm.entry(self.command)
@@ -215,13 +212,14 @@ class Server:
                                   str(self.log_path))
             self._clock.feed(self._read_new(), time.monotonic())
             if not healthy:
-                healthy = self._get("/health") == 200
-            elif self._first_completion():
+                healthy = endpoints.status(self.url + "/health") == 200
+            elif endpoints.completes(self.url, self.model, self.headers):
+                # One real token: /health answers before the engine can actually serve.
                 break
             time.sleep(0.5)
         self.startup_s = self._time_phases() - self._t0
         self._watch.add_titled(self.processes())
-        self._ready_offset = self._log_size()
+        self._ready_offset = enginelog.size(self.log_path)
         figures = enginelog.parse_startup(self.read_log(self._launch_offset))
         info = prometheus.cache_config(self.get_text("/metrics") or "")
         self.cache_info = info
@@ -305,56 +303,18 @@ class Server:
         return error
 
     def get_text(self, path: str, timeout: float = 5.0) -> str | None:
-        """GET a path of the server; None when it does not answer 200."""
-        req = urllib.request.Request(self.url + path, headers=self.headers)
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.read().decode(errors="replace") if resp.status == 200 else None
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def _get(self, path: str) -> int | None:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=5) as resp:
-                return resp.status
-        except (urllib.error.URLError, OSError):
-            return None
-
-    def _first_completion(self) -> bool:
-        """One real token: /health answers before the engine can actually serve."""
-        body = json.dumps({"model": self.model, "prompt": "Hello", "max_tokens": 1,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(self.url + "/v1/completions", data=body, method="POST",
-                                     headers={**self.headers, "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        """GET a path of the server; None when it does not answer 200 (`endpoints.text`)."""
+        return endpoints.text(self.url + path, self.headers, timeout)
 
     def read_log(self, since: int = 0) -> str:
         """The engine's log from byte offset `since`; empty when it cannot be read."""
-        return self._log_bytes(since).decode(errors="replace")
+        return enginelog.read_text(self.log_path, since)
 
     def _read_new(self) -> str:
         """What the log gained since the phase clock last read it."""
-        data = self._log_bytes(self._clock_offset)
+        data = enginelog.read_bytes(self.log_path, self._clock_offset)
         self._clock_offset += len(data)
         return data.decode(errors="replace")
-
-    def _log_bytes(self, since: int) -> bytes:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(since)
-                return f.read()
-        except OSError:
-            return b""
-
-    def _log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except OSError:
-            return 0
 
     def processes(self) -> list[psutil.Process]:
         """Every live process of this server: the leader, its descendants, its group."""

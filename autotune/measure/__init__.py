@@ -1,6 +1,6 @@
 """The measurement layer: drive a running server with traffic and summarise what it did.
 
-Public API: `workloads.build_sessions` (what to send), `loadgen.run` (streaming client),
+Public API: `workloads.build_sessions` (what to send), `loadgen.send_workload` (streaming client),
 `metrics.summarize` (vLLM bench serve's definitions), `probes.Sampler` (engine gauges and
 per-process CPU while a load runs), `steady` (the steady-state window of a step),
 `bottleneck.attribute` (what limited a step), `bench.benchmark` (one fixed workload),

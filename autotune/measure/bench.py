@@ -31,7 +31,7 @@ async def _phase(target: loadgen.Target, spec: WorkloadSpec, sessions: list[Sess
                  pids: Callable[[], list[int]] | None, probe_interval: float
                  ) -> tuple[loadgen.RunResult, probes.Sampler]:
     async with probes.Sampler(target.url, pids, probe_interval) as sampler:
-        run = await loadgen.run(target, spec, sessions)
+        run = await loadgen.send_workload(target, spec, sessions)
     return run, sampler
 
 
@@ -104,8 +104,8 @@ def step(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: str,
 
 async def _warm(target: loadgen.Target, spec: WorkloadSpec, warmup: list[Session]) -> None:
     if warmup:
-        await loadgen.run(target, spec.model_copy(update={"request_rate": float("inf")}),
-                          warmup)
+        await loadgen.send_workload(
+            target, spec.model_copy(update={"request_rate": float("inf")}), warmup)
 
 
 _ROWS = [

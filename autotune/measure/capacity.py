@@ -40,7 +40,8 @@ from typing import Any
 
 import aiohttp
 
-from autotune.config import LATENCY_METRICS, LATENCY_STATS, latency_key
+from autotune import reasons, slo
+from autotune.config import LATENCY_METRICS, LATENCY_STATS
 from autotune.engine import prometheus
 from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch
 from autotune.measure.loadgen import Target
@@ -49,8 +50,8 @@ from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")
 
-BELOW_BEST = "below_best_capacity"
-UNREACHABLE = "slos_missed_at_low_load"
+BELOW_BEST = reasons.BELOW_BEST
+UNREACHABLE = reasons.UNREACHABLE
 # Warm-up requests before the burst when the workload names none: a fresh engine's first
 # requests are slow, and a cold burst would cap the whole search below the engine's
 # capacity (the first search on a CPU engine gave 14.1 req/s against 24 for the next).
@@ -169,7 +170,7 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
         steps = [measure("burst", None, 0)]
         burst = steps[0].achieved_rps
         if burst <= 0:
-            return Result(0.0, None, None, steps, None, "no_successful_requests")
+            return Result(0.0, None, None, steps, None, reasons.NO_SUCCESSFUL_REQUESTS)
     else:
         steps, burst = [], start
     best: Step | None = None
@@ -239,9 +240,10 @@ def violations(summary: Mapping[str, Any], slos: Mapping[str, float],
         out.append(f"success_rate {rate:.3f}<{min_success_rate:g}")
     if summary.get("truncated"):
         out.append("truncated by max_duration_s")
-    for key, limit in slos.items():
-        value = summary.get(latency_key(key.removesuffix("_ms")))
-        if value is None or value > limit:
+    for goal in slo.of(slos):
+        value = summary.get(goal.summary_key)
+        if not goal.met(value):
+            key, limit = goal.key, goal.limit_ms
             out.append(f"{key} {value if value is None else round(value, 1)}>{limit:g}")
     return out
 
@@ -358,8 +360,7 @@ def latency_figures(summary: Mapping[str, Any]) -> dict[str, float]:
 
 def slo_figures(summary: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:
     """The SLO metrics of a summary, rounded, e.g. {"ttft_p95_ms": 312.5}."""
-    return {k: round(summary[latency_key(k.removesuffix("_ms"))], 3) for k in slos
-            if summary.get(latency_key(k.removesuffix("_ms"))) is not None}
+    return slo.figures(summary, slos)
 
 
 async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:

@@ -2,7 +2,7 @@
 
 `send` makes one streaming request and never raises: HTTP errors, timeouts,
 broken streams and empty outputs become a `RequestResult` with `success=False`
-and an error string. `run` sends a workload's sessions with Poisson or gamma
+and an error string. `send_workload` sends a workload's sessions with Poisson or gamma
 arrivals under a concurrency cap, through one aiohttp session.
 """
 
@@ -192,9 +192,9 @@ def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[f
     return [float(x) for x in offsets]
 
 
-async def run(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
-              warmup: Sequence[Session] = (),
-              on_result: Callable[[RequestResult], None] | None = None) -> RunResult:
+async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
+                        warmup: Sequence[Session] = (),
+                        on_result: Callable[[RequestResult], None] | None = None) -> RunResult:
     """Send the warm-up sessions (not counted), then the measured ones on schedule."""
     limit = spec.max_concurrency or 0  # 0: aiohttp's "no limit", as vLLM's client
     # vLLM's server closes idle keep-alive connections after 5 s

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune.config import latency_key
+from autotune import slo
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import capacity, watch, workloads
 from autotune.traffic import WorkloadSpec
@@ -93,7 +93,7 @@ def percentiles(slos: Mapping[str, float]) -> list[int]:
     """50/95/99 plus any percentile an SLO names (e.g. p90 for `ttft_p90_ms`)."""
     out = set(PERCENTILES)
     for key in slos:
-        stat = latency_key(key.removesuffix("_ms")).split("_")[0]
+        stat = slo.summary_key(key).split("_")[0]
         if stat.startswith("p"):
             out.add(int(stat[1:]))
     return sorted(out)
@@ -284,8 +284,7 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
         result = helper.step(argv, api_key=api_key, timeout_s=expected + spec.timeout_s + 120)
         watch.check(alive)  # requests that failed because the engine died are no result
         broken = judge(result, slos, cap.min_success_rate)
-        figures = {k: round(result[latency_key(k.removesuffix("_ms"))], 3) for k in slos
-                   if result.get(latency_key(k.removesuffix("_ms"))) is not None}
+        figures = slo.figures(result, slos)
         return capacity.Step(index, kind, rate, not broken, result.get("request_throughput", 0.0),
                              result.get("output_throughput", 0.0), broken,
                              result.get("completed", 0) + result.get("failed", 0), figures,

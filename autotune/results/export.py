@@ -24,9 +24,10 @@ from autotune.flags import to_args
 from autotune.measure import capacity
 from autotune.results import limits as limits_mod
 from autotune.results.limits import Limits
-from autotune.tuning import crosscheck, paired, ranking
+from autotune.tuning import ranking
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.record import TrialRecord
+from autotune.verify import crosscheck, paired
 
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
 PORT = 8000

@@ -18,8 +18,9 @@ from autotune.measure import capacity
 from autotune.results import report, show, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
-from autotune.tuning import crosscheck, ranking, relief
-from autotune.tuning.record import RELIEF, TrialRecord, records
+from autotune.tuning import ranking, relief
+from autotune.tuning.record import RELIEF, StudyRecord, TrialRecord, records
+from autotune.verify import crosscheck
 
 # The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table
 # wraps its cells (long flag lists break between flags) instead of widening the page.
@@ -237,7 +238,7 @@ def _best_line(study: optuna.Study, top: TrialRecord | None, fixed: Mapping[str,
 
 
 def _guardrail(study: optuna.Study) -> str:
-    ref = study.user_attrs.get("reference") or {}
+    ref = StudyRecord.of(study).reference or {}
     checked = [r for r in records(study) if "drift" in (r.quality or {})]
     if not checked:
         return "<p class='note'>No trial was checked against reference outputs.</p>"

@@ -11,30 +11,24 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune import reasons
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.results import whatif
 from autotune.slo import Slo
-from autotune.tuning import crosscheck, relief
 from autotune.tuning import ranking as ranked
+from autotune.tuning import relief, storage
 from autotune.tuning.objective import gain
-from autotune.tuning.paired import compact
-from autotune.tuning.record import DEFAULTS, TrialRecord, records
+from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
+from autotune.verify import crosscheck
+from autotune.verify.paired import compact
 
 
 def open_existing(target: str, study_name: str | None = None,
                   root: Path = Path("studies")) -> optuna.Study:
-    """A study from a .db file, a study name under `root`, or a storage URL."""
-    if "://" in target:
-        url = target
-    else:
-        path = Path(target)
-        if not path.exists() and (root / f"{target}.db").exists():
-            path = root / f"{target}.db"
-            study_name = study_name or target
-        if not path.exists():
-            raise ConfigError(f"no study database {target!r} (nor {root / (target + '.db')})")
-        url = f"sqlite:///{path}"
+    """A study from a .db file, a study name under `root`, or a storage URL
+    (`storage.locate`)."""
+    url, study_name = storage.locate(target, study_name, root)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         names = optuna.get_all_study_names(storage=url)
@@ -163,7 +157,7 @@ def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[st
             for r, cap in done]
 
 
-def tied_with_best(study: optuna.Study) -> set[int]:
+def tied_with_best(study: optuna.Study | Snapshot) -> set[int]:
     """Trials whose capacity the study cannot tell apart from its best trial's (the `=` of
     the ranking), the best itself left out: their gains over the defaults differ by noise,
     not by configuration."""
@@ -178,8 +172,9 @@ def tied_with_best(study: optuna.Study) -> set[int]:
 def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
     """Every trial, the baseline, and the best feasible trial or the feasible Pareto set;
     with `what_if`, the trials re-ranked under those SLOs from their recorded steps."""
-    trials = records(study)
-    fixed = ranked.fixed_flags(study)
+    snap = Snapshot.of(study)  # read once, ranked several ways below
+    trials = records(snap)
+    fixed = ranked.fixed_flags(snap)
     rows = [trial_row(r, fixed) for r in trials]
     feasible = [r for r in trials if r.feasible]
     base = next((r for r in rows if r["name"] == DEFAULTS and r["outcome"] != "pruned"), None)
@@ -197,9 +192,9 @@ def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
         "max_abs_error": max((abs(e) for e in errors), default=None),
         "not_launched": sum(1 for r in launched if r.launched is False),
     }
-    defaults = ranked.not_overrides(study)
-    tied = tied_with_best(study)
-    top = ranked.feasible_best(study) if tied else None
+    defaults = ranked.not_overrides(snap)
+    tied = tied_with_best(snap)
+    top = ranked.feasible_best(snap) if tied else None
     for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
         row["tied_with_best"] = top.number if top and row["number"] in tied else None
     if len(study.directions) == 1:
@@ -207,15 +202,23 @@ def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
         out["best"] = trial_row(best, fixed) if best else None
         out["ceiling"] = relief.ceiling(best)
         out["best_gain"] = gain(ranked.objective_value(best)) if best else None
-        out["gain_over"] = ranked.reference_name(study)
+        out["gain_over"] = ranked.reference_name(snap)
     else:
         front = {t.number for t in study.best_trials}  # feasible and non-dominated
         out["pareto"] = [trial_row(r, fixed) for r in feasible if r.number in front]
     out["ranking"] = ranking(trials, defaults)
     out["fixed_flags"] = fixed
+    out["reasons"] = legend(trials)
     if what_if:
         out["what_if"] = whatif.rerank(trials, what_if)
     return out
+
+
+def legend(trials: Sequence[TrialRecord]) -> dict[str, str]:
+    """What each reason the trials were pruned or failed for means (`autotune.reasons`),
+    with the outcome of each FAIL trial (interrupted, error)."""
+    return reasons.legend([n for r in trials for n in
+                           (r.reason, r.outcome if r.state == TrialState.FAIL else None)])
 
 
 def fmt(value: Any, spec: str = ".1f") -> str:
@@ -271,8 +274,8 @@ def slo_text(slos: Mapping[str, Any]) -> str:
     """`TTFT p95 <= 500 ms, TPOT p95 <= 30 ms`."""
     parts = []
     for key, limit in slos.items():
-        metric, _, stat = key.removesuffix("_ms").partition("_")
-        parts.append(f"{metric.upper()} {stat} ≤ {limit:g} ms")
+        goal = Slo(key, limit)
+        parts.append(f"{goal.metric.upper()} {goal.stat} ≤ {limit:g} ms")
     return ", ".join(parts) or "none"
 
 

@@ -18,10 +18,11 @@ from rich.table import Table
 
 from autotune.measure import capacity
 from autotune.results.show import fmt, outcome, reason, speculation_text
-from autotune.tuning import crosscheck
-from autotune.tuning.paired import one_line
+from autotune.tuning import relief
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.study import Progress
+from autotune.verify import crosscheck
+from autotune.verify.paired import one_line
 
 
 def _clock(seconds: float) -> str:
@@ -40,6 +41,8 @@ def progress_line(p: Progress) -> str:
         parts[-1] += f", ~{_clock(left)} left"
     if p.best is not None and p.best.gain is not None:
         parts.append(f"best #{p.best.number} {p.best.gain:+.1%} vs defaults")
+        if relief.ceiling(p.best):  # before the night is spent on flags that cannot help
+            parts.append("its GPU is near full use: further flags will not help much")
     if p.last is not None:
         why = reason(p.last)
         parts.append(f"last #{p.last.number} {outcome(p.last)}" + (f" ({why})" if why else ""))
@@ -92,6 +95,7 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
         console.print(table)
     else:
         print_stacked(data, console, weighted)
+    print_legend(data.get("reasons") or {}, console)
     if data.get("ranking"):
         print_ranking(data["ranking"], console)
     mm = data.get("memory_model") or {}
@@ -125,6 +129,14 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
         if r.get("validation_vllm"):
             console.print(f"re-measured: trial #{r['number']} "
                           f"{crosscheck.headline(r['validation_vllm'])}")
+
+
+def print_legend(legend: dict[str, str], console: Console) -> None:
+    """What the reasons in the table mean (`autotune.reasons`), one line each."""
+    if legend:
+        console.print("reasons:")
+    for name, meaning in legend.items():
+        console.print(f"  {name}: {meaning}", highlight=False)
 
 
 def print_what_if(data: dict[str, Any], console: Console) -> None:

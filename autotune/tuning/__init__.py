@@ -1,11 +1,11 @@
 """The tuning layer: an Optuna study over launch flags, one trial at a time.
 
-Public API: `study.tune` (the ask -> run -> tell loop), `trial.run` (one configuration, start
-to finish), `record.TrialRecord` (what a trial measured, the only reader and writer of
+Public API: `study.tune` (the ask -> run -> tell loop), `trial.run_trial` (one configuration,
+start to finish), `record.TrialRecord` (what a trial measured, the only reader and writer of
 Optuna's user attributes), `ranking` (the best feasible trial, ties within noise),
 `space`, `memory` and `prune` (what to try and what not to launch), `objective` (scores and
-constraints), `guardrail` (quality against reference outputs), `validate` and `crosscheck`
-(re-measuring a winner against vLLM's defaults), `paired` (the paired statistics).
+constraints), `guardrail` (quality against reference outputs). Re-measuring a winner
+against vLLM's defaults is `autotune.verify`, above this layer.
 
-Imports measure, engine and the top-level basics, never results or the CLI.
+Imports measure, engine and the top-level basics, never verify, results or the CLI.
 """

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from autotune import reasons
+
 GiB = 1 << 30
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
                 "float32": 4, "fp32": 4, "float": 4}
@@ -183,7 +185,8 @@ def estimate(shape: ModelShape, *, device_memory_bytes: int | None,
             overhead_bytes = default_overhead(shape, tokens)
         budget = int(device_memory_bytes * gpu_memory_utilization) - weights - overhead_bytes
         if budget <= 0:
-            reason = (f"oom: weights and overhead ({(weights + overhead_bytes) / GiB:.1f} GiB) "
+            reason = (f"{reasons.OOM}: weights and overhead "
+                      f"({(weights + overhead_bytes) / GiB:.1f} GiB) "
                       f"exceed {device_memory_bytes / GiB:.1f} GiB × {gpu_memory_utilization}")
     else:
         raise ValueError("need device_memory_bytes, kv_cache_memory_bytes or "
@@ -192,7 +195,8 @@ def estimate(shape: ModelShape, *, device_memory_bytes: int | None,
     capacity, longest = blocks * block_size, max(blocks - 1, 0) * block_size
     fits = budget > 0 and mml <= longest
     if not fits and not reason:
-        reason = (f"kv_too_small: the KV cache holds ~{capacity} tokens, max-model-len is {mml}"
+        reason = (f"{reasons.KV_TOO_SMALL}: the KV cache holds ~{capacity} tokens, "
+                  f"max-model-len is {mml}"
                   f" (at most {longest} fits, one block being held back)")
     workload = None
     if max_num_seqs is not None and request_tokens is not None:

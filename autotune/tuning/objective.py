@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from autotune import slo
 from autotune.config import Objective, WeightKey, latency_key
 
 
@@ -86,7 +87,7 @@ def constraints(summary: Mapping[str, Any], objective: Objective) -> dict[str, f
     and `failed_requests`, which any failed request breaks."""
     out = {}
     for key, limit in objective.slos.items():
-        value = summary.get(latency_key(key.removesuffix("_ms")))
+        value = summary.get(slo.summary_key(key))
         out[f"slo:{key}"] = 1e9 if value is None else float(value) - limit
     # Always present, so every trial has the same constraints (GPSampler requires it).
     out["failed_requests"] = float(summary.get("failed") or 0)

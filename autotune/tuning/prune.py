@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from autotune import reasons
 from autotune.config import Hardware, PruneSpec, Scenario
 from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
@@ -21,7 +22,8 @@ from autotune.errors import AutotuneError
 from autotune.traffic import WorkloadSpec
 from autotune.tuning import memory
 
-PREEMPTION, KV_SATURATED, FAILURES, BEHIND = "preemption", "kv_saturated", "failures", "behind"
+PREEMPTION, KV_SATURATED, FAILURES, BEHIND = \
+    reasons.PREEMPTION, reasons.KV_SATURATED, reasons.FAILURES, reasons.BEHIND
 
 
 class GpuBusy(AutotuneError):
@@ -119,7 +121,8 @@ def too_short(flags: Mapping[str, Any], workload: WorkloadSpec) -> str | None:
     mml, longest = _int(flags.get("max-model-len")), longest_request(workload)
     if mml is None or longest is None or mml >= longest:
         return None
-    return (f"max_model_len_too_short: max-model-len {mml} is below the workload's "
+    return (f"{reasons.MAX_MODEL_LEN_TOO_SHORT}: max-model-len {mml} is below the "
+            "workload's "
             f"longest request ({longest} tokens)")
 
 
@@ -130,7 +133,8 @@ def before_launch(estimate: memory.Estimate | None, spec: PruneSpec) -> str | No
     if not estimate.fits_one_sequence:
         return estimate.reason
     if spec.workload_fit and estimate.fits_workload is False:
-        return (f"workload_fit: the KV cache holds ~{estimate.kv_capacity_tokens:,} tokens, "
+        return (f"{reasons.WORKLOAD_FIT}: the KV cache holds "
+                f"~{estimate.kv_capacity_tokens:,} tokens, "
                 "less than max-num-seqs requests of the workload")
     return None
 

@@ -3,7 +3,8 @@
 Capacities whose uncertainty intervals overlap cannot be told apart, so among trials tied
 with the leader the one that overrides fewest of vLLM's defaults wins: a user should not
 deploy five extra flags for a gain inside the noise. The study loop, `show`, `report`,
-`export` and `validate` all rank through here, on `TrialRecord`s.
+`export` and `validate` all rank through here, on `TrialRecord`s; each function takes the
+study or a `record.Snapshot` of it (read once, for a caller that ranks it several ways).
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.config import latency_key
 from autotune.errors import ConfigError
 from autotune.flags import normalize
 from autotune.measure import capacity
-from autotune.tuning.record import TrialRecord, records
+from autotune.slo import Slo
+from autotune.tuning.record import Snapshot, StudyRecord, TrialRecord, records
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 _NEVER = dt.datetime.max  # sorts a trial without a completion time last
+Source = optuna.Study | Snapshot  # a study, or one read once
+
+
+def _attrs(study: Source) -> StudyRecord:
+    return study.attrs if isinstance(study, Snapshot) else StudyRecord.of(study)
 
 
 def overrides(rec: TrialRecord, defaults: Mapping[str, Any]) -> int:
@@ -56,7 +62,7 @@ def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float
     return min(ties, key=lambda r: (overrides(r, defaults), -score(r)))
 
 
-def reference_trial(study: optuna.Study) -> TrialRecord | None:
+def reference_trial(study: Source) -> TrialRecord | None:
     """The trial scores are relative to: vLLM's defaults, else the trial that completed first
     (on a 24 GB card the defaults' max-model-len does not fit, and they never run).
 
@@ -67,7 +73,7 @@ def reference_trial(study: optuna.Study) -> TrialRecord | None:
     return next((r for r in done if r.measures), None)
 
 
-def reference_name(study: optuna.Study) -> str:
+def reference_name(study: Source) -> str:
     """What gains are over, for display: "vLLM defaults" or the trial standing in for them."""
     r = reference_trial(study)
     if r is None or r.is_defaults:
@@ -75,28 +81,28 @@ def reference_name(study: optuna.Study) -> str:
     return f"{r.baseline or 'trial'} #{r.number} (vLLM defaults did not run)"
 
 
-def stored_scenario(study: optuna.Study) -> dict[str, Any]:
+def stored_scenario(study: Source) -> dict[str, Any]:
     """The scenario `tune` stored with the study (plain data; {} for a foreign study)."""
-    return study.user_attrs.get("scenario") or {}
+    return _attrs(study).scenario
 
 
-def fixed_flags(study: optuna.Study) -> dict[str, Any]:
+def fixed_flags(study: Source) -> dict[str, Any]:
     """The scenario's fixed engine flags (set for every trial, so not an override)."""
     return normalize((stored_scenario(study).get("engine") or {}).get("flags") or {})
 
 
-def not_overrides(study: optuna.Study) -> dict[str, Any]:
+def not_overrides(study: Source) -> dict[str, Any]:
     """Flag values that do not count as overriding vLLM's defaults: the engine parser's own
     defaults (recorded when the study started) and the scenario's fixed flags."""
-    return {**(study.user_attrs.get("engine_defaults") or {}), **fixed_flags(study)}
+    return {**(_attrs(study).engine_defaults or {}), **fixed_flags(study)}
 
 
-def feasible(study: optuna.Study) -> list[TrialRecord]:
+def feasible(study: Source) -> list[TrialRecord]:
     """Completed trials that met every constraint and carry measures."""
     return [r for r in records(study, (TrialState.COMPLETE,)) if r.feasible and r.measures]
 
 
-def feasible_best(study: optuna.Study) -> TrialRecord | None:
+def feasible_best(study: Source) -> TrialRecord | None:
     """The best feasible completed trial (weighted mode); None if there is none."""
     done = [r for r in feasible(study) if len(r.values or ()) == 1]
     return pick(done, objective_value, not_overrides(study))
@@ -146,10 +152,11 @@ def state_text(rec: TrialRecord) -> str:
 
 def _meets(rec: TrialRecord, slos: Mapping[str, float], what: str) -> bool:
     for key, limit in slos.items():
+        goal = Slo(key, limit)
         try:
-            value = rec.metrics.get(latency_key(key.removesuffix("_ms")))
+            value = rec.metrics.get(goal.summary_key)
         except ValueError as err:
             raise ConfigError(f"{what}: --slo {key}: {err}") from None
-        if value is None or value > limit:
+        if not goal.met(value):
             return False
     return True

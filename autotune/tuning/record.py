@@ -10,6 +10,11 @@ Feasible has one meaning: the trial completed and every Optuna constraint on it 
 (<= 0). Constraints are Optuna's named constraints (`Trial.set_constraint`); studies written
 before them carry a positional list, which `FrozenTrial.constraints` reads as well.
 
+The study's own user attributes (its scenario, vLLM's parser defaults, the guardrail
+reference, whether the baselines are queued, the workers) are read here too, once, as a
+`StudyRecord`, and written through the setters below it; `Snapshot` is a study read once,
+its attributes and every trial's record, for readers that rank and tabulate it several ways.
+
 Validations come after their trial has finished, when Optuna refuses changes to the trial;
 they are kept as study user attributes under `validation:<n>` and `validation_vllm:<n>`
 (`store_validation`), and `records` puts them back on their trial. Older studies wrote them
@@ -27,6 +32,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import reasons
 from autotune.measure import bottleneck, capacity
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.speculation import Speculation
@@ -37,7 +43,7 @@ DEFAULTS = "vllm-defaults"
 VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
 # Outcomes of FAIL trials: the tuner was stopped mid-trial (the trial is queued again), or
 # autotune itself failed (its reason is the exception's type, its detail the message).
-INTERRUPTED, ERROR = "interrupted", "error"
+INTERRUPTED, ERROR = reasons.INTERRUPTED, reasons.ERROR
 # Why a trial was tried (`Origin.kind`): a baseline (vLLM's defaults or a named one), the
 # sampler's suggestion, or a relief move of another trial's bottleneck
 # (`autotune.tuning.relief`).
@@ -122,8 +128,8 @@ class TrialRecord:
     validation_vllm: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, t: FrozenTrial, study_attrs: Mapping[str, Any] | None = None) -> TrialRecord:
-        """The record of a stored trial; `study_attrs` (the study's user attributes) supply
+    def of(cls, t: FrozenTrial, study: StudyRecord | None = None) -> TrialRecord:
+        """The record of a stored trial; `study` (the study's attributes) supplies
         validations stored after the trial finished."""
         a = t.user_attrs
         known = {f.name for f in dataclasses.fields(cls)} - _FROM_TRIAL
@@ -132,7 +138,7 @@ class TrialRecord:
         if not constraints and isinstance(a.get("constraints"), list):  # version 1, no system attr
             constraints = {str(i): float(c) for i, c in enumerate(a["constraints"])}
         for key in (VALIDATION, VALIDATION_VLLM):
-            later = (study_attrs or {}).get(f"{key}:{t.number}")
+            later = study.validation(key, t.number) if study is not None else None
             if later is not None:
                 fields_[key] = later
         return cls(number=t.number, state=t.state,
@@ -287,6 +293,12 @@ def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, A
     return {"baseline": baseline, "baseline_flags": dict(flags) if flags is not None else None}
 
 
+def queued_move(flags: Mapping[str, Any] | None, origin: Mapping[str, Any]) -> dict[str, Any]:
+    """What a relief move is queued with: why it is tried, and its flags where the space
+    cannot express them as parameters (`flags` None where it can)."""
+    return {**(queued(None, flags) if flags is not None else {}), "origin": dict(origin)}
+
+
 def queued_again(rec: TrialRecord) -> dict[str, Any]:
     """What a trial that did not finish takes back into the queue: its baseline or its
     queued flags, and why it was tried."""
@@ -313,12 +325,84 @@ def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> No
         trial.set_user_attr("feasible", all(float(v) <= 0 for v in constraints.values()))
 
 
-def records(study: optuna.Study, states: Sequence[TrialState] | None = None
+def records(study: optuna.Study | Snapshot, states: Sequence[TrialState] | None = None
             ) -> list[TrialRecord]:
-    """Every trial of a study (or those in `states`) as records, validations included."""
-    attrs = study.user_attrs
+    """Every trial of a study (or those in `states`) as records, validations included; of
+    a `Snapshot`, those it read."""
+    if isinstance(study, Snapshot):
+        return [r for r in study.trials if not states or r.state in states]
+    attrs = StudyRecord.of(study)
     return [TrialRecord.of(t, attrs)
             for t in study.get_trials(deepcopy=False, states=tuple(states) if states else None)]
+
+
+# The study's own attributes: the scenario `tune` ran (plain data), vLLM's parser defaults of
+# the flags it sets, the guardrail reference (which trial made it, and its contents, so that
+# a worker on another host checks against the same one), whether the named baselines are
+# queued, and each worker that registered (`worker:<id>`).
+SCENARIO, ENGINE_DEFAULTS, REFERENCE, REFERENCE_DATA = \
+    "scenario", "engine_defaults", "reference", "reference_data"
+BASELINES_QUEUED, WORKER = "baselines_enqueued", "worker:"
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """A study's own user attributes, read once (`of`). Missing ones read as None (or {},
+    False); `engine_defaults` and `reference_data` are None only where never stored."""
+
+    scenario: dict[str, Any] = field(default_factory=dict)
+    engine_defaults: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None
+    reference_data: Any = None
+    baselines_queued: bool = False
+    workers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    validations: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> StudyRecord:
+        a = study.user_attrs
+        found: dict[tuple[str, int], Any] = {}
+        for k, v in a.items():
+            key, _, number = k.partition(":")
+            if key in (VALIDATION, VALIDATION_VLLM) and number.isdigit():
+                found[key, int(number)] = v
+        return cls(scenario=a.get(SCENARIO) or {}, engine_defaults=a.get(ENGINE_DEFAULTS),
+                   reference=a.get(REFERENCE), reference_data=a.get(REFERENCE_DATA),
+                   baselines_queued=bool(a.get(BASELINES_QUEUED)),
+                   workers={k.removeprefix(WORKER): v for k, v in a.items()
+                            if k.startswith(WORKER) and isinstance(v, dict)},
+                   validations=found)
+
+    def validation(self, key: str, number: int) -> Any:
+        """Trial `number`'s validation stored with the study (`store_validation`), or None."""
+        return self.validations.get((key, number))
+
+
+def set_scenario(study: optuna.Study, scenario: Mapping[str, Any]) -> None:
+    study.set_user_attr(SCENARIO, dict(scenario))
+
+
+def set_engine_defaults(study: optuna.Study, defaults: Mapping[str, Any]) -> None:
+    study.set_user_attr(ENGINE_DEFAULTS, dict(defaults))
+
+
+def set_reference(study: optuna.Study, path: str, trial: int) -> None:
+    """Note which trial made the guardrail reference, and where it keeps it."""
+    study.set_user_attr(REFERENCE, {"path": path, "trial": trial})
+
+
+def set_reference_data(study: optuna.Study, data: Any) -> None:
+    """The guardrail reference's contents, for workers on other hosts."""
+    study.set_user_attr(REFERENCE_DATA, data)
+
+
+def set_baselines_queued(study: optuna.Study) -> None:
+    study.set_user_attr(BASELINES_QUEUED, True)
+
+
+def set_worker(study: optuna.Study, worker_id: str, data: Mapping[str, Any]) -> None:
+    """Register a worker with the study (`autotune.tuning.shared.register`)."""
+    study.set_user_attr(f"{WORKER}{worker_id}", dict(data))
 
 
 def store_validation(study: optuna.Study, number: int, key: str, value: Any) -> None:
@@ -327,6 +411,25 @@ def store_validation(study: optuna.Study, number: int, key: str, value: Any) -> 
     if key not in (VALIDATION, VALIDATION_VLLM):
         raise ValueError(f"not a validation key: {key!r}")
     study.set_user_attr(f"{key}:{number}", value)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A study read once: its attributes and every trial's record (by number), for readers
+    that rank and tabulate the same trials several ways (`autotune show`, the report)."""
+
+    study: optuna.Study
+    attrs: StudyRecord
+    trials: tuple[TrialRecord, ...]
+
+    @classmethod
+    def of(cls, study: optuna.Study | Snapshot) -> Snapshot:
+        if isinstance(study, Snapshot):
+            return study
+        attrs = StudyRecord.of(study)
+        return cls(study, attrs, tuple(TrialRecord.of(t, attrs)
+                                       for t in study.get_trials(deepcopy=False)))
+
 
 
 def add(study: optuna.Study, state: TrialState = TrialState.COMPLETE, *,
@@ -346,4 +449,4 @@ def add(study: optuna.Study, state: TrialState = TrialState.COMPLETE, *,
         study.tell(trial, list(values or ()))
     elif state != TrialState.RUNNING:
         study.tell(trial, state=state)
-    return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number], study.user_attrs)
+    return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number], StudyRecord.of(study))

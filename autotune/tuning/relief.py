@@ -19,7 +19,8 @@ behaviour and this project's measurements:
   spread the scheduler's fixed cost per step over more tokens;
 - KV cache (preemptions, or a full cache with requests waiting, or a trial pruned for
   either): fp8 KV (half the bytes per cached token), a larger memory fraction or KV size,
-  then fewer sequences at once;
+  then no more sequences at once than the cache held at the trial's request size (its
+  reported KV tokens over its mean tokens per request; one notch down where unknown);
 - GPU (busy nearly all the time): the prefill/decode balance: larger prefill chunks when
   TTFT broke the SLO, smaller when TPOT did; a GPU near full use is also said out loud
   (`ceiling`): flags that reorganise the work cannot add much more;
@@ -55,6 +56,9 @@ from autotune.tuning.record import Origin, TrialRecord
 from autotune.tuning.shared import flags_key, same_engine
 
 UP, DOWN = "up", "down"
+# To as many sequences as the KV cache held at the trial's request size (its reported KV
+# tokens over its mean tokens per request): one notch down would often still preempt.
+FIT = "fit"
 TTFT, TPOT = "ttft", "tpot"  # which latency broke the SLO (ITL counts as TPOT)
 # A GPU this busy at the best trial's limit leaves flags little to win (`ceiling`).
 FULL_GPU = 95.0
@@ -88,7 +92,7 @@ RELIEF: Mapping[str, tuple[Knob, ...]] = {
         Knob("kv-cache-dtype", "fp8", "fp8 halves the bytes of each cached token"),
         Knob("gpu-memory-utilization", UP, "a larger memory fraction for the KV cache"),
         Knob("kv-cache-memory-bytes", UP, "a larger KV cache"),
-        Knob("max-num-seqs", DOWN, "fewer sequences at once fit without preemption"),
+        Knob("max-num-seqs", FIT, "no more sequences at once than the KV cache holds"),
     ),
     bn.GPU: (
         Knob("max-num-batched-tokens", UP, "larger prefill chunks: fewer steps to the "
@@ -239,6 +243,33 @@ def notch(p: Param, value: Any, toward: Any) -> Any:
     if p.type == "int":
         target = int(round(target))
     return target if (target > value if up else target < value) else None
+
+
+def held(rec: TrialRecord) -> float | None:
+    """How many of the trial's requests its KV cache holds at once: the KV tokens the engine
+    reported over the mean tokens (prompt and answer) of a measured request."""
+    tokens = rec.kv_capacity_reported or rec.startup.get("kv_cache_tokens")
+    m = rec.metrics
+    done = m.get("completed") or 0
+    per = ((m.get("total_input_tokens") or 0) + (m.get("total_output_tokens") or 0)) / done \
+        if done else 0
+    return tokens / per if tokens and per else None
+
+
+def fit(p: Param, value: Any, most: float | None) -> Any:
+    """The largest value of `p` below `value` and at most `most` (one notch down where
+    `most` is unknown, or no value of the space is that small)."""
+    if most is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return notch(p, value, DOWN)
+    if p.choices is not None:
+        numbers = [c for c in p.choices if isinstance(c, (int, float))
+                   and not isinstance(c, bool) and c < value and c <= most]
+        return max(numbers) if numbers else notch(p, value, DOWN)
+    assert p.low is not None and p.high is not None
+    step = p.step or 1.0
+    target = p.low + math.floor((min(most, p.high) - p.low) / step + 1e-9) * step
+    target = int(target) if p.type == "int" else target
+    return target if p.low <= target < value else notch(p, value, DOWN)
 
 
 def _named(p: Param, value: Any, toward: Any) -> Any:
@@ -404,7 +435,8 @@ def moves(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any]
         if p is None or (knob.when is not None and knob.when not in pressure):
             continue
         before = current(knob.name, rec, defaults)
-        after = notch(p, before, knob.toward)
+        after = fit(p, before, held(rec)) if knob.toward == FIT \
+            else notch(p, before, knob.toward)
         if after is None:
             continue
         params = _moved_params(point, scenario, knob.name, after) if point is not None \

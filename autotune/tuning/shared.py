@@ -319,10 +319,9 @@ def register(study: optuna.Study, me: Worker, seed: int) -> int:
     the first worker a study ever had (a lone tuner is reproducible), else one derived from
     the scenario's seed and the worker's id. Each worker writes its key before it reads the
     others', so of two that start together at least one sees the other."""
-    key = f"worker:{me.id}"
-    study.set_user_attr(key, {**me.as_dict(),
-                              "since": dt.datetime.now().isoformat(timespec="seconds")})
-    others = [k for k in study.user_attrs if k.startswith("worker:") and k != key]
+    record.set_worker(study, me.id, {**me.as_dict(),
+                                     "since": dt.datetime.now().isoformat(timespec="seconds")})
+    others = [w for w in record.StudyRecord.of(study).workers if w != me.id]
     return derived_seed(seed, me.id) if others else seed
 
 
@@ -332,8 +331,7 @@ def derived_seed(seed: int, worker_id: str) -> int:
 
 def workers(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """Every worker that has registered with the study, by id."""
-    return {k.partition(":")[2]: v for k, v in study.user_attrs.items()
-            if k.startswith("worker:") and isinstance(v, dict)}
+    return dict(record.StudyRecord.of(study).workers)
 
 
 def defaults_state(study: optuna.Study) -> tuple[str, TrialRecord | None]:

@@ -5,6 +5,8 @@ read-only command such as `show` would leave an empty database behind), and a mi
 directory, a read-only or a corrupt file surface as SQLAlchemy tracebacks, or as "invalid
 data in the commit" once the first trial ends. `check` says what is wrong before any of
 that, and `locate` turns what a user types (a .db file, a study name, a URL) into the URL.
+`StudyLocation` is where `tune` keeps a study: its URL, its name and its folder, resolved
+once (`StudyLocation.resolve`) and handed down.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy
@@ -29,6 +32,25 @@ def masked(text: str) -> str:
     """`text` with the password of every URL in it shown as *** (what autotune prints or
     logs about a storage: `postgresql+psycopg://me:***@db/autotune`)."""
     return _PASSWORD.sub(lambda m: m["head"] + "***@", text)
+
+
+@dataclass(frozen=True)
+class StudyLocation:
+    """Where a study lives: its storage `url`, its `name` in that storage, and the `folder`
+    for its log, its trials' files and the guardrail reference (`root/NAME`)."""
+
+    url: str
+    name: str
+    folder: Path
+
+    @classmethod
+    def resolve(cls, name: str | None, storage: str | None, root: Path) -> StudyLocation:
+        """`storage` if given, else `root/NAME.db` (`root` is made here if need be; OSError
+        if it cannot be). Nothing is opened or checked (`check` does that)."""
+        name = name or "study"
+        if not storage:
+            root.mkdir(parents=True, exist_ok=True)
+        return cls(storage or f"sqlite:///{root / name}.db", name, root / name)
 
 
 def locate(target: str, study_name: str | None, root: Path) -> tuple[str, str | None]:

@@ -1,6 +1,6 @@
-"""The Optuna study: storage, baselines first, then ask -> run -> tell, resumable.
+"""The study loop: ask -> run -> tell, one trial after another, resumable.
 
-Each trial is asked of Optuna, run by `trial.run` (or any function with its signature:
+Each trial is asked of Optuna, run by `trial.run_trial` (or any function with its signature:
 the seam tests give canned outcomes), and told back with its state, its values and its
 named constraints; everything measured goes into the trial record (`record.write`), so the
 study database alone explains itself. The first trial is vLLM's defaults, and the weighted
@@ -9,19 +9,17 @@ score of every trial is relative to it (`ranking.reference_trial`).
 Several workers can share one study (`--gpus`, or hosts on one PostgreSQL): the study is
 created by exactly one of them, which queues vLLM's defaults; whoever finishes the defaults
 queues the named baselines; heartbeats, re-queueing and the order workers keep are in
-`autotune.tuning.shared`.
+`autotune.tuning.shared`. Creating the study and queueing its baselines is
+`autotune.tuning.creation`'s, holding Ctrl-C during the writes `autotune.tuning.interrupts`';
+both are re-exported here (`study.open_study`, `study.no_interrupts`, ...).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 import json
 import logging
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,20 +27,31 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import tinymodel
+from autotune import reasons, tinymodel
 from autotune.config import Scenario
 from autotune.engine import gpu
 from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
-from autotune.tuning import guardrail, prune, ranking, record, relief, shared, space
+from autotune.tuning import creation, guardrail, prune, ranking, record, relief, shared, space
 from autotune.tuning import objective as obj
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.record import DEFAULTS, TrialRecord
+from autotune.tuning.creation import (  # noqa: F401 (the study's API, as before the split)
+    BASELINES_QUEUED,
+    DEFAULTS,
+    REFERENCE_DATA,
+    GridSearch,
+    make_sampler,
+    open_study,
+    record_engine_defaults,
+)
+from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
+from autotune.tuning.record import TrialRecord
+from autotune.tuning.storage import StudyLocation
 
 log = logging.getLogger("autotune")
-Runner = Callable[..., trial_mod.Outcome]  # `trial.run`'s signature
+Runner = Callable[..., trial_mod.Outcome]  # `trial.run_trial`'s signature
 
 
 @dataclass
@@ -55,134 +64,6 @@ class Progress:
     deadline_s: float | None
     last: TrialRecord | None
     best: TrialRecord | None
-
-
-def storage_url(scenario: Scenario, storage: str | None, root: Path) -> str:
-    if storage:
-        return storage
-    root.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{root / (scenario.name or 'study')}.db"
-
-
-class GridSearch(optuna.samplers.GridSampler):
-    """Optuna's grid for an ask-and-tell loop. The grid calls `study.stop()` after its last
-    point, which only works inside `Study.optimize` (elsewhere it raises RuntimeError, after
-    the trial is stored); the loop asks `is_exhausted` before each trial instead."""
-
-    def after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
-                    state: TrialState, values: Any) -> None:
-        return None
-
-
-def _exhausted(study: optuna.Study) -> bool:
-    """A finished grid with nothing queued: no new configuration is left to try."""
-    return isinstance(study.sampler, optuna.samplers.GridSampler) \
-        and study.sampler.is_exhausted(study) \
-        and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-
-
-def make_sampler(scenario: Scenario, seed: int | None = None) -> optuna.samplers.BaseSampler:
-    """The scenario's sampler (with `seed`, default the scenario's); constrained samplers
-    read the trials' named constraints. TPE's constant liar counts running trials as bad
-    ones, so workers sharing a study do not all propose near the same point."""
-    s = scenario.sampler
-    seed = s.seed if seed is None else seed
-    if s.name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
-    if s.name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
-    if s.name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if s.name == "grid":
-        return GridSearch(space.grid(scenario), seed=seed)
-    return optuna.samplers.RandomSampler(seed=seed)
-
-
-# Study attributes: the named baselines are queued; the guardrail reference's contents (so
-# that a worker on another host checks against the same one).
-BASELINES_QUEUED, REFERENCE_DATA = "baselines_enqueued", "reference_data"
-# A study created by another worker a moment ago gets its defaults trial within this.
-_CREATOR_S = 10.0
-# The defaults' worker queues the baselines right after telling them; if it has not
-# within this long, it died in between and the next worker to open the study does.
-_BASELINES_S = 60.0
-
-
-def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = None,
-               heartbeat_s: int | None = None, grace_s: int | None = None,
-               register: bool = True) -> optuna.Study:
-    """Create or load the scenario's study, with heartbeats, as `worker` (default: this
-    process), whose sampler gets its own seed (`shared.register`; `register=False` for a
-    process that only watches the study, as `tune --gpus` does its workers).
-
-    Creating the study is atomic in the storage (its name is unique), so of several workers
-    starting together exactly one creates it and queues vLLM's defaults.
-    """
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=3) \
-        if scenario.prune.enabled and scenario.prune.pruner == "median" \
-        else optuna.pruners.NopPruner()
-    store = shared.storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s)
-    try:
-        study = optuna.create_study(storage=store, study_name=scenario.name,
-                                    directions=obj.directions(scenario.objective),
-                                    sampler=make_sampler(scenario), pruner=pruner)
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=str(scenario.name), storage=store,
-                                  sampler=make_sampler(scenario), pruner=pruner)
-        created = False
-    me = worker or shared.Worker.here()
-    shared.attach(study, store, me)
-    if created or not _await_creator(study):
-        # vLLM's defaults first; the named baselines follow once they finish (`run_one`).
-        study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))
-        study.set_user_attr("scenario", scenario.model_dump(mode="json"))
-        if not scenario.baselines:
-            study.set_user_attr(BASELINES_QUEUED, True)
-    else:
-        _baselines_left_behind(study, scenario)
-    if register:
-        study.sampler = make_sampler(scenario,
-                                     shared.register(study, me, scenario.sampler.seed))
-    return study
-
-
-def _await_creator(study: optuna.Study) -> bool:
-    """Whether the study has its first trials queued: at once for a study that has trials
-    or queued its baselines, else after waiting a moment for the worker that just created it.
-    """
-    deadline = time.monotonic() + _CREATOR_S
-    while True:
-        if study.user_attrs.get(BASELINES_QUEUED) or study.get_trials(deepcopy=False):
-            return bool(study.user_attrs.get(BASELINES_QUEUED)) or any(
-                r.is_defaults for r in record.records(study))
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
-def _queue_baselines(study: optuna.Study, scenario: Scenario) -> None:
-    """Queue the named baselines: done by the worker that finished vLLM's defaults (one
-    trial is told by one worker only, so they are queued once)."""
-    if study.user_attrs.get(BASELINES_QUEUED):
-        return
-    for base in scenario.baselines:
-        study.enqueue_trial({}, user_attrs=record.queued(base.name, normalize(base.flags)))
-    study.set_user_attr(BASELINES_QUEUED, True)
-
-
-def _baselines_left_behind(study: optuna.Study, scenario: Scenario) -> None:
-    """The defaults finished long ago but the baselines were never queued (their worker
-    died in between): queue them now."""
-    if study.user_attrs.get(BASELINES_QUEUED):
-        return
-    state, rec = shared.defaults_state(study)
-    finished = [r.datetime_complete for r in record.records(study)
-                if r.is_defaults and r.datetime_complete is not None]
-    if state == shared.DONE and finished and \
-            (dt.datetime.now() - max(finished)).total_seconds() > _BASELINES_S:
-        _queue_baselines(study, scenario)
 
 
 def resolve_model(scenario: Scenario) -> str:
@@ -199,19 +80,6 @@ def reference(study: optuna.Study) -> obj.Measures | None:
     """The reference trial's measures (see `ranking.reference_trial`)."""
     r = ranking.reference_trial(study)
     return obj.Measures(**r.measures) if r and r.measures else None  # r has measures
-
-
-@contextlib.contextmanager
-def no_interrupts() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM during a few database writes (main thread only): one that comes
-    meanwhile is raised as KeyboardInterrupt once they are done. Held, never dropped: a
-    `--gpus` worker gets one SIGINT from its parent, and ignoring it would leave the worker
-    running and its parent waiting."""
-    hold = HeldInterrupts()
-    try:
-        yield
-    finally:
-        hold.release()
 
 
 def _pruner_hook(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
@@ -244,7 +112,7 @@ def _constraints(scenario: Scenario, outcome: trial_mod.Outcome) -> dict[str, fl
 
 
 def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path,
-            guard: guardrail.Guard | None = None, runner: Runner = trial_mod.run
+            guard: guardrail.Guard | None = None, runner: Runner = trial_mod.run_trial
             ) -> TrialRecord:
     """Ask, run and tell one trial, with its heartbeat; a Ctrl-C marks it FAIL, queues it
     again and re-raises (one that comes while the trial is being asked is held until the
@@ -257,29 +125,6 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
     finally:
         hold.release()
     return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
-
-
-class HeldInterrupts:
-    """SIGINT and SIGTERM noted instead of raised (main thread only) until `release`, which
-    raises the one that came meanwhile as KeyboardInterrupt."""
-
-    def __init__(self) -> None:
-        self.pending = False
-        self.old: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            self.old = {sig: signal.signal(sig, self._note)
-                        for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _note(self, signum: int, frame: object) -> None:
-        self.pending = True
-
-    def release(self) -> None:
-        for sig, handler in self.old.items():
-            signal.signal(sig, handler)
-        self.old = {}
-        if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
 
 
 def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, model: str,
@@ -303,7 +148,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                      worker=me.as_dict())
         if not asked.is_defaults:
             if not _after_defaults(study, me):
-                _give_back(study, trial, asked, flags, "defaults_first",
+                _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
                            "vLLM's defaults are queued and must run first")
                 return
             shared.wait_for_twin(study, flags, trial.number, me)
@@ -336,14 +181,14 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                          detail=str(err)[:2000], **({"flags": flags} if flags else {}))
             study.tell(trial, state=TrialState.FAIL)
             if asked.is_defaults:
-                _queue_baselines(study, scenario)
+                creation.queue_baselines(study, scenario)
         if isinstance(err, AutotuneError):
             raise
         log.exception("trial %d failed in autotune itself; the study goes on", trial.number)
     else:
         _tell(study, trial, scenario, outcome, guard, trials_root.parent)
         if asked.is_defaults:
-            _queue_baselines(study, scenario)
+            creation.queue_baselines(study, scenario)
         _relieve(study, scenario, trial.number)
 
 
@@ -382,7 +227,7 @@ def _sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario
     defaults did not run)."""
     if guard is None or guard.reference is not None:
         return
-    data = study.user_attrs.get(REFERENCE_DATA)
+    data = record.StudyRecord.of(study).reference_data
     path = guardrail.reference_path(scenario, study_dir)
     if data is None and not path.exists():
         return
@@ -396,11 +241,12 @@ def _sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario
 def _publish_reference(study: optuna.Study, guard: guardrail.Guard | None,
                        scenario: Scenario, study_dir: Path) -> None:
     """Keep the reference this worker loaded in the study too, for workers on other hosts."""
-    if guard is None or guard.reference is None or REFERENCE_DATA in study.user_attrs:
+    if guard is None or guard.reference is None \
+            or record.StudyRecord.of(study).reference_data is not None:
         return
     path = guardrail.reference_path(scenario, study_dir)
     if path.exists():
-        study.set_user_attr(REFERENCE_DATA, json.loads(path.read_text()))
+        record.set_reference_data(study, json.loads(path.read_text()))
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
@@ -419,13 +265,13 @@ def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
     if outcome.quality is not None:
         fields["quality"] = outcome.quality
     if outcome.new_reference is not None and guard is not None:
-        made = study.user_attrs.get("reference")
+        made = record.StudyRecord.of(study).reference
         if made is None:
             guard.reference = outcome.new_reference
             path = guardrail.reference_path(scenario, study_dir)
             outcome.new_reference.save(path)
-            study.set_user_attr("reference", {"path": str(path), "trial": trial.number})
-            study.set_user_attr(REFERENCE_DATA, json.loads(path.read_text()))
+            record.set_reference(study, str(path), trial.number)
+            record.set_reference_data(study, json.loads(path.read_text()))
         else:  # only where the defaults could not run and two trials raced to make one
             log.warning("trial %d made a guardrail reference, but trial %s's is the study's",
                         trial.number, made.get("trial"))
@@ -447,27 +293,13 @@ def _relieve(study: optuna.Study, scenario: Scenario, number: int) -> None:
         return
     best = ranking.feasible_best(study)
     just = next(r for r in recs if r.number == number)
-    move = relief.propose(recs, scenario, study.user_attrs.get("engine_defaults") or {},
+    move = relief.propose(recs, scenario, record.StudyRecord.of(study).engine_defaults or {},
                           [r for r in (best, just) if r is not None])
     if move is None:
         return
-    extra = {} if move.params is not None else record.queued(None, move.flags)
-    study.enqueue_trial(move.params or {}, user_attrs={**extra,
-                                                       "origin": move.origin.as_dict()},
-                        skip_if_exists=False)
+    study.enqueue_trial(move.params or {}, skip_if_exists=False, user_attrs=record.queued_move(
+        None if move.params is not None else move.flags, move.origin.as_dict()))
     log.info("queued a relief move: %s", move.describe())
-
-
-def record_engine_defaults(study: optuna.Study, scenario: Scenario, info: Any) -> None:
-    """Keep the installed engine's defaults of the flags this study sets, once."""
-    if "engine_defaults" in study.user_attrs:
-        return
-    names = set(scenario.space) | set(normalize(scenario.engine.flags))
-    for base in scenario.baselines:
-        names |= set(normalize(base.flags))
-    defaults = {n: info.flags[n].default for n in sorted(names)
-                if n in info.flags and info.flags[n].default is not None}
-    study.set_user_attr("engine_defaults", defaults)
 
 
 def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
@@ -483,7 +315,7 @@ def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
 
 def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *,
          trials: int, timeout_s: float | None = None, guard: guardrail.Guard | None = None,
-         runner: Runner = trial_mod.run, between: Callable[[], object] | None = None,
+         runner: Runner = trial_mod.run_trial, between: Callable[[], object] | None = None,
          on_progress: Callable[[Progress], None] | None = None,
          clock: Callable[[], float] = time.monotonic,
          claim: Callable[[], bool] | None = None) -> None:
@@ -504,7 +336,7 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
             log.info("stopping: %.0f s left, a trial takes up to %.0f s",
                      timeout_s - elapsed, longest)
             break
-        if _exhausted(study):
+        if creation.exhausted(study):
             log.info("stopping: every point of the grid has run")
             break
         if claim is not None and not claim():
@@ -526,17 +358,19 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
          root: Path = Path("studies"),
          on_progress: Callable[[Progress], None] | None = None,
          worker: shared.Worker | None = None, claim: Callable[[], bool] | None = None,
-         runner: Runner | None = None) -> optuna.Study:
+         runner: Runner | None = None, location: StudyLocation | None = None
+         ) -> optuna.Study:
     """Run up to `trials` more trials (or until `timeout_s`), resuming the study if it exists;
-    as `worker` (default: this process) when several share the study."""
+    as `worker` (default: this process) when several share the study. The study lives at
+    `location` (as `tune` resolved it), else at `storage` or under `root`."""
     info = engine_info()
     space.check_against_engine(scenario, info, scenario_path)
-    url = storage_url(scenario, storage, root)
-    study = open_study(scenario, url, worker=worker)
+    where = location or StudyLocation.resolve(scenario.name, storage, root)
+    study = open_study(scenario, where.url, worker=worker)
     record_engine_defaults(study, scenario, info)
     if recovered := shared.recover(study, shared.me(study)):
         log.info("%d interrupted trial(s) will run again", recovered)
-    study_dir = root / (scenario.name or "study")
+    study_dir = where.folder
     guard = guardrail.make_guard(scenario, study_dir)
     _publish_reference(study, guard, scenario, study_dir)
     idle_mib = gpu.Monitor().used_mib()  # None without a GPU
@@ -544,6 +378,6 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
     loop(study, scenario, resolve_model(scenario), study_dir,
          trials=trials if trials is not None else scenario.budget.trials, timeout_s=timeout_s,
          guard=guard, on_progress=on_progress, claim=claim,
-         runner=runner or trial_mod.run,
+         runner=runner or trial_mod.run_trial,
          between=lambda: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
     return study

@@ -1,6 +1,6 @@
 """One configuration, start to finish: launch, measure, stop, and say what happened.
 
-`run` never raises for anything the configuration itself causes: an engine that
+`run_trial` never raises for anything the configuration itself causes: an engine that
 cannot start is a pruned outcome with its reason; an exception of autotune's
 own propagates, and the study records the trial as FAIL.
 
@@ -8,7 +8,7 @@ An engine that dies while it is measured ends the trial within a poll as pruned
 `crashed` (its detail: which process died, by which signal or exit code, and the log's
 last error), and a trial whose `budget.trial_timeout` is spent, wherever it is, ends as
 pruned `timeout` (`autotune.tuning.deadline`). Either way the engine's whole process
-group is gone when `run` returns.
+group is gone when `run_trial` returns.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import aiohttp
 
+from autotune import reasons
 from autotune.config import Scenario, parse_duration
 from autotune.engine import gpu
 from autotune.engine.ballast import Ballast
@@ -59,10 +60,10 @@ def command_line(model: str, flags: dict[str, Any]) -> list[str]:
     return ["vllm", "serve", model, *to_args(flags)]
 
 
-def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
-        guard: guardrail.Guard | None = None,
-        intermediate: Callable[[dict[str, Any]], str | None] | None = None,
-        capacity_floor: float | None = None) -> Outcome:
+def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
+              guard: guardrail.Guard | None = None,
+              intermediate: Callable[[dict[str, Any]], str | None] | None = None,
+              capacity_floor: float | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs.
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
@@ -86,7 +87,7 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     }
     why = relation_violation(flags)
     if why:
-        return Outcome(PRUNED, "invalid_combination", attrs={**attrs, "detail": why})
+        return Outcome(PRUNED, reasons.INVALID_COMBINATION, attrs={**attrs, "detail": why})
     spec = scenario.prune
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
     attrs["memory_estimate"] = asdict(estimate) if estimate else None
@@ -158,9 +159,10 @@ def run(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
     if "stopped_after_probe" in summary:
         return Outcome(PRUNED, summary["stopped_after_probe"], summary, attrs)
     if not summary["completed"]:
-        return Outcome(PRUNED, "no_successful_requests", summary, attrs)
+        return Outcome(PRUNED, reasons.NO_SUCCESSFUL_REQUESTS, summary, attrs)
     if quality is not None and "error" in quality:
-        return Outcome(PRUNED, "guardrail_error", summary, {**attrs, "detail": quality["error"]})
+        return Outcome(PRUNED, reasons.GUARDRAIL_ERROR, summary,
+                       {**attrs, "detail": quality["error"]})
     return Outcome(COMPLETE, "", summary, attrs, quality, new_ref)
 
 

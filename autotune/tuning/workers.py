@@ -1,6 +1,7 @@
 """`autotune tune SCENARIO --gpus 0,1`: one worker process per GPU on one study.
 
-Each worker is an `autotune tune` process of its own, pinned to its GPU with
+Each worker is a process of its own (`python -m autotune.cli.worker`: `tune` for one
+worker, with a small parser of its own for what only a worker is told), pinned to its GPU with
 `CUDA_VISIBLE_DEVICES` (so the memory emulation, the memory model's pruning and the wait
 for released memory all read that GPU; on the CPU build, to a share of the cores with
 `engine.cpuplace`), with its own id (`HOST-gpuN`), its own log
@@ -48,8 +49,9 @@ from autotune.tuning.record import TrialRecord
 from autotune.tuning.study import Progress
 
 log = logging.getLogger("autotune")
-# How a worker is started: `autotune` itself (the tests run a stand-in with canned trials).
-ENTRY = [sys.executable, "-m", "autotune"]
+# How a worker is started: the worker's own entry point, never the user's `autotune` command
+# (the tests run a stand-in with canned trials).
+ENTRY = [sys.executable, "-m", "autotune.cli.worker"]
 STORAGE_ENV = "AUTOTUNE_STORAGE"
 POLL_S = 1.0
 # How long a worker gets to stop after each interrupt: its engine's grace period (20 s) and
@@ -58,9 +60,10 @@ STOP_WAIT_S = 60.0
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-def parse_gpus(text: str, what: str = "tune") -> list[str]:
-    """`--gpus 0,1` (distinct device indices) or `--gpus all` (every visible GPU)."""
-    if text.strip() == "all":
+def parse_gpus(text: str, what: str = "tune", *, allow_all: bool = True) -> list[str]:
+    """`--gpus 0,1` (distinct device indices) or `--gpus all` (every visible GPU; not for
+    `validate`, `allow_all=False`), for every command that takes `--gpus`."""
+    if allow_all and text.strip() == "all":
         found = visible_gpus()
         if not found:
             raise ConfigError(f"{what}: --gpus all: no NVIDIA GPU is visible; name the devices "
@@ -70,7 +73,7 @@ def parse_gpus(text: str, what: str = "tune") -> list[str]:
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts or not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
         raise ConfigError(f"{what}: --gpus {text!r}: expected distinct device indices such as "
-                          "0,1, or all")
+                          + ("0,1, or all" if allow_all else "0 or 0,1"))
     return [str(int(p)) for p in parts]
 
 
@@ -158,10 +161,11 @@ def worker_id(gpu: str) -> str:
     return f"{socket.gethostname()}-gpu{gpu}"
 
 
-def run(study: optuna.Study, scenario: Scenario, scenario_path: str | Path, gpus: list[str], *,
-        url: str, studies_dir: Path, trials: int, timeout_s: float | None,
-        on_progress: Callable[[Progress], None] | None = None,
-        on_event: Callable[[str], None] | None = None) -> Result:
+def run_workers(study: optuna.Study, scenario: Scenario, scenario_path: str | Path,
+                gpus: list[str], *, url: str, studies_dir: Path, trials: int,
+                timeout_s: float | None,
+                on_progress: Callable[[Progress], None] | None = None,
+                on_event: Callable[[str], None] | None = None) -> Result:
     """Start one worker per GPU on `study` (already open) and wait for all of them."""
     say = on_event or (lambda text: None)
     name = str(scenario.name)
@@ -205,9 +209,9 @@ def _start(gpu: str, scenario_path: str | Path, name: str, studies_dir: Path, fo
            place: dict[str, str]) -> _Child:
     wid = worker_id(gpu)
     log_path = folder / f"gpu{gpu}.log"
-    cmd = [*ENTRY, "tune", str(scenario_path), "--study", name, "--studies-dir",
-           str(studies_dir), "--worker-id", wid, "--trials", str(trials),
-           "--run-tickets", str(tickets.path), "--parent-pid", str(os.getpid())]
+    cmd = [*ENTRY, str(scenario_path), "--study", name, "--studies-dir", str(studies_dir),
+           "--worker-id", wid, "--trials", str(trials), "--tickets", str(tickets.path),
+           "--parent-pid", str(os.getpid())]
     if timeout_s is not None:
         cmd += ["--timeout", f"{timeout_s:.0f}s"]
     # `place`: on the CPU build, the cores of this worker's model workers (engine.cpuplace).

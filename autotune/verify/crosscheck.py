@@ -28,9 +28,10 @@ from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import vllmbench, watch
-from autotune.tuning import paired, prune, record, validate
+from autotune.tuning import prune, record
 from autotune.tuning import study as study_mod
 from autotune.tuning.record import TrialRecord
+from autotune.verify import paired, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
 START_FACTOR = 1.25
@@ -113,9 +114,11 @@ def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {k: v.get(k) for k in keys}
 
 
-def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repeats: int,
-        out_dir: Path, *, step_s: float = vllmbench.STEP_S, gpus: list[int] | None = None,
-        on_run: Callable[[int, int, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
+                   repeats: int, out_dir: Path, *, step_s: float = vllmbench.STEP_S,
+                   gpus: list[int] | None = None,
+                   on_run: Callable[[int, int, dict[str, Any]], None] | None = None
+                   ) -> dict[str, Any]:
     """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
     store and return the re-check. Nothing is stored unless every run measured a capacity.
 
@@ -240,7 +243,7 @@ def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server
 def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,
              run_dir: Path, step_s: float, what: str, device: int | None = None,
              slot: tuple[int, int] = (0, 1)) -> dict[str, Any]:
-    """One fresh engine with the trial's flags, launched as `trial.run` launches it
+    """One fresh engine with the trial's flags, launched as `trial.run_trial` launches it
     (the scenario's env, hardware emulation with its ballast), on `device` when given,
     and its capacity by vLLM's client, searched from the capacity the study reported.
     `slot` (index, count) places it among engines side by side: on the CPU build each

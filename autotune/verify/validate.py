@@ -4,9 +4,9 @@ One tuning run per configuration cannot tell a real gain from a lucky start-up.
 `validate` launches the baseline and the candidate K times each, alternating
 (baseline, candidate, baseline, ...), each run a fresh engine with the study's
 own scenario, and reports candidate/baseline from the K pairs with a 95 %
-interval (`autotune.tuning.paired`). The result is kept with the study as the candidate's
+interval (`autotune.verify.paired`). The result is kept with the study as the candidate's
 validation (`record.store_validation`), where `show`, `export` and `report` read it.
-`validate --client vllm` (`autotune.tuning.crosscheck`) re-measures capacity with
+`validate --client vllm` (`autotune.verify.crosscheck`) re-measures capacity with
 `vllm bench serve` instead, independently of autotune's load generator.
 """
 
@@ -25,10 +25,11 @@ from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
 from autotune.tuning import objective as obj
-from autotune.tuning import paired, prune, ranking, record
+from autotune.tuning import prune, ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import TrialRecord
+from autotune.verify import paired
 
 ROLES = ("baseline", "candidate")
 
@@ -139,9 +140,10 @@ def _measures(run: dict[str, Any]) -> obj.Measures:
     return obj.Measures(run["throughput"], run["latency_ms"], run["memory_mib"])
 
 
-def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repeats: int,
-        out_dir: Path, on_run: Callable[[int, int, dict[str, Any]], None] | None = None
-        ) -> dict[str, Any]:
+def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
+                   repeats: int, out_dir: Path,
+                   on_run: Callable[[int, int, dict[str, Any]], None] | None = None
+                   ) -> dict[str, Any]:
     """Launch both configurations `repeats` times each, alternating; store and return the
     validation. Nothing is written to the study unless every run completed."""
     if repeats < 1:
@@ -161,7 +163,7 @@ def run(study: optuna.Study, candidate: TrialRecord, against: TrialRecord, repea
     for i, (pair, role) in enumerate(order):
         t = candidate if role == "candidate" else against
         prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)
-        outcome = trial_mod.run(runs_scenario, model, dict(t.flags),
+        outcome = trial_mod.run_trial(runs_scenario, model, dict(t.flags),
                                 trial_dir=where / f"{i + 1:02d}-{role}")
         if outcome.state != trial_mod.COMPLETE:
             raise ValidationRunFailed(

@@ -1,0 +1,54 @@
+"""One worker of `autotune tune --gpus`: `python -m autotune.cli.worker SCENARIO ...`.
+
+`autotune.tuning.workers` starts one of these per GPU; people never run it themselves. It
+is `autotune tune` for one worker of a run: the study is the parent's (its storage URL comes
+through `AUTOTUNE_STORAGE` in the environment, never the command line), the run's trials
+are taken from the parent's counter file (`--tickets`), and once the parent is gone
+(`--parent-pid`) the worker stops as on SIGTERM. Its own small parser keeps these options
+out of the user's `autotune tune`; everything else is `tune`'s own code (`main.tune_here`),
+so a worker tunes exactly as a single tuner does, with its lines in `tune.log` tagged with
+its id and its progress lines in its own log only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from autotune.cli import main as cli
+from autotune.cli.options import duration, study_name, whole
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = cli._ArgumentParser(prog="autotune worker", description=(
+        "One worker of `autotune tune --gpus` (started by it, one per GPU)."))
+    p.add_argument("scenario", help="the scenario YAML of the run")
+    p.add_argument("--study", type=study_name, required=True, help="the run's study name")
+    p.add_argument("--studies-dir", required=True, help="databases and trial logs")
+    p.add_argument("--worker-id", type=study_name, required=True, metavar="NAME",
+                   help="this worker's name in the trial records and tune.log")
+    p.add_argument("--trials", type=whole(1), required=True,
+                   help="the run's trials in all (shared through --tickets)")
+    p.add_argument("--timeout", type=duration, help="stop starting trials after this long")
+    p.add_argument("--tickets", required=True, help="the run's shared trial counter file")
+    p.add_argument("--parent-pid", type=int, required=True,
+                   help="the `tune --gpus` process: once it is gone, stop")
+    # What `tune_here` reads of a `tune` command line that a worker never sets.
+    p.set_defaults(storage=None, json=False, gpus=None, engine_args=[])
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def work() -> int:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        print(f"autotune tune: checking {args.scenario} against the installed engine",
+              flush=True)
+        return cli.tune_here(args, run_tickets=Path(args.tickets), parent_pid=args.parent_pid)
+
+    return cli.guarded(work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

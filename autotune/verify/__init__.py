@@ -1,0 +1,15 @@
+"""The verification layer: re-measuring the finished trials of a study, apart from the search.
+
+A study's trials rank configurations from one launch each; before a gain is quoted it is
+measured again. This package does that and nothing else: it re-launches a candidate and its
+baseline as the study's trials were launched (through `autotune.tuning.trial`), alternating
+or side by side, and keeps the result with the study. It never asks Optuna for a trial and
+never searches, which is why it sits apart from (above) `autotune.tuning`.
+
+Public API: `validate` (`autotune validate`: paired, alternating re-runs with autotune's
+client), `crosscheck` (`validate --client vllm`: the same pairs measured by
+`vllm bench serve`), `paired` (the statistics of paired runs: a geometric mean of ratios
+and its 95 % interval).
+
+Imports tuning, measure, engine and the top-level basics; results and the CLI import it.
+"""

@@ -1,0 +1,317 @@
+"""Benchmark: does queuing relief moves find a good configuration in fewer trials?
+
+The real study loop (`autotune.tuning.study.loop`: Optuna's sampler, the relief moves, the
+ranking with its tie rule, a SQLite study) runs against response surfaces instead of an
+engine, so thousands of studies take minutes. A surface is a roofline: each resource (the
+API-server front end, the engine core, the GPU, the KV cache, the sequence cap) carries
+some request rate given the flags, the capacity is the smallest, and the step above it
+shows each resource's use (rate over what it carries), which the real attribution
+(`autotune.measure.bottleneck.attribute`) reads; measured capacities get 4 % noise
+(lognormal, the repeat spread the H200 studies saw) and a 10 % bracket, as a capacity
+search records them.
+
+Surfaces, and the measurements their constants reproduce:
+
+- `chat-frontend`: the H200 chat study's space (`qwen3-4b-h200-sustained.yaml`, 32,400
+  points). One API server carries 62 req/s (measured 61.3), the GPU 92 (four API servers
+  measured 89.8, GPU 94-99 % busy), the engine core 95 (78 without async scheduling);
+  prefix caching off costs the GPU 38 % on its 1,024-token shared prefix.
+- `kv-bound`: Qwen3-4B on a 24 GB card at 2,048 + 256 tokens a request (144 KiB of bf16
+  KV per token, half with fp8, 9.5 GiB of weights and activations): the sequences the
+  cache holds set the rate (6.4 s a request), a max-num-seqs above that preempts (25 %
+  lost), and the GPU caps at 12 req/s. Trials report the KV cache's size in tokens, as
+  the engine does at start-up.
+- `gpu-bound`: the H200 long-context study, where every configuration measured lay within
+  1 % of the defaults (2.34-2.36 req/s): flags move the GPU's rate by at most 3 %.
+- `latency-bound`: no resource saturates and TTFT breaks first; what helps is fewer
+  sequences at once (less queueing in each step), which no relief entry names, while the
+  relief for a TTFT-bound trial (larger prefill chunks) barely matters. Guidance should
+  lose here: half its trials go to a move that does not pay.
+
+These are models, not measurements: they say how the search behaves on landscapes shaped
+like the measured ones, not what a GPU will do. For each surface and method the benchmark
+reports trials until the study's pick (the ranking's best, ties to fewest overrides) is
+within 5 % of the surface's best point, over many seeds: the median with a bootstrap 95 %
+interval, the share of studies that got there within the budget (the others count as
+budget + 1), and the paired difference against TPE alone. Run:
+
+    .venv/bin/python benchmarks/relief.py [--seeds 40] [--budget 20] [--surface NAME]
+
+About 20 minutes for the four surfaces at 40 seeds on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autotune.config import Scenario  # noqa: E402
+from autotune.measure import bottleneck as bn  # noqa: E402
+from autotune.tuning import ranking  # noqa: E402
+from autotune.tuning import study as study_mod  # noqa: E402
+from autotune.tuning import trial as trial_mod  # noqa: E402
+
+NOISE = 0.04  # relative spread of a measured capacity
+WITHIN = 0.05
+
+
+@dataclass(frozen=True)
+class Load:
+    """What each resource carries (req/s) for one configuration; None: not a limit."""
+
+    front: float
+    core: float
+    gpu: float
+    kv: float | None = None  # the rate the KV cache's sequences sustain
+    seqs: float | None = None  # the rate max-num-seqs allows
+    preempts: bool = False
+    slo: float | None = None  # the rate at which latency alone breaks the SLO
+    kv_tokens: float | None = None  # what the engine reports as its KV cache size
+
+    def capacity(self) -> float:
+        rates = [self.front, self.core, self.gpu, *(r for r in (self.kv, self.seqs, self.slo)
+                                                    if r is not None)]
+        return min(rates) * (0.75 if self.preempts else 1.0)
+
+    def probes(self, rate: float) -> dict[str, float]:
+        """What the probes would read at `rate` (each resource's share of its limit)."""
+        use = lambda limit: min(100.0, 100.0 * rate / limit)  # noqa: E731
+        kv_full = self.preempts or (self.kv is not None and rate >= self.kv)
+        return {"api_server_cpu": use(self.front), "api_servers": 1,
+                "engine_core_cpu": use(self.core), "gpu_util_mean": use(self.gpu),
+                "kv_cache_usage_max": 1.0 if kv_full else 0.5,
+                "preemptions": 12.0 if self.preempts else 0.0,
+                "requests_waiting_max": 3.0 if kv_full else 0.0}
+
+
+@dataclass(frozen=True)
+class Surface:
+    name: str
+    space: dict[str, list[Any]]
+    defaults: dict[str, Any]  # what the engine runs for a flag left unset
+    load: Callable[[Mapping[str, Any]], Load]
+    slos: dict[str, float]
+    broken: str  # the SLO a failing step breaks: "ttft_p95_ms" or "tpot_p95_ms"
+
+    def scenario(self, sampler: str, relief: bool, every: int, seed: int) -> Scenario:
+        return Scenario.model_validate({
+            "name": "bench", "model": {"tiny": "tiny"},
+            "space": {k: {"choices": v} for k, v in self.space.items()},
+            "workload": {"kind": "random", "mode": "capacity"},
+            "objective": {"mode": "weighted", "throughput": "request_throughput",
+                          "latency": "ttft_p95", "weights": {"throughput": 1.0, "latency": 0.0},
+                          "slos": self.slos},
+            "guardrail": {"enabled": False}, "prune": {"capacity_early_stop": False},
+            "sampler": {"name": sampler, "seed": seed},
+            "relief": {"enabled": relief, "every": every}})
+
+    def truth(self, flags: Mapping[str, Any]) -> float:
+        return self.load({**self.defaults, **flags}).capacity()
+
+    def best(self) -> float:
+        names = list(self.space)
+        return max(self.truth(dict(zip(names, values, strict=True)))
+                   for values in product(*self.space.values()))
+
+
+def _chat(f: Mapping[str, Any]) -> Load:
+    mbt = {2048: 0.93, 4096: 0.98, 8192: 1.0, 16384: 1.0, 32768: 0.97}[f["max-num-batched-tokens"]]
+    gpu = 92.0 * mbt * (1.0 if f["enable-prefix-caching"] else 0.62) \
+        * {16: 1.0, 32: 0.99, 64: 0.98}[f["block-size"]] \
+        * (0.97 if f["kv-cache-dtype"] == "fp8" else 1.0)
+    front = 62.0 * f["api-server-count"] ** 0.75 * (1 + 0.1 * math.log2(f["stream-interval"]))
+    core = 95.0 * (1.0 if f["async-scheduling"] else 0.82) * \
+        (0.8 if f["max-num-seqs"] <= 64 else 1.0)
+    return Load(front, core, gpu)
+
+
+CHAT = Surface(
+    "chat-frontend",
+    {"max-num-seqs": [64, 128, 256, 512, 1024],
+     "max-num-batched-tokens": [2048, 4096, 8192, 16384, 32768],
+     "kv-cache-dtype": ["auto", "fp8"], "enable-prefix-caching": [True, False],
+     "block-size": [16, 32, 64], "gpu-memory-utilization": [0.85, 0.9, 0.95],
+     "api-server-count": [1, 2, 4], "async-scheduling": [True, False],
+     "stream-interval": [1, 4, 8]},
+    {"max-num-seqs": 1024, "max-num-batched-tokens": 8192, "kv-cache-dtype": "auto",
+     "enable-prefix-caching": True, "block-size": 16, "gpu-memory-utilization": 0.92,
+     "api-server-count": 1, "async-scheduling": True, "stream-interval": 1},
+    _chat, {"ttft_p95_ms": 500, "tpot_p95_ms": 30}, "ttft_p95_ms")
+
+
+def _kv(f: Mapping[str, Any]) -> Load:
+    per_token = 144 * 1024 / (2 if f["kv-cache-dtype"] == "fp8" else 1)
+    cache = (24 * f["gpu-memory-utilization"] - 9.5) * 1024 ** 3 / per_token
+    held = cache / 2304  # sequences of 2,048 + 256 tokens
+    seqs = f["max-num-seqs"]
+    gpu = 12.0 * {2048: 0.92, 4096: 0.98, 8192: 1.0}[f["max-num-batched-tokens"]] \
+        * (0.97 if f["kv-cache-dtype"] == "fp8" else 1.0) \
+        * (1.0 if f["block-size"] == 16 else 0.99)
+    return Load(front=40.0, core=40.0, gpu=gpu, kv=held / 6.4, seqs=seqs / 6.4,
+                preempts=seqs > held, kv_tokens=cache)
+
+
+KV = Surface(
+    "kv-bound",
+    {"gpu-memory-utilization": [0.85, 0.9, 0.95], "kv-cache-dtype": ["auto", "fp8"],
+     "max-num-seqs": [16, 32, 64, 128, 256], "max-num-batched-tokens": [2048, 4096, 8192],
+     "block-size": [16, 32], "enable-prefix-caching": [True, False]},
+    {"gpu-memory-utilization": 0.92, "kv-cache-dtype": "auto", "max-num-seqs": 256,
+     "max-num-batched-tokens": 2048, "block-size": 16, "enable-prefix-caching": True},
+    _kv, {"ttft_p95_ms": 2000, "tpot_p95_ms": 50}, "tpot_p95_ms")
+
+
+def _gpu(f: Mapping[str, Any]) -> Load:
+    gpu = 2.36 * {4096: 0.99, 16384: 1.0, 32768: 0.995}[f["max-num-batched-tokens"]] \
+        * {16: 1.0, 32: 0.995, 64: 0.99}[f["block-size"]] \
+        * (0.98 if f["kv-cache-dtype"] == "fp8" else 1.0)
+    return Load(front=50.0, core=50.0, gpu=gpu)
+
+
+GPU = Surface(
+    "gpu-bound",
+    {"max-num-seqs": [32, 256], "max-num-batched-tokens": [4096, 16384, 32768],
+     "kv-cache-dtype": ["auto", "fp8"], "block-size": [16, 32, 64],
+     "enable-prefix-caching": [True, False], "gpu-memory-utilization": [0.9, 0.95]},
+    {"max-num-seqs": 1024, "max-num-batched-tokens": 16384, "kv-cache-dtype": "auto",
+     "block-size": 16, "enable-prefix-caching": True, "gpu-memory-utilization": 0.92},
+    _gpu, {"ttft_p95_ms": 5000}, "ttft_p95_ms")
+
+
+def _latency(f: Mapping[str, Any]) -> Load:
+    # TTFT grows with the sequences sharing each step: fewer of them, more rate at the SLO.
+    slo = 30.0 * {16: 1.6, 32: 1.45, 64: 1.25, 128: 1.1, 256: 1.0, 1024: 0.95}[f["max-num-seqs"]]
+    slo *= {2048: 0.99, 4096: 1.0, 8192: 1.01, 16384: 1.01}[f["max-num-batched-tokens"]]
+    slo *= {16: 1.0, 32: 1.02}[f["block-size"]]
+    return Load(front=200.0, core=200.0, gpu=200.0, slo=slo)
+
+
+LATENCY = Surface(
+    "latency-bound",
+    {"max-num-seqs": [16, 32, 64, 128, 256], "max-num-batched-tokens": [2048, 4096, 8192, 16384],
+     "block-size": [16, 32], "kv-cache-dtype": ["auto", "fp8"],
+     "api-server-count": [1, 2]},
+    {"max-num-seqs": 1024, "max-num-batched-tokens": 8192, "block-size": 16,
+     "kv-cache-dtype": "auto", "api-server-count": 1},
+    _latency, {"ttft_p95_ms": 200}, "ttft_p95_ms")
+
+SURFACES = {s.name: s for s in (CHAT, KV, GPU, LATENCY)}
+
+
+def runner(surface: Surface, rng: random.Random) -> study_mod.Runner:
+    """`trial.run_trial`'s stand-in: the surface's capacity, measured with noise, as a capacity
+    search records it (the limiting step just above it, with the probes' figures)."""
+
+    def run(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any
+            ) -> trial_mod.Outcome:
+        load = surface.load({**surface.defaults, **flags})
+        cap = load.capacity() * math.exp(rng.gauss(0, NOISE))
+        probes = load.probes(cap * 1.1)
+        limit = bn.attribute(probes)
+        step = {"index": 1, "kind": "bisect", "rate": cap * 1.1, "passed": False,
+                "violations": [f"{surface.broken} {surface.slos[surface.broken] * 1.3:.1f}>"
+                               f"{surface.slos[surface.broken]:g}"], "probes": probes,
+                "bottleneck": limit.as_dict()}
+        record = {"request_throughput": cap, "output_throughput": cap * 128,
+                  "total_token_throughput": cap * 384, "low": cap, "high": cap * 1.1,
+                  "saturated": False, "bracket": 0.1, "spread": None, "uncertainty": 0.1,
+                  "stopped": None, "bottleneck": limit.as_dict(), "bottleneck_step": 1,
+                  "steps": [{"index": 0, "kind": "burst", "passed": True, "violations": []},
+                            step]}
+        summary = {"completed": 100, "failed": 0, "request_throughput": cap,
+                   "total_input_tokens": 204_800, "total_output_tokens": 25_600,
+                   "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0, "probes": probes,
+                   "capacity": record}
+        attrs: dict[str, Any] = {"flags": flags}
+        if load.kv_tokens is not None:
+            attrs["kv_capacity_reported"] = int(load.kv_tokens)
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, attrs)
+
+    return run
+
+
+def trials_to_best(surface: Surface, method: str, seed: int, budget: int, best: float,
+                   root: Path) -> int:
+    """Trials until the study's pick is within 5 % of the surface's best (budget + 1 if
+    never)."""
+    sampler, relief, every = {"random": ("random", False, 2), "tpe": ("tpe", False, 2),
+                              "tpe+relief": ("tpe", True, 2),
+                              "tpe+relief-every": ("tpe", True, 1)}[method]
+    scenario = surface.scenario(sampler, relief, every, seed)
+    url = f"sqlite:///{root}/{surface.name}-{method}-{seed}.db"
+    study = study_mod.open_study(scenario, url)
+    study.set_user_attr("engine_defaults", surface.defaults)
+    run = runner(surface, random.Random(seed * 7919 + 1))
+    for n in range(1, budget + 1):
+        study_mod.loop(study, scenario, "model", root / "trials", trials=1, runner=run)
+        pick = ranking.feasible_best(study)
+        if pick is not None and surface.truth(pick.flags) >= (1 - WITHIN) * best:
+            return n
+    return budget + 1
+
+
+def bootstrap(values: list[float], stat: Callable[[list[float]], float], n: int = 2000,
+              seed: int = 0) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    data = np.asarray(values, dtype=float)
+    draws = [stat(list(rng.choice(data, size=len(data)))) for _ in range(n)]
+    return float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=40)
+    parser.add_argument("--budget", type=int, default=20)
+    parser.add_argument("--surface", choices=sorted(SURFACES), action="append")
+    args = parser.parse_args()
+    methods = ("random", "tpe", "tpe+relief", "tpe+relief-every")
+    print(f"trials until the pick is within {WITHIN:.0%} of the best point; {args.seeds} seeds, "
+          f"budget {args.budget} (not reached counts as {args.budget + 1}); medians with "
+          "bootstrap 95 % intervals; paired difference = TPE's trials minus the method's "
+          "(positive: fewer trials)")
+    for name in args.surface or sorted(SURFACES):
+        surface = SURFACES[name]
+        best = surface.best()
+        defaults = surface.truth({})
+        print(f"\n{name}: best {best:.3g} req/s, vLLM defaults {defaults:.3g} "
+              f"({defaults / best:.0%} of best)")
+        found: dict[str, list[int]] = {}
+        t0 = time.monotonic()
+        with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir()
+                                         else None) as tmp:
+            for method in methods:
+                found[method] = [trials_to_best(surface, method, seed, args.budget, best,
+                                                Path(tmp)) for seed in range(args.seeds)]
+        for method in methods:
+            got = found[method]
+            lo, hi = bootstrap(got, statistics.median)
+            reached = sum(1 for g in got if g <= args.budget) / len(got)
+            line = (f"  {method:<17} median {statistics.median(got):4.1f} ({lo:.1f}-{hi:.1f}), "
+                    f"mean {statistics.fmean(got):4.1f}, reached {reached:4.0%}")
+            if method != "tpe":
+                diff = [a - b for a, b in zip(found["tpe"], got, strict=True)]
+                dlo, dhi = bootstrap(diff, statistics.fmean)
+                line += (f"; vs TPE {statistics.fmean(diff):+.1f} trials ({dlo:+.1f} to "
+                         f"{dhi:+.1f})")
+            print(line)
+        print(f"  ({time.monotonic() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    optuna_logging = __import__("optuna").logging
+    optuna_logging.set_verbosity(optuna_logging.WARNING)
+    main()
