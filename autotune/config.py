@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune.errors import ConfigError
 from autotune.flags import flag_name, normalize
+from autotune.slo import check_key, latency_key
 from autotune.traffic import WorkloadSpec
 
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
-LATENCY_STATS = ("mean", "median", "p90", "p95", "p99")
+# Latency figures by name (`ttft_p95` -> `p95_ttft_ms`): defined with the SLO (autotune.slo),
+# re-exported here for the scenario's `objective.latency`.
 
 # Flags the launcher sets itself for every engine (autotune.engine.server); a scenario that
 # set them would break the trial server's isolation or the launcher's own requests to it.
@@ -183,9 +184,7 @@ class Objective(_Strict):
     @classmethod
     def _slos(cls, value: dict[str, float]) -> dict[str, float]:
         for key, limit in value.items():
-            if not key.endswith("_ms"):
-                raise ValueError(f"SLO {key!r} must end in _ms (e.g. ttft_p95_ms)")
-            latency_key(key[:-3])
+            check_key(key)
             if not limit > 0:
                 raise ValueError(f"SLO {key} must be > 0")
         return value
@@ -366,15 +365,6 @@ def _lowest(p: Param) -> float:
 def _highest(p: Param) -> float:
     return max(float(c) for c in p.choices) if p.choices else float(p.high or 0)
 
-
-def latency_key(name: str) -> str:
-    """`ttft_p95` -> `p95_ttft_ms` (the `vllm bench serve` key)."""
-    m = re.fullmatch(r"([a-z0-9]+)_([a-z0-9]+)", name)
-    if not m or m.group(1) not in LATENCY_METRICS or m.group(2) not in LATENCY_STATS:
-        raise ValueError(f"unknown latency metric {name!r}; use METRIC_STAT with METRIC in "
-                         f"{', '.join(LATENCY_METRICS)} and STAT in {', '.join(LATENCY_STATS)}")
-    metric, stat = m.groups()
-    return f"{stat}_{metric}_ms"
 
 
 def parse_duration(text: str) -> float:

@@ -9,11 +9,23 @@ spellings and the check `value <= limit` live here, and nowhere else (`summary_k
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.config import LATENCY_METRICS, LATENCY_STATS, latency_key
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+LATENCY_STATS = ("mean", "median", "p90", "p95", "p99")
+
+
+def latency_key(name: str) -> str:
+    """`ttft_p95` -> `p95_ttft_ms` (the `vllm bench serve` key)."""
+    m = re.fullmatch(r"([a-z0-9]+)_([a-z0-9]+)", name)
+    if not m or m.group(1) not in LATENCY_METRICS or m.group(2) not in LATENCY_STATS:
+        raise ValueError(f"unknown latency metric {name!r}; use METRIC_STAT with METRIC in "
+                         f"{', '.join(LATENCY_METRICS)} and STAT in {', '.join(LATENCY_STATS)}")
+    metric, stat = m.groups()
+    return f"{stat}_{metric}_ms"
 
 
 @dataclass(frozen=True)
@@ -59,15 +71,11 @@ def figures(summary: Mapping[str, Any], keys: Iterable[str]) -> dict[str, float]
 
 
 def check_key(key: str) -> str:
-    """`key` if it names a latency figure (METRIC_STAT_ms), else ValueError saying which."""
-    try:
-        summary_key(key)
-    except ValueError:
-        raise ValueError(f"{key!r} is not an SLO key; use METRIC_STAT_ms with METRIC in "
-                         f"{', '.join(LATENCY_METRICS)} and STAT in "
-                         f"{', '.join(LATENCY_STATS)} (e.g. ttft_p95_ms)") from None
+    """`key` if it names a latency figure (METRIC_STAT_ms), else ValueError saying which
+    part is wrong and what is allowed."""
     if not key.endswith("_ms"):
-        raise ValueError(f"{key!r}: an SLO key ends in _ms (e.g. {key}_ms)")
+        raise ValueError(f"SLO {key!r} must end in _ms (e.g. ttft_p95_ms)")
+    latency_key(key[:-3])
     return key
 
 

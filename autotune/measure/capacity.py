@@ -41,11 +41,11 @@ from typing import Any
 import aiohttp
 
 from autotune import reasons, slo
-from autotune.config import LATENCY_METRICS, LATENCY_STATS
 from autotune.engine import prometheus
 from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
+from autotune.slo import LATENCY_METRICS, LATENCY_STATS
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")

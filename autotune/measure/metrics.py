@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from autotune.slo import LATENCY_METRICS
+
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 """Goodput SLO names, in milliseconds; vLLM's `--goodput ttft:… tpot:… e2el:…`."""
 
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
-LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 
 
 @dataclass
