@@ -13,8 +13,10 @@ search records them.
 Surfaces, and the measurements their constants reproduce:
 
 - `chat-frontend`: the H200 chat study's space (`qwen3-4b-h200-sustained.yaml`, 32,400
-  points). One API server carries 62 req/s (measured 61.3), the GPU 92 (four API servers
-  measured 89.8, GPU 94-99 % busy), the engine core 95 (78 without async scheduling);
+  points). One API server carries 62 req/s, the GPU 92, as an independent H200 check found
+  (61.3 and, with four API servers, 89.8 with the GPU 94-99 % busy; not a committed study:
+  the committed ones found the defaults engine-core-bound, docs/results-h200.md section 10),
+  the engine core 95 (78 without async scheduling);
   prefix caching off costs the GPU 38 % on its 1,024-token shared prefix.
 - `kv-bound`: Qwen3-4B on a 24 GB card at 2,048 + 256 tokens a request (144 KiB of bf16
   KV per token, half with fp8, 9.5 GiB of weights and activations): the sequences the

@@ -84,7 +84,7 @@ def _skip_if_invalid(ok: bool, *caps: dict) -> None:
     steps invalid, and comparing invalid measurements tests nothing."""
     if not ok and any(_client_bound(c) for c in caps):
         pytest.skip("the client fell behind on this shared 2-core host and said so: the "
-                    "steps are not valid measurements (autotune/bottleneck.py)")
+                    "steps are not valid measurements (autotune/measure/bottleneck.py)")
 
 
 def test_search_holds_its_slos_within_the_step_budget(loose):
