@@ -267,20 +267,9 @@ def what_if_table(study: optuna.Study, slos: Sequence[Slo]) -> str:
         f"<tr><td>{t['number']}</td><td>{_e(t['tried'])}</td><td>{_e(_flags(t['flags']))}"
         f"</td><td>{_e(t['text'] + ('' if t['quality_ok'] else ' (rejected by the guardrail)'))}"
         f"</td><td>{t['steps']}</td></tr>" for t in data["trials"])
-    return f"<p>{_e(whatif_summary(data))}</p><table><tr>{head}</tr>{rows}</table>"
+    return f"<p>{_e(whatif.summary_text(data))}</p><table><tr>{head}</tr>{rows}</table>"
 
 
-def whatif_summary(data: Mapping[str, Any]) -> str:
-    """One sentence: the pick under the new SLO, and what the steps cannot say."""
-    c = data["counts"]
-    slo = ", ".join(f"{k} <= {v:g}" for k, v in data["slos"].items())
-    pick = f"#{data['best']} carries {data['best_text']}" if data["best"] is not None \
-        else "no trial is known to meet it"
-    rivals = f"; the steps cannot rank #{', #'.join(map(str, data['contenders']))} below it" \
-        if data.get("contenders") else ""
-    return (f"Under {slo}, from the recorded steps only: {pick}{rivals}. {c['covered']} "
-            f"trial(s) answered, {c['at_least']} only as a lower bound, {c['at_most']} only "
-            f"as an upper bound, {c['no_data']} without data.")
 
 
 def build(study: optuna.Study, what_if: Sequence[Slo] = ()) -> str:

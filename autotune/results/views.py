@@ -17,6 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from autotune.measure import capacity
+from autotune.results import whatif
 from autotune.results.show import fmt, outcome, reason, speculation_text
 from autotune.tuning import relief
 from autotune.tuning.record import TrialRecord
@@ -141,8 +142,6 @@ def print_legend(legend: dict[str, str], console: Console) -> None:
 
 def print_what_if(data: dict[str, Any], console: Console) -> None:
     """The trials re-ranked under another SLO, from their recorded steps."""
-    from autotune.results.reportpage import whatif_summary
-
     table = Table(title="what if: " + ", ".join(f"{k}<={v:g}" for k, v in data["slos"].items())
                   + " (recorded steps only)")
     for col in ("#", "tried because", "answer", "steps"):
@@ -151,7 +150,7 @@ def print_what_if(data: dict[str, Any], console: Console) -> None:
         table.add_row(str(t["number"]), t["tried"], t["text"] + (
             "" if t["quality_ok"] else " (rejected by the guardrail)"), str(t["steps"]))
     console.print(table)
-    console.print(whatif_summary(data))
+    console.print(whatif.summary_text(data))
 
 
 def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True) -> None:

@@ -20,7 +20,7 @@ instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -118,3 +118,16 @@ def rerank(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> dict[str, Any]
                        and (a.failed is None or a.failed > best.low)],
         "counts": counts,
     }
+
+
+def summary_text(data: Mapping[str, Any]) -> str:
+    """One sentence: the pick under the new SLO, and what the steps cannot say."""
+    c = data["counts"]
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in data["slos"].items())
+    pick = f"#{data['best']} carries {data['best_text']}" if data["best"] is not None \
+        else "no trial is known to meet it"
+    rivals = f"; the steps cannot rank #{', #'.join(map(str, data['contenders']))} below it" \
+        if data.get("contenders") else ""
+    return (f"Under {slo}, from the recorded steps only: {pick}{rivals}. {c['covered']} "
+            f"trial(s) answered, {c['at_least']} only as a lower bound, {c['at_most']} only "
+            f"as an upper bound, {c['no_data']} without data.")
