@@ -58,7 +58,8 @@ class FakeServer:
     `events`: content events per reply (None: the request's `max_tokens`); `first_delay` and
     `interval`: seconds before the first content event and between later ones; `stamp`: each
     event's text is the server's `time.time()` at sending, then a space. `requests` holds each
-    request's JSON body, `peak` the most requests in flight at once.
+    request's JSON body, `peers` each request's client port (which connection it came on),
+    `peak` the most requests in flight at once.
     """
 
     def __init__(self, *, events: int | None = None, first_delay: float = 0.0,
@@ -68,6 +69,7 @@ class FakeServer:
         self.events, self.first_delay, self.interval = events, first_delay, interval
         self.fault, self.stamp = fault, stamp
         self.requests: list[dict[str, Any]] = []
+        self.peers: list[int | None] = []  # each request's client port: its connection
         self.in_flight = 0
         self.peak = 0
         self.url = ""
@@ -116,6 +118,8 @@ class FakeServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        self.peers.append(peer[1] if peer else None)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:

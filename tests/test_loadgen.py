@@ -11,6 +11,7 @@ import statistics
 import time
 from collections import Counter
 
+import aiohttp
 import numpy as np
 import pytest
 from fakeserver import FakeServer, free_port
@@ -260,3 +261,24 @@ def test_duration_cap_stops_queued_requests():
 def test_without_cap_nothing_is_truncated(server):
     result = run(server, [Session([Turn(f"r{i}", 2)]) for i in range(6)], max_duration_s=30)
     assert len(result.results) == 6 and not result.truncated
+
+
+def test_an_idle_connection_is_dropped_before_vllm_would_close_it():
+    """vLLM closes a keep-alive connection idle for 5 s; a client reusing it at that moment
+    fails. The engine's connector reuses a connection only while it has been idle for less
+    than KEEPALIVE_S (the guardrail's requests and the workload's both go through it)."""
+    body = {"model": "fake-model", "prompt": "hi", "max_tokens": 1, "stream": True}
+
+    async def three_requests() -> None:
+        async with aiohttp.ClientSession(connector=loadgen.engine_connector()) as http:
+            for pause in (0.0, 0.1, loadgen.KEEPALIVE_S + 0.5):
+                await asyncio.sleep(pause)
+                async with http.post(url + "/v1/completions", json=body) as resp:
+                    await resp.read()
+
+    assert loadgen.KEEPALIVE_S < 5.0
+    server = FakeServer()
+    with server as url:
+        asyncio.run(three_requests())
+    first, quick, after_idle = server.peers
+    assert quick == first and after_idle != first

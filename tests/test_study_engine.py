@@ -183,7 +183,7 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
     _tune(path, tmp_path, "--storage", postgres_url)  # resumes from the same database
     study = optuna.load_study(study_name="on-postgres", storage=postgres_url)
     defaults, refused = record.records(study)
-    assert defaults.state == TrialState.COMPLETE
+    assert defaults.state == TrialState.COMPLETE, (defaults.reason, defaults.detail)
     assert defaults.metrics["completed"] == 8
     assert refused.state == TrialState.PRUNED
     assert refused.reason == "invalid_combination"

@@ -192,16 +192,22 @@ def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[f
     return [float(x) for x in offsets]
 
 
+def engine_connector(limit: int = 0) -> aiohttp.TCPConnector:
+    """Connections for talking to a vLLM server, up to `limit` at once (0: no limit).
+
+    vLLM's server closes idle keep-alive connections after 5 s
+    (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); a client that reuses one just then fails with "Can not
+    write request body" or a disconnect (seen on a queueing CPU engine, and as a guardrail
+    error on a busy CI machine). These are dropped after KEEPALIVE_S instead."""
+    return aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False,
+                                keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True)
+
+
 async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[Session],
                         warmup: Sequence[Session] = (),
                         on_result: Callable[[RequestResult], None] | None = None) -> RunResult:
     """Send the warm-up sessions (not counted), then the measured ones on schedule."""
-    limit = spec.max_concurrency or 0  # 0: aiohttp's "no limit", as vLLM's client
-    # vLLM's server closes idle keep-alive connections after 5 s
-    # (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); a client that reuses one just then fails with
-    # "Can not write request body" (seen on a queueing CPU engine). Drop them sooner.
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=False,
-                                     keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True)
+    connector = engine_connector(spec.max_concurrency or 0)  # 0: no limit, as vLLM's client
     timeout = aiohttp.ClientTimeout(total=spec.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout,
                                      trust_env=False) as http:

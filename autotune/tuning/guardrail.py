@@ -31,7 +31,7 @@ import aiohttp
 from autotune import tinymodel
 from autotune.config import GuardrailSpec, Scenario
 from autotune.errors import ConfigError
-from autotune.measure import watch
+from autotune.measure import loadgen, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
 
@@ -139,7 +139,8 @@ async def _score(http: aiohttp.ClientSession, target: Target, prompt_ids: list[i
 async def _run(target: Target, prompts: list[str], max_tokens: int, batched: bool,
                reference: Reference | None = None) -> list[Sample]:
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as http:
+    async with aiohttp.ClientSession(connector=loadgen.engine_connector(), timeout=timeout,
+                                     trust_env=False) as http:
         own = reference is None  # otherwise the reference outputs are scored instead
         if batched:
             samples = await asyncio.gather(*(_sample(http, target, p, max_tokens, own)
