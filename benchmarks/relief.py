@@ -238,10 +238,9 @@ def runner(surface: Surface, rng: random.Random) -> study_mod.Runner:
                    "total_input_tokens": 204_800, "total_output_tokens": 25_600,
                    "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0, "probes": probes,
                    "capacity": record}
-        attrs: dict[str, Any] = {"flags": flags}
-        if load.kv_tokens is not None:
-            attrs["kv_capacity_reported"] = int(load.kv_tokens)
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, attrs)
+        facts = trial_mod.Facts(flags, kv_capacity_reported=int(load.kv_tokens)
+                                if load.kv_tokens is not None else None)
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)
 
     return run
 

@@ -96,9 +96,8 @@ class Canned:
                     "made_reference": made, "start": start})
         time.sleep(self.hang_s if self.hang_gpu is not None and gpu == self.hang_gpu
                    else self.sleep_s)
-        attrs = {"flags": flags, "command": trial_mod.command_line(model, flags),
-                 "engine_version": "vllm-test", "device": {"name": "cpu", "visible": gpu},
-                 "timings": {"startup_s": 0.0}}
+        facts = trial_mod.Facts(flags, trial_mod.command_line(model, flags), "vllm-test",
+                                {"name": "cpu", "visible": gpu}, timings={"startup_s": 0.0})
         summary = {"completed": 16, "failed": 0, "output_throughput": throughput(flags),
                    "p95_ttft_ms": 10.0}
         quality = None
@@ -115,7 +114,7 @@ class Canned:
             else:
                 quality["reference_trial"] = guard.reference.context.get("trial")
         self._note({"event": "end", "trial": number, "end": time.time()})
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, attrs, quality, new_reference)
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts, quality, new_reference)
 
 
 def _loop(url: str, study_dir: str, worker_id: str, host: str) -> None:

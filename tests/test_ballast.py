@@ -139,7 +139,7 @@ def test_ballast_without_a_driver_is_a_one_line_error_and_leaves_nothing():
 def test_inactive_ballast_does_nothing():
     with Ballast(None) as held:
         assert held.proc is None
-    assert held.record() == {}
+    assert held.record() is None
 
 
 FAKE_READY = """
@@ -207,7 +207,7 @@ def test_ballast_leaves_exactly_the_asked_memory_free():
     with Ballast(2.0) as held:
         assert 2 * GiB <= held.free_bytes < 2 * GiB + GRANULE
         assert abs(_nvml_free() - 2 * GiB) < 128 << 20  # NVML's view, context included
-        assert held.record()["ballast"]["held_bytes"] > 0
+        assert held.record()["held_bytes"] > 0
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and _nvml_free() < before - (256 << 20):
         time.sleep(0.5)
@@ -249,8 +249,8 @@ def test_the_emulated_card_is_a_hard_limit(tiny_model, tmp_path):
         "objective": {"mode": "weighted", "latency": "ttft_p95"}})
     outcome = trial.run_trial(scenario, str(tiny_model), flags, tmp_path / "with-ballast")
     assert outcome.state == trial.PRUNED, outcome
-    assert outcome.reason == "oom", (outcome.reason, outcome.attrs.get("detail"))
-    record = outcome.attrs["ballast"]
+    assert outcome.reason == "oom", (outcome.reason, outcome.facts.detail)
+    record = outcome.facts.ballast
     assert record["free_gib"] == CARD_GIB and record["held_bytes"] > 0
     assert CARD_GIB * GiB <= record["free_bytes"] < CARD_GIB * GiB + GRANULE
 

@@ -136,10 +136,10 @@ def test_killed_engine_ends_the_trial_as_crashed(tiny_model, tmp_path, pick, del
     outcome = _run_with(killer, delay, _scenario(), tiny_model, tmp_path / "t")
     ended = time.monotonic()
     assert killer.victim is not None, "the search never got past its burst"
-    assert (outcome.state, outcome.reason) == (trial.PRUNED, trial.CRASHED), outcome.attrs
+    assert (outcome.state, outcome.reason) == (trial.PRUNED, trial.CRASHED), outcome.facts
     print(f"kill -> pruned {outcome.reason}: {ended - killer.at:.1f} s")  # shown with -s
     assert ended - killer.at < CRASH_BOUND_S < IDLE_TIMEOUT_S
-    detail = outcome.attrs["detail"]
+    detail = outcome.facts.detail
     assert words.format(pid=killer.victim.pid) in detail, detail
     assert "engine log" in detail  # its last error, or that it has none
     assert not _all_gone(killer.engine), "engine processes outlived the trial"
@@ -155,8 +155,8 @@ def test_trial_timeout_bounds_the_whole_trial(tiny_model, tmp_path):
     outcome = _run_with(None, 0.0, _scenario("40s", min_step_s=20), tiny_model, tmp_path / "t")
     took = time.monotonic() - t0
     print(f"trial_timeout 40s -> pruned {outcome.reason} after {took:.1f} s")
-    assert (outcome.state, outcome.reason) == (trial.PRUNED, trial.TIMEOUT), outcome.attrs
-    assert "trial_timeout 40s spent" in outcome.attrs["detail"]
+    assert (outcome.state, outcome.reason) == (trial.PRUNED, trial.TIMEOUT), outcome.facts
+    assert "trial_timeout 40s spent" in outcome.facts.detail
     # The budget, then a teardown bounded by the engine's 20-s stop grace: a fresh-clone
     # run on a slow day took 62.0 s (40 + 22), so the bound allows the grace and 10 s more.
     assert 40 <= took < 40 + CRASH_BOUND_S + 10

@@ -95,6 +95,6 @@ def test_max_model_len_below_the_longest_request_is_not_launched(tiny_model, tmp
     # a trial with such flags ends before any engine starts
     scenario = _scenario(workload={"input_len": 600, "output_len": 100})
     out = trial.run_trial(scenario, str(tiny_model), {"max-model-len": 512}, tmp_path / "t")
-    assert (out.state, out.reason, out.attrs["launched"]) == (
+    assert (out.state, out.reason, out.facts.launched) == (
         trial.PRUNED, "max_model_len_too_short", False)
     assert not (tmp_path / "t" / "engine.log").exists()

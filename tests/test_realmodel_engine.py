@@ -86,16 +86,16 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
     flags = {**EAGER, "speculative-config": NGRAM, "block-size": 32, "max-num-seqs": 4,
              "enable-prefix-caching": False}
     outcome = trial.run_trial(scenario, real_model, flags, tmp_path / "0", guard)
-    assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.attrs.get("detail"))
+    assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.facts.detail)
     assert outcome.quality["passed"], outcome.quality  # greedy speculation: the same tokens
     assert outcome.summary["completed"] == 4
-    spec = Speculation.from_dict(outcome.attrs["speculation"])
+    spec = Speculation.from_dict(outcome.facts.speculation)
     assert spec.drafts > 0 and len(spec.accepted_per_position) == 4
     assert spec.acceptance_rate > 0.2, spec  # rewriting text copies much of the prompt
     assert spec.mean_acceptance_length > 1.5
     assert spec.drafted_share > 0.2  # a good share of the answers came from the drafts
     # vLLM turns async scheduling off with ngram, and says so
-    assert outcome.attrs["startup"]["async_scheduling"] is False
+    assert outcome.facts.startup["async_scheduling"] is False
 
 
 @pytest.mark.usefixtures("no_leftover_engine")

@@ -204,7 +204,7 @@ def canned(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any) -> t
     summary = {"completed": 8, "failed": 0, "output_throughput": 100.0 * servers,
                "p95_ttft_ms": 50.0, "probes": probes,
                "bottleneck": bn.attribute(probes).as_dict()}
-    return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, {"flags": flags})
+    return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, trial_mod.Facts(flags))
 
 
 def _run_loop(tmp_path, **changes: Any) -> list[TrialRecord]:

@@ -8,6 +8,7 @@ tests check the same loop once with real engines.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -50,16 +51,15 @@ class Canned:
         if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
             raise KeyboardInterrupt
         time.sleep(self.sleep_s)
-        attrs = {"flags": flags, "command": trial_mod.command_line(model, flags),
-                 "engine_version": "vllm-test", "device": {"name": "cpu"},
-                 "timings": {"startup_s": 1.0}}
+        facts = trial_mod.Facts(flags, trial_mod.command_line(model, flags), "vllm-test",
+                                {"name": "cpu"}, timings={"startup_s": 1.0})
         seqs = flags.get("max-num-seqs", 16)  # the defaults: between 8 and 32
         if seqs == 4:
-            return trial_mod.Outcome(trial_mod.PRUNED, "invalid_flag",
-                                     attrs={**attrs, "detail": "refused"})
+            facts.detail = "refused"
+            return trial_mod.Outcome(trial_mod.PRUNED, "invalid_flag", facts=facts)
         summary = {"completed": 16, "failed": 0, "output_throughput": 100.0 + seqs,
                    "p95_ttft_ms": self.ttft_per_seq * seqs}
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, attrs)
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)
 
 
 def _run(tmp_path: Path, scenario: Scenario, runner: Canned, trials: int,
@@ -114,11 +114,21 @@ def test_a_repeated_configuration_is_copied_not_launched(tmp_path):
     assert copy.baseline is None  # the twin's identity is not copied
 
 
+def test_a_trials_facts_are_record_fields():
+    names = {f.name for f in dataclasses.fields(trial_mod.Facts)}
+    assert names <= record.WRITABLE, names - record.WRITABLE
+    facts = trial_mod.Facts({"max-num-seqs": 8}, detail="refused")
+    assert facts.fields() == {"flags": {"max-num-seqs": 8}, "command": [],
+                              "engine_version": None, "device": {}, "env": {},
+                              "log_path": None, "detail": "refused"}
+
+
 def test_the_first_completed_trial_stands_in_when_the_defaults_are_pruned(tmp_path):
     class DefaultsRefused(Canned):
         def __call__(self, scenario, model, flags, trial_dir, **kw):
             if "max-num-seqs" not in flags:
-                return trial_mod.Outcome(trial_mod.PRUNED, "kv_too_small", attrs={"flags": flags})
+                return trial_mod.Outcome(trial_mod.PRUNED, "kv_too_small",
+                                         facts=trial_mod.Facts(flags))
             return super().__call__(scenario, model, flags, trial_dir, **kw)
 
     st = _run(tmp_path, _scenario(baselines=[]), DefaultsRefused(), trials=3)

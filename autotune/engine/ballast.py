@@ -186,12 +186,12 @@ class Ballast:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def record(self) -> dict[str, Any]:
-        """What the trial stores: {} without a ballast."""
+    def record(self) -> dict[str, Any] | None:
+        """What the trial stores (its record's `ballast`): None without a ballast."""
         if not self.active:
-            return {}
-        return {"ballast": {"free_gib": self.free_gib, "device": self.device,
-                            "held_bytes": self.held_bytes, "free_bytes": self.free_bytes}}
+            return None
+        return {"free_gib": self.free_gib, "device": self.device,
+                "held_bytes": self.held_bytes, "free_bytes": self.free_bytes}
 
     def start(self) -> None:
         """Start the process and wait for its `ready` line; BallastError otherwise."""

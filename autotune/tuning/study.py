@@ -157,7 +157,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
         if dup is not None:  # a rejected twin stays rejected
             outcome = trial_mod.Outcome(
                 trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
-                dup.reason, dup.metrics, {**record.copied(dup), "duplicate_of": dup.number},
+                dup.reason, dup.metrics, trial_mod.Facts.of_record(dup, dup.number),
                 quality=dup.quality)
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
@@ -252,7 +252,7 @@ def _publish_reference(study: optuna.Study, guard: guardrail.Guard | None,
 def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
           outcome: trial_mod.Outcome, guard: guardrail.Guard | None, study_dir: Path) -> None:
     """Write the outcome into the trial record and tell Optuna its state and values."""
-    fields = {**outcome.attrs, "outcome": outcome.state, "reason": outcome.reason}
+    fields = {**outcome.facts.fields(), "outcome": outcome.state, "reason": outcome.reason}
     if outcome.summary:  # pruned: e.g. what the probe phase saw before it stopped the trial
         fields["metrics"] = outcome.summary
     record.set_constraints(trial, _constraints(scenario, outcome))

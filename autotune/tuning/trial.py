@@ -14,6 +14,7 @@ group is gone when `run_trial` returns.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import time
@@ -39,19 +40,58 @@ from autotune.measure.watch import Alive
 from autotune.traffic import WorkloadSpec
 from autotune.tuning import guardrail, prune
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
+from autotune.tuning.record import TrialRecord
 from autotune.tuning.space import relation_violation
 
 COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are pruned reasons
 
 
 @dataclass
+class Facts:
+    """What a trial ran, where, and how its engine started: the trial record's fields of
+    those names (`record.TrialRecord`), filled in as the trial goes, written by the study."""
+
+    flags: dict[str, Any]
+    command: list[str] = field(default_factory=list)
+    engine_version: str | None = None
+    device: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: str | None = None
+    launched: bool | None = None
+    launched_flags: dict[str, Any] | None = None
+    memory_estimate: dict[str, Any] | None = None
+    kv_capacity_reported: int | None = None
+    startup: dict[str, Any] | None = None
+    timings: dict[str, float] | None = None
+    ballast: dict[str, Any] | None = None
+    speculation: dict[str, Any] | None = None
+    detail: str | None = None
+    duplicate_of: int | None = None
+
+    # Always stored, even when empty: what ran and where.
+    _ALWAYS = ("flags", "command", "engine_version", "device", "env", "log_path")
+
+    def fields(self) -> dict[str, Any]:
+        """The record fields to write: the always-stored ones, and the others that are set."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name in self._ALWAYS or getattr(self, f.name) is not None}
+
+    @classmethod
+    def of_record(cls, rec: TrialRecord, duplicate_of: int | None = None) -> Facts:
+        """A finished trial's facts, for a trial that would start the same engine."""
+        return cls(**{f.name: getattr(rec, f.name) for f in dataclasses.fields(cls)
+                      if f.name != "duplicate_of"}, duplicate_of=duplicate_of)
+
+
+@dataclass
 class Outcome:
-    """What a trial produced: a state, a reason when pruned, and everything measured."""
+    """What a trial produced: a state, a reason when pruned, what ran, and what it measured
+    (`summary`, the record's metrics)."""
 
     state: str
     reason: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
-    attrs: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=lambda: Facts({}))
     quality: dict[str, Any] | None = None
     new_reference: guardrail.Reference | None = None
 
@@ -64,7 +104,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
               guard: guardrail.Guard | None = None,
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
               capacity_floor: float | None = None) -> Outcome:
-    """Launch `flags`, run the workload, check quality, stop the engine; timings in attrs.
+    """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
+    timings in the outcome's facts.
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
@@ -76,28 +117,24 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                         scenario.budget.trial_timeout)
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
-    attrs: dict[str, Any] = {
-        "flags": flags,
-        "command": command_line(model, flags),
-        "engine_version": "-".join(installed()),
-        "device": {"name": device.name, "memory_mib": device.memory_mib} if device
-        else {"name": "cpu"},
-        "env": scenario.engine.env,
-        "log_path": str(trial_dir / "engine.log"),
-    }
+    facts = Facts(flags, command_line(model, flags), "-".join(installed()),
+                  {"name": device.name, "memory_mib": device.memory_mib} if device
+                  else {"name": "cpu"}, scenario.engine.env, str(trial_dir / "engine.log"))
     why = relation_violation(flags)
     if why:
-        return Outcome(PRUNED, reasons.INVALID_COMBINATION, attrs={**attrs, "detail": why})
+        facts.detail = why
+        return Outcome(PRUNED, reasons.INVALID_COMBINATION, facts=facts)
     spec = scenario.prune
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
-    attrs["memory_estimate"] = asdict(estimate) if estimate else None
+    facts.memory_estimate = asdict(estimate) if estimate else None
     if why := (spec.enabled and prune.too_short(flags, scenario.workload)) or \
             prune.before_launch(estimate, spec):
-        reason, _, detail = why.partition(": ")
-        return Outcome(PRUNED, reason, attrs={**attrs, "detail": detail, "launched": False})
+        reason, _, facts.detail = why.partition(": ")
+        facts.launched = False
+        return Outcome(PRUNED, reason, facts=facts)
     launch_flags = prune.emulate(flags, scenario.hardware, prune.device_bytes())
     if launch_flags != flags:
-        attrs["launched_flags"] = launch_flags
+        facts.launched_flags = launch_flags
     # The emulated card's memory is a hard limit only when the rest of the device is held.
     ballast = Ballast(scenario.hardware.memory_gib if device else None,
                       env=scenario.engine.env)
@@ -115,8 +152,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         # The ballast starts before the engine and stops after it, on every path.
         with ballast, server as srv:
             timings["startup_s"] = time.monotonic() - t0
-            attrs["startup"] = {**srv.figures.as_dict(), "launch": srv.launch_path,
-                                "phases": srv.phases}
+            facts.startup = {**srv.figures.as_dict(), "launch": srv.launch_path,
+                             "phases": srv.phases}
             watch = TrialWatch(srv.death, deadline)
             try:
                 t1 = time.monotonic()
@@ -126,15 +163,15 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
-                    attrs["speculation"] = drafted.as_dict()
-                attrs["kv_capacity_reported"] = srv.figures.kv_cache_tokens
+                    facts.speculation = drafted.as_dict()
+                facts.kv_capacity_reported = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None
                 if guard is not None and summary["completed"] and \
                         "stopped_after_probe" not in summary:
                     t1 = time.monotonic()
                     quality, new_ref = _quality(Target(srv.url, model, srv.headers), guard,
-                                                {**attrs, "model": model}, watch)
+                                                facts, model, watch)
                     timings["guardrail_s"] = time.monotonic() - t1
             finally:
                 srv.stop_grace = deadline.grace(srv.stop_grace)  # the teardown is bounded too
@@ -143,27 +180,27 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
     except Halted as halt:
         reason = watch.fired if watch is not None and watch.fired else CRASHED
         timings["until_stopped_s"] = time.monotonic() - t0  # start-up, measuring, teardown
-        attrs.update(detail=halt.why, timings=timings, **ballast.record())
-        return Outcome(PRUNED, reason, attrs=attrs)
+        facts.detail, facts.timings, facts.ballast = halt.why, timings, ballast.record()
+        return Outcome(PRUNED, reason, facts=facts)
     except EngineError as err:
         timings["startup_s"] = time.monotonic() - t0
         if server is not None and server.phases:  # where the failed start spent its time
-            attrs["startup"] = {"launch": server.launch_path, "phases": server.phases}
-        detail = err.detail
+            facts.startup = {"launch": server.launch_path, "phases": server.phases}
+        facts.detail = err.detail
         if err.reason == TIMEOUT and deadline.spent():
-            detail = f"{deadline.reason()} during start-up ({detail})"
-        attrs.update(detail=detail, timings=timings, **ballast.record())
-        return Outcome(PRUNED, err.reason, attrs=attrs)
-    attrs.update(timings=timings, **ballast.record())
+            facts.detail = f"{deadline.reason()} during start-up ({err.detail})"
+        facts.timings, facts.ballast = timings, ballast.record()
+        return Outcome(PRUNED, err.reason, facts=facts)
+    facts.timings, facts.ballast = timings, ballast.record()
     (trial_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
     if "stopped_after_probe" in summary:
-        return Outcome(PRUNED, summary["stopped_after_probe"], summary, attrs)
+        return Outcome(PRUNED, summary["stopped_after_probe"], summary, facts)
     if not summary["completed"]:
-        return Outcome(PRUNED, reasons.NO_SUCCESSFUL_REQUESTS, summary, attrs)
+        return Outcome(PRUNED, reasons.NO_SUCCESSFUL_REQUESTS, summary, facts)
     if quality is not None and "error" in quality:
-        return Outcome(PRUNED, reasons.GUARDRAIL_ERROR, summary,
-                       {**attrs, "detail": quality["error"]})
-    return Outcome(COMPLETE, "", summary, attrs, quality, new_ref)
+        facts.detail = quality["error"]
+        return Outcome(PRUNED, reasons.GUARDRAIL_ERROR, summary, facts)
+    return Outcome(COMPLETE, "", summary, facts, quality, new_ref)
 
 
 def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
@@ -203,7 +240,7 @@ def _below(floor: float | None) -> capacity.StopRule | None:
     return rule
 
 
-def _quality(target: Target, guard: guardrail.Guard, context: dict[str, Any], alive: Alive
+def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, alive: Alive
              ) -> tuple[dict[str, Any], guardrail.Reference | None]:
     """Check against the reference, or make the reference (with its noise floor)."""
     spec = guard.spec
@@ -213,7 +250,8 @@ def _quality(target: Target, guard: guardrail.Guard, context: dict[str, Any], al
         ref, report = guardrail.make_reference(
             target, guard.prompts, spec.max_tokens, factor=spec.noise_factor,
             drift=spec.drift_threshold, agreement=spec.agreement_threshold,
-            context={k: context.get(k) for k in ("model", "flags", "engine_version", "device")},
+            context={"model": model, "flags": facts.flags,
+                     "engine_version": facts.engine_version, "device": facts.device},
             alive=alive)
         return {**guardrail.verdict(report, ref), "made_reference": True}, ref
     except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:

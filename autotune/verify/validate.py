@@ -168,15 +168,16 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         if outcome.state != trial_mod.COMPLETE:
             raise ValidationRunFailed(
                 f"validate: run {i + 1} ({role}, trial #{t.number}) did not complete: "
-                f"{outcome.reason} {outcome.attrs.get('detail') or ''}".rstrip()
-                + f"; log {outcome.attrs.get('log_path')}")
+                f"{outcome.reason} {outcome.facts.detail or ''}".rstrip()
+                + f"; log {outcome.facts.log_path}")
         m = obj.measures(outcome.summary, scenario.objective)
         run_figures = {"trial": t.number, "role": role, "pair": pair, **m.as_dict(),
                        "failed": outcome.summary.get("failed", 0),
-                       "startup_s": (outcome.attrs.get("timings") or {}).get("startup_s"),
-                       "log_path": outcome.attrs.get("log_path")}
+                       "startup_s": (outcome.facts.timings or {}).get("startup_s"),
+                       "log_path": outcome.facts.log_path}
         runs.append(run_figures)
-        context = {k: outcome.attrs.get(k) for k in ("engine_version", "device")}
+        context = {"engine_version": outcome.facts.engine_version,
+                   "device": outcome.facts.device}
         if on_run is not None:
             on_run(i + 1, len(order), run_figures)
     result = {"repeats": repeats, "against": against.number, "candidate": candidate.number,
