@@ -84,9 +84,11 @@ class ModelSpec(_Strict):
         return self
 
 
-def _one_spelling(flags: dict[str, Any]) -> dict[str, Any]:
-    normalize(flags)  # a flag given twice (`max_num_seqs` and `max-num-seqs`) is an error
-    return flags
+def _canonical(flags: dict[str, Any]) -> dict[str, Any]:
+    """Flags as every later stage reads them, normalised once here: canonical names
+    (`max_num_seqs` reads as `max-num-seqs`), `None` dropped; a flag given under two
+    spellings is an error."""
+    return normalize(flags)
 
 
 class EngineSpec(_Strict):
@@ -97,7 +99,7 @@ class EngineSpec(_Strict):
     @field_validator("flags")
     @classmethod
     def _flags(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _one_spelling(value)
+        return _canonical(value)
 
 
 class Param(_Strict):
@@ -238,7 +240,7 @@ class Baseline(_Strict):
     @field_validator("flags")
     @classmethod
     def _flags(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return _one_spelling(value)
+        return _canonical(value)
 
 
 class Budget(_Strict):
@@ -336,7 +338,7 @@ class FlagSite(NamedTuple):
 def flag_sites(scenario: Scenario) -> list[FlagSite]:
     """Every flag value the scenario can launch with, and where the file sets it."""
     sites = [FlagSite(f"engine.flags.{name}", name, [value], False)
-             for name, value in normalize(scenario.engine.flags).items()]
+             for name, value in scenario.engine.flags.items()]
     for name, p in scenario.space.items():
         if p.choices is not None:
             sites.append(FlagSite(f"space.{name}", name, list(p.choices), False))
@@ -344,7 +346,7 @@ def flag_sites(scenario: Scenario) -> list[FlagSite]:
             sites.append(FlagSite(f"space.{name}", name, [p.low, p.high], True))
     for i, base in enumerate(scenario.baselines):
         sites += [FlagSite(f"baselines[{i}].flags.{name}", name, [value], False)
-                  for name, value in normalize(base.flags).items()]
+                  for name, value in base.flags.items()]
     return sites
 
 

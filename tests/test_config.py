@@ -79,6 +79,17 @@ def test_space_keys_take_the_canonical_flag_spelling(tmp_path):
     assert set(load(path).space) == {"max-num-seqs", "block-size"}
 
 
+def test_fixed_and_baseline_flags_are_normalised_when_the_scenario_loads(tmp_path):
+    path = write(tmp_path, """\
+        model: {tiny: tiny}
+        engine: {flags: {max_num_seqs: 8, --enforce-eager: true, max-model-len: null}}
+        baselines: [{name: b, flags: {gpu_memory_utilization: 0.9}}]
+        """)
+    scenario = load(path)
+    assert scenario.engine.flags == {"max-num-seqs": 8, "enforce-eager": True}
+    assert scenario.baselines[0].flags == {"gpu-memory-utilization": 0.9}
+
+
 # --- Param -------------------------------------------------------------------------------
 
 

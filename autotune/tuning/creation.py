@@ -18,7 +18,6 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.flags import normalize
 from autotune.tuning import objective as obj
 from autotune.tuning import record, shared, space
 from autotune.tuning.record import DEFAULTS
@@ -127,7 +126,7 @@ def queue_baselines(study: optuna.Study, scenario: Scenario) -> None:
     if record.StudyRecord.of(study).baselines_queued:
         return
     for base in scenario.baselines:
-        study.enqueue_trial({}, user_attrs=record.queued(base.name, normalize(base.flags)))
+        study.enqueue_trial({}, user_attrs=record.queued(base.name, base.flags))
     record.set_baselines_queued(study)
 
 
@@ -148,9 +147,9 @@ def record_engine_defaults(study: optuna.Study, scenario: Scenario, info: Any) -
     """Keep the installed engine's defaults of the flags this study sets, once."""
     if record.StudyRecord.of(study).engine_defaults is not None:
         return
-    names = set(scenario.space) | set(normalize(scenario.engine.flags))
+    names = set(scenario.space) | set(scenario.engine.flags)
     for base in scenario.baselines:
-        names |= set(normalize(base.flags))
+        names |= set(base.flags)
     defaults = {n: info.flags[n].default for n in sorted(names)
                 if n in info.flags and info.flags[n].default is not None}
     record.set_engine_defaults(study, defaults)

@@ -17,7 +17,6 @@ import optuna
 from autotune.config import FlagSite, Param, Scenario, flag_sites
 from autotune.engine.info import EngineInfo, FlagInfo
 from autotune.errors import ConfigError
-from autotune.flags import normalize
 
 SPEC_TOKENS = "num_speculative_tokens"
 SPEC_METHOD = "speculative_method"
@@ -27,7 +26,7 @@ LOOKUP = ("prompt_lookup_max", "prompt_lookup_min")  # ngram's searchable window
 def suggest(trial: optuna.trial.BaseTrial, scenario: Scenario) -> dict[str, Any]:
     """Flags for one trial: the fixed engine flags plus one point of the space (a
     `FixedTrial` gives the flags of known parameters)."""
-    flags = normalize(scenario.engine.flags)
+    flags = dict(scenario.engine.flags)
     for name, p in scenario.space.items():
         flags[name] = _suggest(trial, name, p)
     spec = scenario.speculative
