@@ -16,6 +16,8 @@ from typing import Any
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 LATENCY_STATS = ("mean", "median", "p90", "p95", "p99")
+# Every SLO key there is, as scenarios write them: ttft_mean_ms, ..., e2el_p99_ms.
+KEYS = tuple(f"{m}_{s}_ms" for m in LATENCY_METRICS for s in LATENCY_STATS)
 
 
 def latency_key(name: str) -> str:

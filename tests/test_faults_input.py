@@ -258,6 +258,11 @@ def test_storage_check_passes_a_new_or_an_existing_study(tmp_path):
     for create in (True, False):
         storage.check(f"sqlite:///{db}", create=create)
     assert storage.locate("s", None, tmp_path) == (f"sqlite:///{db}", "s")
+    # Its files are kept next to the database, whatever way the user named it.
+    elsewhere = tmp_path / "elsewhere"
+    for typed in (str(db), f"sqlite:///{db}"):
+        assert storage.folder(typed, "s", elsewhere) == tmp_path / "s"
+    assert storage.folder("postgresql+psycopg://u@h/db", "s", elsewhere) == elsewhere / "s"
 
 
 ENGINE = EngineInfo("vllm", "9.9.9", "cuda", {

@@ -104,22 +104,20 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
 
 
 def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
-    """(goodput SLOs like ttft_ms=500, percentile SLOs like ttft_p95_ms=500)."""
+    """(goodput SLOs like ttft_ms=500, percentile SLOs like ttft_p95_ms=500): a key that
+    names a statistic is a percentile SLO (`slo.parse`), one without is vLLM's goodput SLO
+    (which also takes vLLM's own `ttft:500`)."""
     goodput, percentile = [], {}
     for spec in specs:
-        name, _, value = spec.replace(":", "=", 1).partition("=")
-        key = name.strip().removesuffix("_ms")
-        if "_" in key:
-            try:
-                slo.summary_key(f"{key}_ms")
-                limit = float(value)
-            except ValueError as err:
-                raise ConfigError(f"bench: --slo {spec}: {err}") from None
-            if not limit > 0:
-                raise ConfigError(f"bench: --slo {spec}: the limit must be > 0 ms")
-            percentile[f"{key}_ms"] = limit
-        else:
+        spec_eq = spec.replace(":", "=", 1)
+        if "_" not in spec_eq.partition("=")[0].strip().removesuffix("_ms"):
             goodput.append(spec)
+            continue
+        try:
+            goal = slo.parse(spec_eq)
+        except ValueError as err:
+            raise ConfigError(f"bench: --slo {spec}: {err}") from None
+        percentile[goal.key] = goal.limit_ms
     try:
         return metrics.goodput_slos(goodput), percentile
     except ValueError as err:
@@ -211,6 +209,5 @@ def _print(result: dict, stderr: bool = False) -> None:
     if result.get("capacity"):
         from autotune.results.views import print_capacity
 
-        cap = result["capacity"]
-        print_capacity(cap, [k for k in cap["steps"][0]["figures"] if k.endswith("_ms")],
-                       console)
+        cap = capacity.CapacityRecord.from_dict(result["capacity"])
+        print_capacity(cap, capacity.slo_keys(cap), console)

@@ -297,6 +297,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune.results import views
+    from autotune.tuning import storage
     from autotune.verify import validate
 
     console = Console(stderr=args.json)  # --json: stdout carries the result alone
@@ -317,7 +318,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
         result = validate.run_validation(
             st, candidate, against, args.repeats,
-            validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
+            storage.folder(args.study_or_db, st.study_name, Path(args.studies_dir)),
             on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
     views.print_validation(result, console)
     if args.json:
@@ -332,6 +333,7 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: T
 
     from autotune.measure import vllmbench
     from autotune.results import views
+    from autotune.tuning import storage
     from autotune.verify import crosscheck, validate
 
     step_s = vllmbench.STEP_S if args.step_seconds is None else args.step_seconds
@@ -343,7 +345,7 @@ def _validate_with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: T
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
         result = crosscheck.run_crosscheck(
             st, candidate, against, args.repeats,
-            validate.study_dir(args.study_or_db, st.study_name, Path(args.studies_dir)),
+            storage.folder(args.study_or_db, st.study_name, Path(args.studies_dir)),
             step_s=step_s, gpus=_gpus(args.gpus),
             on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
     views.print_validation_vllm(result, console)

@@ -53,6 +53,15 @@ class StudyLocation:
         return cls(storage or f"sqlite:///{root / name}.db", name, root / name)
 
 
+def folder(target: str, study_name: str, root: Path) -> Path:
+    """Where `tune` keeps a study's logs and files, for what a user typed (`locate`): next
+    to its SQLite file, else `root/NAME`."""
+    path = Path(target.removeprefix("sqlite:///"))
+    if "://" not in str(path) and path.is_file():
+        return path.parent / study_name
+    return root / study_name
+
+
 def locate(target: str, study_name: str | None, root: Path) -> tuple[str, str | None]:
     """(storage URL, study name) for a .db file, a study name under `root`, or a URL.
 
