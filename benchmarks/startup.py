@@ -81,7 +81,7 @@ class Run:
     def line(self) -> str:
         text = f"start-up {self.startup_s:.1f} s (path {self.path}): {_phases(self.phases)}"
         if self.capacity is not None:
-            low, high = capacity.interval(self.capacity)
+            low, high = capacity.interval(capacity.CapacityRecord.from_dict(self.capacity))
             limit = (self.capacity.get("bottleneck") or {}).get("kind", "-")
             text += (f"; capacity {self.rate:.1f} req/s (interval {low:.1f}-{high:.1f},"
                      f" stopped: {self.capacity.get('stopped') or '-'}, limited by: {limit})")

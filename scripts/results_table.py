@@ -70,16 +70,18 @@ def results(trials: list[TrialRecord], base: TrialRecord,
     for t in trials:
         if t.outcome != "complete":
             continue
-        m, c, q = t.metrics, t.capacity, t.quality or {}
-        lo, hi = c["low"] * (1 - c["spread"]), c["high"] * (1 + c["spread"])
-        cap = c["request_throughput"]
+        m, c, q = t.metrics, t.capacity, t.quality
+        assert c is not None and t.measures is not None, f"trial {t.number}: not measured"
+        lo, hi = c.low * (1 - c.spread), c.high * (1 + c.spread)
+        cap = c.request_throughput
         rows.append([
-            _label(t), f"{_rate(cap)} ({_rate(lo)}-{_rate(hi)}, ±{c['uncertainty']:.1%})",
-            f"{c['output_throughput']:.0f}", f"{m['output_throughput']:.0f}",
+            _label(t), f"{_rate(cap)} ({_rate(lo)}-{_rate(hi)}, ±{c.uncertainty:.1%})",
+            f"{c.output_throughput:.0f}", f"{m['output_throughput']:.0f}",
             _f(m.get("request_goodput")), f"{m['p50_ttft_ms']:.0f} / {m['p95_ttft_ms']:.0f}",
             f"{m['p50_tpot_ms']:.1f} / {m['p95_tpot_ms']:.1f}",
-            f"{t.measures['memory_mib']:.0f}",
-            f"{q.get('drift', 0):.3f} {'pass' if q.get('passed') else 'FAIL'}",
+            f"{t.measures.memory_mib:.0f}",
+            f"{q.drift if q and q.drift is not None else 0:.3f} "
+            f"{'pass' if q and q.passed else 'FAIL'}",
             len(t.flags),
             f"{cap / _capacity(base):.3f}", f"{math.exp(t.values[0] - base.values[0]) - 1:+.1%}",
             *([f"{cap / _capacity(best_art):.3f}",
@@ -98,9 +100,9 @@ def flags(trials: list[TrialRecord]) -> str:
     """Every trial: flags, outcome, the burst's maximum throughput and the capacity."""
     rows = []
     for t in trials:
-        c = t.capacity or {}
-        steps = c.get("steps") or []
-        burst = steps[0]["achieved_rps"] if steps else None
+        c = t.capacity
+        steps = c.steps if c else ()
+        burst = steps[0].achieved_rps if steps else None
         why = t.reason
         if t.launched is False:
             why += " (not launched)"
@@ -108,7 +110,7 @@ def flags(trials: list[TrialRecord]) -> str:
             why = f"duplicate of #{t.duplicate_of} (not launched)"
         rows.append([_label(t), _overrides(t), f"{t.state.name.lower()} {why}".strip(),
                      _rate(burst) if burst else "-",
-                     _rate(c["request_throughput"]) if c.get("request_throughput") else "-",
+                     _rate(c.request_throughput) if c and c.request_throughput else "-",
                      len(steps)])
     return _table(["trial", "flags", "state", "burst req/s", "capacity req/s", "steps"], rows)
 
@@ -177,7 +179,7 @@ def startup(trials: list[TrialRecord], root: Path) -> str:
             _label(t), gap("start", "banner"), gap("banner", "config"), gap("config", "core"),
             gap("core", "weights"),
             comp.group(1) if comp else "- (eager)", gap("compiled" if comp else "weights", "kv"),
-            _f(st.get("graph_capture_s"), "{:.0f}"), gap(after, "init"), gap("init", "serving"),
+            _f(st.graph_capture_s, "{:.0f}"), gap(after, "init"), gap("init", "serving"),
             f"{(end - ev['serving']).total_seconds():.0f}" if "serving" in ev else "-",
             f"{t.timings['startup_s']:.1f}"])
     head = ["trial", "API-server spawn + imports", "model config", "engine-core spawn + imports",

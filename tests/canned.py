@@ -102,19 +102,23 @@ class Canned:
                    "p95_ttft_ms": 10.0}
         quality = None
         new_reference = None
+        checked_against = None  # the trial whose reference it was checked against
         if guard is not None:
             thresholds = {"drift": guardrail.DRIFT_FLOOR, "agreement": 0.5}
-            quality = {"drift": 0.0, "agreement": 1.0, "thresholds": thresholds,
+            verdict = {"drift": 0.0, "agreement": 1.0, "thresholds": thresholds,
                        "passed": True}
             if made:
                 new_reference = guardrail.Reference(
                     guard.prompts, guard.spec.max_tokens, [], {"drift": 0.0, "agreement": 1.0},
                     thresholds, {"trial": number})
-                quality["made_reference"] = True
+                verdict["made_reference"] = True
             else:
-                quality["reference_trial"] = guard.reference.context.get("trial")
-        self._note({"event": "end", "trial": number, "end": time.time()})
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts, quality, new_reference)
+                checked_against = guard.reference.context.get("trial")
+            quality = guardrail.Quality.from_dict(verdict)
+        self._note({"event": "end", "trial": number, "end": time.time(),
+                    "checked_against": checked_against})
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts, quality,
+                                 new_reference)
 
 
 def _loop(url: str, study_dir: str, worker_id: str, host: str) -> None:

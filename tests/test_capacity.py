@@ -8,7 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.measure import capacity
-from autotune.measure.capacity import Step
+from autotune.measure.capacity import CapacityRecord, Step
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning import ranking
 from autotune.tuning.record import TrialRecord
@@ -72,7 +72,8 @@ def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
     assert r.request_rate == 80.0 and r.high is None and r.bracket == 0.0
     assert r.spread == 0.0 and r.uncertainty == 0.0
     assert capacity.record(r, WorkloadSpec())["saturated"]
-    assert "a floor" in capacity.describe(capacity.record(r, WorkloadSpec()))
+    assert "a floor" in capacity.describe(CapacityRecord.from_dict(
+        capacity.record(r, WorkloadSpec())))
 
 
 def test_a_passing_burst_is_never_the_capacity():
@@ -130,9 +131,10 @@ def test_record_gives_throughputs_at_capacity():
     assert rec["total_token_throughput"] == pytest.approx(r.low * 96)
     assert rec["max_request_throughput"] == 20.0 and not rec["saturated"]
     assert len(rec["steps"]) == len(r.steps) and "summary" not in rec["steps"][0]
-    lo, hi = capacity.interval(rec)
+    typed = CapacityRecord.from_dict(rec)
+    lo, hi = capacity.interval(typed)
     assert lo == r.low and hi == r.high
-    assert "req/s" in capacity.describe(rec)
+    assert "req/s" in capacity.describe(typed)
 
 
 def _trial(number, value, cap, flags):
@@ -155,7 +157,7 @@ def test_ties_prefer_fewer_overrides_of_the_defaults():
     # a capacity clear of the noise wins despite its override
     assert ranking.pick([defaults, tuned, clear], score, fixed) is clear
     assert ranking.pick([], score, fixed) is None
-    assert not math.isnan(capacity.interval({"low": 1.0, "high": None, "spread": 0.1})[1])
+    assert not math.isnan(capacity.interval(CapacityRecord(low=1.0, high=None, spread=0.1))[1])
 
 
 def test_halving_gives_up_when_even_low_load_misses_the_slos():

@@ -74,6 +74,11 @@ def loose(eight, tiny_model):
     return _search(eight, tiny_model, LOOSE)
 
 
+def _rec(cap: dict) -> capacity.CapacityRecord:
+    """The typed record of a search's capacity dict, for capacity's helpers."""
+    return capacity.CapacityRecord.from_dict(cap)
+
+
 def _client_bound(cap: dict) -> bool:
     return any(s["bottleneck"].get("kind") == "client" for s in cap["steps"])
 
@@ -116,12 +121,12 @@ def test_bench_capacity_agrees_with_a_second_search(eight, loose, tmp_path):
     assert len(again["steps"]) <= 7 and all("figures" in s for s in again["steps"])
     # Two searches agree within their stated uncertainty (bracket and repeat spread) widened
     # by the search's tolerance.
-    (alo, ahi), (blo, bhi) = capacity.interval(loose), capacity.interval(again)
+    (alo, ahi), (blo, bhi) = capacity.interval(_rec(loose)), capacity.interval(_rec(again))
     tol = CAP.tolerance
     _skip_if_invalid(alo * (1 - tol) <= bhi * (1 + tol) and blo * (1 - tol) <= ahi * (1 + tol),
                      loose, again)
     assert alo * (1 - tol) <= bhi * (1 + tol) and blo * (1 - tol) <= ahi * (1 + tol), \
-        (capacity.describe(loose), capacity.describe(again))
+        (capacity.describe(_rec(loose)), capacity.describe(_rec(again)))
 
 
 def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose):
@@ -129,10 +134,11 @@ def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose):
     strict one must not come out above the loose one beyond their stated uncertainty."""
     strict = _search(eight, tiny_model, STRICT)
     assert len(strict["steps"]) <= CAP.max_steps
-    lo, _ = capacity.interval(strict)
-    _, hi = capacity.interval(loose)
+    lo, _ = capacity.interval(_rec(strict))
+    _, hi = capacity.interval(_rec(loose))
     _skip_if_invalid(lo <= hi * (1 + CAP.tolerance), strict, loose)
-    assert lo <= hi * (1 + CAP.tolerance), (capacity.describe(strict), capacity.describe(loose))
+    assert lo <= hi * (1 + CAP.tolerance), (capacity.describe(_rec(strict)),
+                                            capacity.describe(_rec(loose)))
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +152,7 @@ def test_one_sequence_at_a_time_carries_less_and_stops_early(one_seq, tiny_model
     # As a study passes the best trial's lower bound; at least 50 req/s, far above what one
     # sequence at a time drains here (its 32-request burst: ~5-8 req/s), so that a noisy
     # `loose` cannot make the early stop depend on luck.
-    floor = max(capacity.interval(loose)[0], 50.0)
+    floor = max(capacity.interval(_rec(loose))[0], 50.0)
     one = _search(one_seq, tiny_model, LOOSE, should_stop=_below(floor))
     # Its burst misses the SLO and peaks below the floor: the search stops there.
     assert one["stopped"] == capacity.BELOW_BEST and len(one["steps"]) == 1
@@ -202,7 +208,7 @@ def test_every_step_names_what_limited_it(loose):
     assert loose["bottleneck"]["kind"] in kinds
     probes = [s for s in loose["steps"] if s["kind"] != "burst"]
     assert probes
-    figures = capacity.limiting_probes(loose)
+    figures = capacity.limiting_probes(_rec(loose))
     assert figures["api_server_cpu"] is not None and figures["client_cpu"] is not None
     assert (figures["worker_cpu"] or 0) + (figures["engine_core_cpu"] or 0) > 0
     assert figures["gpu_util_mean"] is None  # no GPU here

@@ -83,7 +83,7 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
         assert r["capacity"] > 0 and r["startup_s"] > 0 and Path(r["log_path"]).exists()
         # from the capacity the study reported for that trial, not from a burst
         assert r["steps"] and r["steps"][0]["kind"] == "ceiling"
-        assert r["steps"][0]["rate"] == trials[r["trial"]].capacity["request_throughput"]
+        assert r["steps"][0]["rate"] == trials[r["trial"]].capacity.request_throughput
         assert r["flags"] == trials[r["trial"]].flags
         assert sorted(p.name for p in Path(r["dir"]).glob("step-*.json")) == \
             [f"step-{s['index']:02d}-{s['kind']}.json" for s in r["steps"]]
@@ -91,7 +91,7 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     assert v["ratio"] == pytest.approx(cand / base) and v["ci_low"] is None
     assert v["verdict"] == "one pair, no interval: no gain shown"
     assert v["study_ratio"] == pytest.approx(
-        trials[1].capacity["request_throughput"] / trials[0].capacity["request_throughput"])
+        trials[1].capacity.request_throughput / trials[0].capacity.request_throughput)
     assert Path(v["dir"]).parent == tmp_path / "engine-test" / "validate-vllm"
     if gpus:  # pair 0: the candidate on the first GPU, the baseline on the second
         assert [r["gpu"] for r in v["runs"]] == [1, 0]

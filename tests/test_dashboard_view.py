@@ -78,11 +78,11 @@ def test_every_trial_carries_short_readable_figures(tmp_path):
         assert mine["autotune:outcome"] == show.outcome(r)
         if r.capacity:
             assert json.loads(mine["autotune:capacity_rps"]) == pytest.approx(
-                r.capacity["request_throughput"] if r.capacity.get("low") else 0.0)
+                r.capacity.request_throughput if r.capacity.low else 0.0)
         if r.gain is not None:
             assert json.loads(mine["autotune:gain"]) == pytest.approx(r.gain)
-        if (r.quality or {}).get("drift") is not None:
-            assert json.loads(mine["autotune:drift"]) == pytest.approx(r.quality["drift"])
+        if r.quality is not None and r.quality.drift is not None:
+            assert json.loads(mine["autotune:drift"]) == pytest.approx(r.quality.drift)
     fifteen = {a["key"]: a["value"] for a in detail["trials"][15]["user_attrs"]}
     assert fifteen["autotune:reason"] == "quality (drift 0.125)"
     # The long attributes are what the plain dashboard cuts; the scalars stand in for them.

@@ -178,9 +178,10 @@ def test_k8s_export_of_an_h200_study_carries_its_operating_limits():
                for m in hpa["metrics"]}
     # The queue showed as running requests: 78 at most in the passing steps, 103 at the
     # first failing one (41.6 req/s): the threshold is halfway, 91.
-    steps = rec.capacity["steps"]
-    assert max(s["probes"]["requests_running_max"] for s in steps if s["passed"]) == 78
-    assert steps[6]["probes"]["requests_running_max"] == 103 and not steps[6]["passed"]
+    assert rec.capacity is not None
+    steps = rec.capacity.steps
+    assert max(s.probes["requests_running_max"] for s in steps if s.passed) == 78
+    assert steps[6].probes["requests_running_max"] == 103 and not steps[6].passed
     assert targets["vllm_num_requests_running"] == "91000m"
     # The safe rate: 90 % of the capacity interval's low end (no passing step below it).
     lim = json.loads(export.render(st, rec, "json", rec.command[2]))["operating_limits"]

@@ -87,7 +87,7 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
              "enable-prefix-caching": False}
     outcome = trial.run_trial(scenario, real_model, flags, tmp_path / "0", guard)
     assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.facts.detail)
-    assert outcome.quality["passed"], outcome.quality  # greedy speculation: the same tokens
+    assert outcome.quality.passed, outcome.quality  # greedy speculation: the same tokens
     assert outcome.summary["completed"] == 4
     spec = Speculation.from_dict(outcome.facts.speculation)
     assert spec.drafts > 0 and len(spec.accepted_per_position) == 4

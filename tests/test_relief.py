@@ -11,6 +11,7 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.config import Param, Scenario
+from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
 from autotune.tuning import relief
 from autotune.tuning import study as study_mod
@@ -75,7 +76,7 @@ def test_each_bottleneck_gives_its_documented_move(kind, violations, knob, after
     # The defaults on an H200: 1024 sequences and 8192 batched tokens by the platform's rule.
     flags = {"enforce-eager": True} if kind == bn.WORKER else None
     move = first(measured(kind, violations=violations, flags=flags,
-                          startup={"async_scheduling": False}))
+                          startup=Startup(async_scheduling=False)))
     assert move is not None and move.knob.name == knob and move.after == after
     assert move.knob in relief.RELIEF[kind]
     origin = move.origin

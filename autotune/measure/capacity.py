@@ -43,9 +43,10 @@ import aiohttp
 from autotune import reasons, slo
 from autotune.engine import prometheus
 from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch
+from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
-from autotune.slo import LATENCY_METRICS, LATENCY_STATS
+from autotune.stored import Stored
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")
@@ -96,11 +97,80 @@ class Step:
         """The request rate this step stands for (the burst: what it achieved)."""
         return self.rate if self.rate is not None else self.achieved_rps
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> StepRecord:
         """The step without its full summary, for the trial's record."""
         out = asdict(self)
         del out["summary"]
-        return out
+        return StepRecord(**out)
+
+
+@dataclass(frozen=True)
+class StepRecord(Stored):
+    """A step as the trial's record keeps it (`Step` without its summary); steps recorded
+    before the steady window and the attribution lack `whole` ... `latencies`."""
+
+    index: int = 0
+    kind: str = ""
+    rate: float | None = None
+    passed: bool = False
+    achieved_rps: float = 0.0
+    output_throughput: float = 0.0
+    violations: list[str] = field(default_factory=list)
+    requests: int = 0
+    figures: dict[str, float] = field(default_factory=dict)
+    idle_wait_s: float = 0.0
+    duration_s: float = 0.0
+    whole: dict[str, float] = field(default_factory=dict)
+    window_s: float | None = None
+    backlog: dict[str, Any] = field(default_factory=dict)
+    bottleneck: dict[str, Any] = field(default_factory=dict)
+    probes: dict[str, Any] = field(default_factory=dict)
+    latencies: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def load(self) -> float:
+        """The request rate this step stands for (the burst: what it achieved)."""
+        return self.rate if self.rate is not None else self.achieved_rps
+
+
+@dataclass(frozen=True)
+class CapacityRecord(Stored):
+    """The capacity search as a trial's record keeps it (`record`): rates, throughputs at
+    capacity, bracket, what limited it and every step. Records made before the steady
+    window lack `step_s` ... `bottleneck_step`; vLLM's client's adds keys of its own."""
+
+    request_throughput: float = 0.0
+    output_throughput: float = 0.0
+    total_token_throughput: float = 0.0
+    low: float | None = None
+    high: float | None = None
+    max_request_throughput: float | None = None
+    saturated: bool = False
+    bracket: float | None = None
+    spread: float | None = None
+    uncertainty: float | None = None
+    stopped: str | None = None
+    tolerance: float | None = None
+    step_s: float | None = None
+    window: list[float] | None = None
+    bottleneck: dict[str, Any] | None = None
+    bottleneck_step: int | None = None
+    steps: tuple[StepRecord, ...] = ()
+    NESTED = {"steps": StepRecord}
+
+    @property
+    def limit(self) -> Bottleneck | None:
+        """What limited the capacity (None for records made before attribution)."""
+        found = self.bottleneck
+        if not isinstance(found, Mapping) or not found.get("kind"):
+            return None
+        return Bottleneck(found["kind"], found.get("text", ""), found.get("valid", True))
+
+    @property
+    def limiting_step(self) -> StepRecord | None:
+        """The step that named the bottleneck, if recorded."""
+        index = self.bottleneck_step
+        return self.steps[index] if index is not None and index < len(self.steps) else None
 
 
 @dataclass
@@ -249,7 +319,8 @@ def violations(summary: Mapping[str, Any], slos: Mapping[str, float],
 
 
 def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
-    """The capacity as stored with a trial: rates, throughputs at capacity, bracket, steps.
+    """The capacity as stored with a trial (`CapacityRecord.as_dict`): rates, throughputs
+    at capacity, bracket, steps.
 
     Throughputs at capacity are the rate times the workload's mean tokens per request,
     so they do not depend on how quickly a short step's last requests drained.
@@ -259,23 +330,18 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
     out_per = (best.get("total_output_tokens") or 0) / done if done else 0.0
     in_per = (best.get("total_input_tokens") or 0) / done if done else 0.0
     rate = result.request_rate
-    return {
-        "request_throughput": rate,
-        "output_throughput": rate * out_per,
-        "total_token_throughput": rate * (in_per + out_per),
-        "low": result.low, "high": result.high,
-        "max_request_throughput": result.steps[0].achieved_rps
+    return CapacityRecord(
+        request_throughput=rate, output_throughput=rate * out_per,
+        total_token_throughput=rate * (in_per + out_per), low=result.low, high=result.high,
+        max_request_throughput=result.steps[0].achieved_rps
         if result.steps and result.steps[0].kind == "burst" else None,
-        "saturated": result.low is not None and result.high is None,
-        "bracket": result.bracket, "spread": result.spread,
-        "uncertainty": result.uncertainty, "stopped": result.stopped,
-        "tolerance": spec.capacity.tolerance,
-        "step_s": spec.capacity.min_step_s,
-        "window": [spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
-        "bottleneck": limiting(result).bottleneck or None,
-        "bottleneck_step": limiting(result).index,
-        "steps": [s.record() for s in result.steps],
-    }
+        saturated=result.low is not None and result.high is None, bracket=result.bracket,
+        spread=result.spread, uncertainty=result.uncertainty, stopped=result.stopped,
+        tolerance=spec.capacity.tolerance, step_s=spec.capacity.min_step_s,
+        window=[spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
+        bottleneck=limiting(result).bottleneck or None,
+        bottleneck_step=limiting(result).index,
+        steps=tuple(s.record() for s in result.steps)).as_dict()
 
 
 def limiting(result: Result) -> Step:
@@ -287,17 +353,15 @@ def limiting(result: Result) -> Step:
     return failing or result.best or result.steps[0]  # a search always has a step
 
 
-def interval(cap: Mapping[str, Any]) -> tuple[float, float]:
+def interval(cap: CapacityRecord) -> tuple[float, float]:
     """Where the true capacity lies (requests/s): the bracket widened by the spread."""
-    low = cap.get("low") or 0.0
-    high = cap.get("high")
-    if high is None:
-        high = low
-    spread = cap.get("spread") or 0.0
+    low = cap.low or 0.0
+    high = cap.high if cap.high is not None else low
+    spread = cap.spread or 0.0
     return low * (1 - spread), high * (1 + spread)
 
 
-def tied(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+def tied(a: CapacityRecord, b: CapacityRecord) -> bool:
     """Capacities whose uncertainty intervals overlap cannot be told apart."""
     (alo, ahi), (blo, bhi) = interval(a), interval(b)
     return alo <= bhi and blo <= ahi
@@ -354,8 +418,7 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
 
 def latency_figures(summary: Mapping[str, Any]) -> dict[str, float]:
     """Every latency statistic of a summary under its SLO key: {"ttft_p95_ms": 312.5}."""
-    keys = [f"{m}_{s}_ms" for m in LATENCY_METRICS for s in LATENCY_STATS]
-    return slo_figures(summary, dict.fromkeys(keys, 0.0))
+    return slo_figures(summary, dict.fromkeys(slo.KEYS, 0.0))
 
 
 def slo_figures(summary: Mapping[str, Any], slos: Mapping[str, float]) -> dict[str, float]:
@@ -424,47 +487,49 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
     return summary
 
 
-def step_rows(cap: Mapping[str, Any], slo_keys: Sequence[str]) -> list[list[str]]:
+def step_rows(cap: CapacityRecord, slo_keys: Sequence[str]) -> list[list[str]]:
     """A table of the steps for a terminal: step, kind, offered, achieved, SLO figures of
     the judged window, backlog growth, what limited the step, verdict."""
     rows = []
-    for s in cap.get("steps", []):
-        offered = "burst" if s["rate"] is None else f"{s['rate']:.3g}"
-        figs = [f"{s['figures'].get(k, float('nan')):.1f}" for k in slo_keys]
-        grew = s.get("backlog") or {}
-        rows.append([str(s["index"]), s["kind"], offered, f"{s['achieved_rps']:.3g}",
-                     f"{s['output_throughput']:.1f}", *figs,
-                     f"{s['figures'].get('preemptions', 0):g}",
-                     f"{grew['share']:+.0%}" if grew else "-",
-                     (s.get("bottleneck") or {}).get("kind", "-"),
-                     "pass" if s["passed"] else "fail"])
+    for s in cap.steps:
+        offered = "burst" if s.rate is None else f"{s.rate:.3g}"
+        figs = [f"{s.figures.get(k, float('nan')):.1f}" for k in slo_keys]
+        rows.append([str(s.index), s.kind, offered, f"{s.achieved_rps:.3g}",
+                     f"{s.output_throughput:.1f}", *figs,
+                     f"{s.figures.get('preemptions', 0):g}",
+                     f"{s.backlog['share']:+.0%}" if s.backlog else "-",
+                     s.bottleneck.get("kind", "-") if s.bottleneck else "-",
+                     "pass" if s.passed else "fail"])
     return rows
 
 
-def limiting_probes(cap: Mapping[str, Any]) -> dict[str, Any]:
+def slo_keys(cap: CapacityRecord) -> list[str]:
+    """The SLO figures its steps were judged on (the first step's), for `step_rows`."""
+    return [k for k in (cap.steps[0].figures if cap.steps else {}) if k.endswith("_ms")]
+
+
+def limiting_probes(cap: CapacityRecord) -> dict[str, Any]:
     """The probe figures of the step that named the capacity's bottleneck."""
-    index = cap.get("bottleneck_step")
-    steps = cap.get("steps") or []
-    return dict(steps[index].get("probes") or {}) if index is not None and index < len(steps) \
-        else {}
+    step = cap.limiting_step
+    return dict(step.probes or {}) if step is not None else {}
 
 
-def limit_text(cap: Mapping[str, Any]) -> str | None:
+def limit_text(cap: CapacityRecord) -> str | None:
     """What limited the capacity, in words (None for records made before attribution)."""
-    found = cap.get("bottleneck")
+    found = cap.bottleneck
     return found.get("text") if isinstance(found, Mapping) else None
 
 
-def describe(cap: Mapping[str, Any]) -> str:
+def describe(cap: CapacityRecord) -> str:
     """One line: `3.2 req/s (2.9-3.4, ±5.0 %)` or why there is no capacity."""
-    if not cap.get("low"):
-        high = cap.get("high")
+    if not cap.low:
+        high = cap.high
         return "no rate met the SLOs" + (f" (fails at {high:.3g} req/s)" if high else "")
     lo, hi = interval(cap)
-    text = f"{cap['request_throughput']:.3g} req/s ({lo:.3g}-{hi:.3g}"
-    text += f", ±{cap['uncertainty']:.1%})" if cap.get("uncertainty") else ")"
-    if cap.get("saturated"):
+    text = f"{cap.request_throughput:.3g} req/s ({lo:.3g}-{hi:.3g}"
+    text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
+    if cap.saturated:
         text += ", a floor: the SLOs held at every rate tried"
-    if cap.get("stopped"):
-        text += f", stopped: {cap['stopped']}"
+    if cap.stopped:
+        text += f", stopped: {cap.stopped}"
     return text

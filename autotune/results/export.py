@@ -25,6 +25,7 @@ from autotune.measure import capacity
 from autotune.results import limits as limits_mod
 from autotune.results.limits import Limits
 from autotune.tuning import ranking
+from autotune.tuning.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.record import TrialRecord
 from autotune.verify import crosscheck, paired
@@ -55,7 +56,7 @@ def recheck(study: optuna.Study, r: TrialRecord, lim: Limits) -> dict[str, str]:
 
 def facts(study: optuna.Study, r: TrialRecord) -> dict[str, Any]:
     """What the export says about where it came from and what was measured."""
-    m, q = r.metrics, r.quality or {}
+    m, q = r.metrics, r.quality or Quality()
     return {
         "study": study.study_name, "trial": r.number,
         "baseline": r.baseline,
@@ -67,12 +68,12 @@ def facts(study: optuna.Study, r: TrialRecord) -> dict[str, Any]:
         "request_throughput": m.get("request_throughput"),
         "median_ttft_ms": m.get("median_ttft_ms"), "p95_ttft_ms": m.get("p95_ttft_ms"),
         "median_tpot_ms": m.get("median_tpot_ms"),
-        "memory_mib": (r.measures or {}).get("memory_mib"),
-        "quality_drift": q.get("drift"), "quality_passed": q.get("passed"),
+        "memory_mib": r.measures.memory_mib if r.measures else None,
+        "quality_drift": q.drift, "quality_passed": q.passed,
         "startup_s": r.startup_s,
         "validation": paired.compact(r.validation),
         "validation_vllm": crosscheck.compact(r.validation_vllm),
-        "capacity": capacity.describe(m["capacity"]) if m.get("capacity") else None,
+        "capacity": capacity.describe(r.capacity) if r.capacity else None,
     }
 
 

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.measure import capacity
+from autotune.measure.capacity import CapacityRecord, StepRecord
 from autotune.tuning.record import TrialRecord
 
 SAFE_SHARE = 0.9  # of the interval's low end, where no passing step lies at or below it
@@ -92,45 +93,45 @@ class Limits:
         return out
 
 
-def _sustained(cap: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [s for s in cap.get("steps") or [] if s.get("rate") is not None]
+def _sustained(cap: CapacityRecord) -> list[StepRecord]:
+    return [s for s in cap.steps if s.rate is not None]
 
 
 def derive(rec: TrialRecord, slos: Mapping[str, float]) -> Limits:
     """The operating limits of trial `rec` (measured under `slos`)."""
     cap = rec.capacity
-    if not cap or not cap.get("low"):
+    if not cap or not cap.low:
         return Limits(False, "the trial ran no capacity search, or no rate met its SLOs: "
                       "give the scenario SLOs (capacity mode) to measure them")
     lo, hi = capacity.interval(cap)
     steps = _sustained(cap)
-    passed = [s for s in steps if s["passed"]]
-    below = [s for s in passed if s["rate"] <= lo]
+    passed = [s for s in steps if s.passed]
+    below = [s for s in passed if s.load <= lo]
     if below:
-        top = max(below, key=lambda s: s["rate"])
-        safe = float(top["rate"])
-        safe_source = (f"step {top['index']} passed at {safe:.3g} req/s, at or below the "
+        top = max(below, key=lambda s: s.load)
+        safe = float(top.load)
+        safe_source = (f"step {top.index} passed at {safe:.3g} req/s, at or below the "
                        f"interval's low end {lo:.3g}")
     else:
         top, safe = None, lo * SAFE_SHARE
         safe_source = f"{SAFE_SHARE:.0%} of the interval's low end {lo:.3g}: no passing " \
             "step lies at or below it"
-    concurrency, conc_source = _concurrency(rec, [s for s in passed if s["rate"] <= cap["low"]],
+    concurrency, conc_source = _concurrency(rec, [s for s in passed if s.load <= cap.low],
                                             safe)
     metric, threshold, q_source = _queue(steps, cap)
     watch = _watch(metric, threshold, slos, steps)
-    return Limits(True, capacity_rps=float(cap["request_throughput"]), interval=(lo, hi),
-                  first_failing_rps=cap.get("high"), bottleneck=capacity.limit_text(cap),
+    return Limits(True, capacity_rps=float(cap.request_throughput), interval=(lo, hi),
+                  first_failing_rps=cap.high, bottleneck=capacity.limit_text(cap),
                   safe_rps=safe, safe_source=safe_source, max_concurrency=concurrency,
                   concurrency_source=conc_source, queue_metric=metric,
                   queue_threshold=threshold, queue_source=q_source, slos=dict(slos),
                   watch=watch)
 
 
-def _concurrency(rec: TrialRecord, passed: list[Mapping[str, Any]], safe: float
+def _concurrency(rec: TrialRecord, passed: list[StepRecord], safe: float
                  ) -> tuple[int | None, str]:
-    running = [(s["index"], s["rate"], s["probes"]["requests_running_max"]) for s in passed
-               if (s.get("probes") or {}).get("requests_running_max")]
+    running = [(s.index, s.load, s.probes["requests_running_max"]) for s in passed
+               if (s.probes or {}).get("requests_running_max")]
     if running:
         index, rate, most = max(running, key=lambda x: x[2])
         return math.ceil(most), (f"the largest running batch the engine reported in the "
@@ -144,35 +145,35 @@ def _concurrency(rec: TrialRecord, passed: list[Mapping[str, Any]], safe: float
     return None, "no running batch or latency recorded"
 
 
-def _queue(steps: list[Mapping[str, Any]], cap: Mapping[str, Any]
+def _queue(steps: list[StepRecord], cap: CapacityRecord
            ) -> tuple[str | None, float | None, str]:
     """The gauge that grew at the first failing step above capacity, and a threshold
     halfway between the passing steps' highest value and that step's."""
-    low = cap.get("low") or 0.0
-    failing = [s for s in steps if not s["passed"] and s["rate"] > low]
-    first = min(failing, key=lambda s: s["rate"], default=None)
-    passing = [s for s in steps if s["passed"]]
+    low = cap.low or 0.0
+    failing = [s for s in steps if not s.passed and s.load > low]
+    first = min(failing, key=lambda s: s.load, default=None)
+    passing = [s for s in steps if s.passed]
     if first is None or not passing:
         return None, None, "no failing step above capacity was recorded"
     for metric, key in ((WAITING, "requests_waiting_mean"), (RUNNING, "requests_running_max")):
-        ok = max(float((s.get("probes") or {}).get(key) or 0.0) for s in passing)
-        bad = float((first.get("probes") or {}).get(key) or 0.0)
+        ok = max(float((s.probes or {}).get(key) or 0.0) for s in passing)
+        bad = float((first.probes or {}).get(key) or 0.0)
         if bad > ok:
             threshold = max(1.0, math.ceil((ok + bad) / 2))
             what = "mean" if key.endswith("mean") else "max"
             return metric, threshold, (f"{what} {ok:g} in the passing steps, {bad:g} at step "
-                                       f"{first['index']} ({first['rate']:.3g} req/s), the "
+                                       f"{first.index} ({first.load:.3g} req/s), the "
                                        "first failing one")
     return None, None, "no queue gauge grew at the first failing step"
 
 
 def _watch(metric: str | None, threshold: float | None, slos: Mapping[str, float],
-           steps: list[Mapping[str, Any]]) -> list[Watch]:
+           steps: list[StepRecord]) -> list[Watch]:
     out = []
     if metric and threshold is not None:
         out.append(Watch("QueueGrowing", f"max_over_time({metric}[1m]) > {threshold:g}",
                          "the backlog grows past what the study saw at capacity"))
-    if not any((s.get("probes") or {}).get("preemptions") for s in steps if s["passed"]):
+    if not any((s.probes or {}).get("preemptions") for s in steps if s.passed):
         out.append(Watch("Preempting", "rate(vllm:num_preemptions_total[5m]) > 0",
                          "the KV cache is full: no passing step preempted"))
     for key, limit in slos.items():

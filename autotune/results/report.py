@@ -118,8 +118,8 @@ def points(study: optuna.Study) -> tuple[list[Point], list[TrialRecord]]:
         if r.state == TrialState.COMPLETE and r.measures:
             m = r.measures
             placed.append(Point(kind=FEASIBLE if r.feasible else INFEASIBLE,
-                                throughput=m["throughput"], latency_ms=m["latency_ms"],
-                                memory_mib=m.get("memory_mib"), **common))
+                                throughput=m.throughput, latency_ms=m.latency_ms,
+                                memory_mib=m.memory_mib, **common))
         elif (partial := _partial(r.metrics, ax)) is not None:
             placed.append(Point(kind=PARTIAL, throughput=partial[0], latency_ms=partial[1],
                                 memory_mib=obj.memory_mib(r.metrics), **common))
@@ -532,7 +532,7 @@ def parallel_figure(study: optuna.Study) -> go.Figure:
 
 def guardrail_figure(study: optuna.Study) -> go.Figure:
     """Drift (log scale) and agreement of every checked trial against their thresholds."""
-    checked = [r for r in records(study) if "drift" in (r.quality or {})]
+    checked = [r for r in records(study) if r.quality and r.quality.checked]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
         "drift of the reference tokens' log-probabilities (nats, lower is better)",
         "agreement of greedy outputs (higher is better)"))
@@ -543,23 +543,23 @@ def guardrail_figure(study: optuna.Study) -> go.Figure:
         return fig
     qs = [r.quality for r in checked if r.quality is not None]  # each of them has one
     xs = [f"#{r.number} {r.name}".strip() for r in checked]
-    colours = ["#2ca02c" if q.get("passed") else "#d62728" for q in qs]
-    hover = [("reference run (its drift is the noise floor)" if q.get("made_reference")
-              else ("passed" if q.get("passed") else "REJECTED")) for q in qs]
+    colours = ["#2ca02c" if q.passed else "#d62728" for q in qs]
+    hover = [("reference run (its drift is the noise floor)" if q.made_reference
+              else ("passed" if q.passed else "REJECTED")) for q in qs]
     # A log axis cannot show 0: a drift of exactly 0 is drawn at a tiny floor.
-    fig.add_trace(go.Bar(x=xs, y=[max(q["drift"], 1e-9) for q in qs], marker_color=colours,
+    drifts = [max(q.drift or 0.0, 1e-9) for q in qs]  # each checked one has a drift
+    fig.add_trace(go.Bar(x=xs, y=drifts, marker_color=colours,
                          hovertext=hover, name="drift"), row=1, col=1)
-    fig.add_trace(go.Bar(x=xs, y=[q.get("agreement") for q in qs], marker_color=colours,
+    fig.add_trace(go.Bar(x=xs, y=[q.agreement for q in qs], marker_color=colours,
                          hovertext=hover, name="agreement"), row=1, col=2)
-    th: dict[str, Any] = next((q["thresholds"] for q in reversed(qs) if q.get("thresholds")),
-                              {})
+    th: dict[str, Any] = next((q.thresholds for q in reversed(qs) if q.thresholds), {})
     if th.get("drift") is not None:
         fig.add_hline(y=th["drift"], line_dash="dash", line_color="#d62728", row=1, col=1,
                       annotation_text=f"max {th['drift']:.3g}")
     if th.get("agreement") is not None:
         fig.add_hline(y=th["agreement"], line_dash="dash", line_color="#d62728", row=1, col=2,
                       annotation_text=f"min {th['agreement']:.3g}")
-    shown = [max(q["drift"], 1e-9) for q in qs] + ([th["drift"]] if th.get("drift") else [])
+    shown = drifts + ([th["drift"]] if th.get("drift") else [])
     fig.update_yaxes(type="log", row=1, col=1, range=[math.log10(min(shown)) - 0.5,
                                                       math.log10(max(shown)) + 0.5])
     fig.update_yaxes(range=[0, 1.05], row=1, col=2)
@@ -615,11 +615,12 @@ def startup_figure(study: optuna.Study) -> go.Figure:
                            x=0.5, y=0.5, showarrow=False)
         return fig
     # A trial that did not complete names why: a start that failed shows where it stopped.
-    ys = [" ".join(filter(None, (f"#{r.number}", r.name, r.startup.get("launch"),
+    ys = [" ".join(filter(None, (f"#{r.number}", r.name, r.startup.launch,
                                  f"({r.reason})" if r.reason else "")))
           for r in started]
     # Records written before the split hold only the total.
-    split = [r.startup.get("phases") or {"not split": r.startup_s} for r in started]
+    split: list[Mapping[str, float | None]] = [
+        r.startup.phases or {"not split": r.startup_s} for r in started]
     for phase, colour in PHASE_COLOURS.items():
         xs = [s.get(phase) for s in split]
         if any(x is not None for x in xs):

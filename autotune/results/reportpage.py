@@ -15,10 +15,13 @@ from plotly.offline import get_plotlyjs
 
 from autotune.errors import ConfigError
 from autotune.measure import capacity
+from autotune.measure.capacity import CapacityRecord
 from autotune.results import report, show, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
 from autotune.tuning import ranking, relief
+from autotune.tuning.guardrail import Quality
+from autotune.tuning.objective import Measures
 from autotune.tuning.record import RELIEF, StudyRecord, TrialRecord, records
 from autotune.verify import crosscheck
 
@@ -72,8 +75,7 @@ def _capacity(r: TrialRecord) -> tuple[str, str]:
     cap = r.capacity
     if not cap:
         return "", ""
-    rate = cap.get("request_throughput", cap.get("request_rate"))
-    low, high = cap.get("low"), cap.get("high")
+    rate, low, high = cap.request_throughput, cap.low, cap.high
     if low is None:
         text = "no rate met the SLOs"
     elif high is None:  # the SLOs held at every rate tried: a floor
@@ -82,7 +84,11 @@ def _capacity(r: TrialRecord) -> tuple[str, str]:
         text = f"{fmt(rate, '.3g')} ({low:.3g}-{high:.3g})"
     if caveat := show.capacity_caveat(cap):
         text += f"; {caveat}"
-    return text, fmt(cap.get("output_throughput"))
+    return text, fmt(cap.output_throughput)
+
+
+def _limit(cap: CapacityRecord | None) -> str:
+    return (capacity.limit_text(cap) if cap else None) or ""
 
 
 def _gain(r: TrialRecord, tied: set[int], best: int | None) -> str:
@@ -99,8 +105,18 @@ def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> dict[str, Any]:
 
 
 Column = tuple[str, Callable[[TrialRecord], str], bool]  # header, cell, numeric
-# The guardrail's verdict (a trial's quality["passed"]); "" where it did not run.
+# The guardrail's verdict (a trial's `quality.passed`); "" where it did not run.
 _VERDICTS: dict[object, str] = {True: "passed", False: "REJECTED"}
+
+
+def _m(r: TrialRecord) -> Measures:
+    """The trial's measures; one without reads as not measured (NaN, shown as `-`)."""
+    return r.measures or Measures()
+
+
+def _q(r: TrialRecord) -> Quality:
+    """The trial's quality verdict; one without reads as not checked (None, `-`)."""
+    return r.quality or Quality()
 
 
 def columns(study: optuna.Study) -> list[Column]:
@@ -111,25 +127,19 @@ def columns(study: optuna.Study) -> list[Column]:
     tied = show.tied_with_best(study)
     top = ranking.feasible_best(study)
 
-    def m(key: str, spec: str = ".1f") -> Callable[[TrialRecord], str]:
-        return lambda r: fmt((r.measures or {}).get(key), spec)
-
-    def q(key: str, spec: str) -> Callable[[TrialRecord], str]:
-        return lambda r: fmt((r.quality or {}).get(key), spec)
-
     cols: list[Column] = [
         ("#", lambda r: str(r.number), True),
         ("tried because", lambda r: r.tried_because.text, False),
         ("flags beyond the fixed ones", lambda r: _flags(_beyond(r, fixed)), False),
         ("outcome", outcome, False),
         ("reason", lambda r: reason(r) + (f": {r.detail[:160]}" if r.detail else ""), False),
-        (ax.throughput_label, m("throughput"), True),
-        (ax.latency_label, m("latency_ms"), True),
-        ("memory MiB", m("memory_mib", ".0f"), True),
+        (ax.throughput_label, lambda r: fmt(_m(r).throughput), True),
+        (ax.latency_label, lambda r: fmt(_m(r).latency_ms), True),
+        ("memory MiB", lambda r: fmt(_m(r).memory_mib, ".0f"), True),
         ("gain", lambda r: _gain(r, tied, top.number if top else None), False),
-        ("drift (nats)", q("drift", ".2g"), True),
-        ("agreement", q("agreement", ".3f"), True),
-        ("quality", lambda r: _VERDICTS.get((r.quality or {}).get("passed"), ""), False),
+        ("drift (nats)", lambda r: fmt(_q(r).drift, ".2g"), True),
+        ("agreement", lambda r: fmt(_q(r).agreement, ".3f"), True),
+        ("quality", lambda r: _VERDICTS.get(_q(r).passed, ""), False),
         ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
     if any(r.spec for r in trials):
@@ -138,7 +148,7 @@ def columns(study: optuna.Study) -> list[Column]:
     if any(r.capacity for r in trials):
         cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], False),
                  ("capacity out tok/s", lambda r: _capacity(r)[1], True),
-                 ("limited by", lambda r: capacity.limit_text(r.capacity or {}) or "", False)]
+                 ("limited by", lambda r: _limit(r.capacity), False)]
     elif any(r.bottleneck for r in trials):
         cols.append(("limited by", lambda r: r.bottleneck.text if r.bottleneck else "", False))
     if any(r.validation_vllm for r in trials):
@@ -239,12 +249,12 @@ def _best_line(study: optuna.Study, top: TrialRecord | None, fixed: Mapping[str,
 
 def _guardrail(study: optuna.Study) -> str:
     ref = StudyRecord.of(study).reference or {}
-    checked = [r for r in records(study) if "drift" in (r.quality or {})]
+    checked = [(r.number, r.quality) for r in records(study) if r.quality and r.quality.checked]
     if not checked:
         return "<p class='note'>No trial was checked against reference outputs.</p>"
-    q = checked[-1].quality or {}  # each checked trial has a quality record
-    th, noise = q.get("thresholds") or {}, q.get("noise") or {}
-    rejected = [f"#{r.number}" for r in checked if not (r.quality or {}).get("passed")]
+    q = checked[-1][1]
+    th, noise = q.thresholds or {}, q.noise or {}
+    rejected = [f"#{number}" for number, verdict in checked if not verdict.passed]
     return (f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
             f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
             f"{fmt(noise.get('agreement'), '.3f')}. A trial passes with drift &le; "

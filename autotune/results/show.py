@@ -14,10 +14,12 @@ from optuna.trial import TrialState
 from autotune import reasons
 from autotune.errors import ConfigError
 from autotune.measure import capacity
+from autotune.measure.capacity import CapacityRecord
 from autotune.results import whatif
 from autotune.slo import Slo
 from autotune.tuning import ranking as ranked
 from autotune.tuning import relief, storage
+from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import gain
 from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
 from autotune.verify import crosscheck
@@ -86,9 +88,9 @@ def reason(r: TrialRecord) -> str:
         return f"same as #{r.duplicate_of}"
     if outcome(r) == "infeasible":
         why = []
-        q = r.quality or {}
-        if q and not q.get("passed", True):
-            why.append(f"quality (drift {q.get('drift', 0):.3f})")
+        q = r.quality
+        if q is not None and q.passed is False:
+            why.append(f"quality (drift {q.drift or 0:.3f})")
         if r.metrics.get("failed"):
             why.append("failed requests")
         return ", ".join(why) or "SLO missed"
@@ -97,7 +99,7 @@ def reason(r: TrialRecord) -> str:
 
 def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
     """One trial as plain data: for the table and for `--json` (`fixed` flags left out)."""
-    m = r.measures or {}
+    m, q = r.measures, r.quality or Quality()
     return {
         "number": r.number,
         "name": r.name,
@@ -106,16 +108,16 @@ def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, 
         "outcome": outcome(r),
         "reason": reason(r),
         "flags": {k: v for k, v in r.flags.items() if k not in (fixed or {})},
-        "throughput": m.get("throughput"),
-        "latency_ms": m.get("latency_ms"),
-        "memory_mib": m.get("memory_mib"),
+        "throughput": m.throughput if m else None,
+        "latency_ms": m.latency_ms if m else None,
+        "memory_mib": m.memory_mib if m else None,
         "values": list(r.values) if r.values is not None else None,
         "gain": r.gain,
         "startup_s": r.startup_s,
         "capacity": _capacity(r),
         "bottleneck": r.bottleneck.text if r.bottleneck else None,
         "detail": r.detail,
-        "quality": {k: (r.quality or {}).get(k) for k in ("passed", "drift", "agreement")},
+        "quality": {"passed": q.passed, "drift": q.drift, "agreement": q.agreement},
         "speculation": r.spec.as_dict() if r.spec else None,
         "validation": compact(r.validation),
         "validation_vllm": crosscheck.compact(r.validation_vllm),
@@ -138,11 +140,11 @@ def _capacity(r: TrialRecord) -> dict[str, Any] | None:
     if cap is None:
         return None
     lo, hi = capacity.interval(cap)
-    return {k: cap.get(k) for k in ("request_throughput", "output_throughput", "low", "high",
-                                    "uncertainty", "saturated", "stopped")} | {
-        "interval": [lo, hi], "steps": len(cap.get("steps") or []),
-        "text": capacity.describe(cap), "bottleneck": capacity.limit_text(cap),
-        "caveat": capacity_caveat(cap)}
+    return {"request_throughput": cap.request_throughput,
+            "output_throughput": cap.output_throughput, "low": cap.low, "high": cap.high,
+            "uncertainty": cap.uncertainty, "saturated": cap.saturated, "stopped": cap.stopped,
+            "interval": [lo, hi], "steps": len(cap.steps), "text": capacity.describe(cap),
+            "bottleneck": capacity.limit_text(cap), "caveat": capacity_caveat(cap)}
 
 
 def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[str, Any]]:
@@ -151,7 +153,7 @@ def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[st
     parser defaults and the scenario's fixed flags)."""
     done = [(r, cap) for r in trials
             if r.feasible and (cap := r.capacity) and r.duplicate_of is None]
-    done.sort(key=lambda rc: -rc[1]["request_throughput"])
+    done.sort(key=lambda rc: -rc[1].request_throughput)
     return [{"number": r.number, "name": r.name, "overrides": ranked.overrides(r, defaults),
              "tied": capacity.tied(cap, done[0][1]), **(_capacity(r) or {})}
             for r, cap in done]
@@ -259,10 +261,10 @@ def workload_text(w: Mapping[str, Any]) -> str:
                 f"{w.get('input_len')} tokens in, {w.get('output_len')} out")
     else:
         text = f"{kind} prompts from {w.get('path')}"
-    cap = w.get("capacity") or {}
+    search = w.get("capacity") or {}  # the scenario's CapacitySpec, as plain data
     if w.get("mode") == "capacity":
         text += ("; capacity at SLO: the highest sustained request rate that meets every "
-                 f"SLO, in steps of at least {cap.get('min_step_s', 20):g} s")
+                 f"SLO, in steps of at least {search.get('min_step_s', 20):g} s")
     else:
         text += f"; sent {_rate(w.get('request_rate'))}"
         text += (f", at most {w['max_concurrency']} in flight" if w.get("max_concurrency")
@@ -295,21 +297,19 @@ def objective_text(o: Mapping[str, Any]) -> str:
     return text + f"; SLOs: {slo_text(o.get('slos') or {})}"
 
 
-def capacity_caveat(cap: Mapping[str, Any] | None) -> str | None:
+def capacity_caveat(cap: CapacityRecord | None) -> str | None:
     """Why a capacity figure is not a sustained measurement to quote, or None: it rests on
     the burst (over in a fraction of a second), on steps much shorter than the 20-s
     default, or its uncertainty is too wide to rank by."""
-    if not cap or not cap.get("low"):
+    if not cap or not cap.low:
         return None
-    at = [s for s in cap.get("steps") or [] if s.get("passed")
-          and (s.get("rate") if s.get("rate") is not None else s.get("achieved_rps"))
-          == cap.get("low")]
+    at = [s for s in cap.steps if s.passed and s.load == cap.low]
     step = at[-1] if at else None
     why = []
-    if step is not None and step.get("kind") == "burst":
-        why.append(f"from a {step.get('duration_s') or 0:.1f}-s burst, not a sustained rate")
-    elif step is not None and step.get("duration_s") and step["duration_s"] < 10:
-        why.append(f"from {step['duration_s']:.1f}-s steps (sustained steps last 20 s)")
-    if (cap.get("uncertainty") or 0) > 0.25:
-        why.append(f"±{cap['uncertainty']:.0%}: too uncertain to rank by")
+    if step is not None and step.kind == "burst":
+        why.append(f"from a {step.duration_s or 0:.1f}-s burst, not a sustained rate")
+    elif step is not None and step.duration_s and step.duration_s < 10:
+        why.append(f"from {step.duration_s:.1f}-s steps (sustained steps last 20 s)")
+    if (cap.uncertainty or 0) > 0.25:
+        why.append(f"±{cap.uncertainty:.0%}: too uncertain to rank by")
     return "; ".join(why) or None

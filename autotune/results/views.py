@@ -17,6 +17,7 @@ from rich.padding import Padding
 from rich.table import Table
 
 from autotune.measure import capacity
+from autotune.measure.capacity import CapacityRecord
 from autotune.results import whatif
 from autotune.results.show import fmt, outcome, reason, speculation_text
 from autotune.tuning import relief
@@ -200,10 +201,10 @@ def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
         console.print(f"#{ranking[0]['number']} is limited by: {ranking[0]['bottleneck']}")
 
 
-def print_capacity(cap: dict[str, Any], slo_keys: list[str], console: Console) -> None:
+def print_capacity(cap: CapacityRecord, slo_keys: list[str], console: Console) -> None:
     """The capacity line and the table of its search steps."""
     console.print(f"capacity at SLO: {capacity.describe(cap)}; "
-                  f"{fmt(cap.get('output_throughput'))} output tok/s at that rate")
+                  f"{fmt(cap.output_throughput)} output tok/s at that rate")
     if limit := capacity.limit_text(cap):
         console.print(f"limited by: {limit}")
     table = Table(title="capacity search steps (SLO figures of each step's steady window)")
@@ -233,12 +234,12 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
     if r.timings:
         console.print("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
                                            for k, v in r.timings.items())
-                      + (f" ({r.startup['launch']} start)" if r.startup.get("launch") else ""))
-    if r.startup.get("phases"):
+                      + (f" ({r.startup.launch} start)" if r.startup.launch else ""))
+    if r.startup.phases:
         console.print("start-up: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s"
-                                               for k, v in r.startup["phases"].items()))
+                                               for k, v in r.startup.phases.items()))
     m = r.metrics
-    if r.bottleneck is not None and not m.get("capacity"):
+    if r.bottleneck is not None and not r.capacity:
         console.print(f"limited by: {r.bottleneck.text}")
     if m:
         console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "
@@ -253,12 +254,11 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                       f"in {spec.drafts:,} drafts, of {spec.generated_tokens:,} output tokens; "
                       "by position "
                       + " ".join(f"{x:.0%}" for x in spec.accepted_per_position))
-    if r.startup.get("async_scheduling") is not None:
+    if r.startup.async_scheduling is not None:
         console.print("async scheduling (as the engine said): "
-                      + ("on" if r.startup["async_scheduling"] else "off"))
-    if m.get("capacity"):
-        print_capacity(m["capacity"], [k for k in m["capacity"]["steps"][0]["figures"]
-                                       if k.endswith("_ms")], console)
+                      + ("on" if r.startup.async_scheduling else "off"))
+    if r.capacity:
+        print_capacity(r.capacity, capacity.slo_keys(r.capacity), console)
     v = r.validation
     if v:
         console.print(f"validation: {one_line(v)}; {v.get('when')}, {v.get('engine_version')}")
@@ -275,14 +275,14 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         if vv.get("workload_note"):
             console.print(f"  {vv['workload_note']}")
     q = r.quality
-    if q and "drift" in q:
-        th = q.get("thresholds") or {}
-        console.print(f"quality: {'passed' if q.get('passed') else 'REJECTED'}; drift "
-                      f"{q['drift']:.4f} nats (max {fmt(th.get('drift'), '.4f')}), agreement "
-                      f"{q['agreement']:.3f} (min {fmt(th.get('agreement'), '.3f')}), "
-                      f"common prefix {q['prefix_ratio']:.3f}; noise floor drift "
-                      f"{(q.get('noise') or {}).get('drift', 0):.4f}")
-        for w in q.get("worst") or []:
+    if q and q.checked:
+        th = q.thresholds or {}
+        console.print(f"quality: {'passed' if q.passed else 'REJECTED'}; drift "
+                      f"{q.drift:.4f} nats (max {fmt(th.get('drift'), '.4f')}), agreement "
+                      f"{q.agreement:.3f} (min {fmt(th.get('agreement'), '.3f')}), "
+                      f"common prefix {q.prefix_ratio:.3f}; noise floor drift "
+                      f"{(q.noise or {}).get('drift', 0):.4f}")
+        for w in q.worst or []:
             console.print(f"  prompt {w['prompt']} ({w['prompt_text']!r}): drift "
                           f"{w['drift']:.4f}, similarity {w['similarity']:.2f}, diverges at "
                           f"token {w['diverges_at']}")

@@ -68,16 +68,16 @@ def _latency_broken(violation: str) -> bool:
 
 def answer(rec: TrialRecord, slos: Sequence[Slo]) -> Answer:
     """Trial `rec`'s capacity under `slos`, from its recorded sustained steps."""
-    quality_ok = (rec.quality or {}).get("passed", True) is not False
+    quality_ok = rec.quality is None or rec.quality.passed is not False
     rows: list[tuple[float, bool]] = []
-    for step in (rec.capacity or {}).get("steps") or []:
-        if step.get("rate") is None:
+    for step in rec.capacity.steps if rec.capacity else ():
+        if step.rate is None:
             continue  # the burst has no steady state: it never counted as capacity
-        figures = {**(step.get("figures") or {}), **(step.get("latencies") or {})}
+        figures = {**(step.figures or {}), **(step.latencies or {})}
         if any(s.key not in figures for s in slos):
             continue
-        other = [v for v in step.get("violations") or [] if not _latency_broken(v)]
-        rows.append((float(step["rate"]),
+        other = [v for v in step.violations or [] if not _latency_broken(v)]
+        rows.append((float(step.rate),
                      not other and all(s.met(figures[s.key]) for s in slos)))
     if not rows:
         return Answer(rec.number, NO_DATA, None, None, 0, quality_ok)

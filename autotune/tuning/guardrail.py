@@ -34,6 +34,7 @@ from autotune.errors import ConfigError
 from autotune.measure import loadgen, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
+from autotune.stored import Stored
 
 log = logging.getLogger("autotune")
 DRIFT_FLOOR = 0.01  # nats: below this, differences are rounding on any backend
@@ -233,13 +234,38 @@ def verdict(report: dict[str, Any], reference: Reference) -> dict[str, Any]:
     return report
 
 
-def constraints(report: dict[str, Any] | None) -> dict[str, float]:
-    """Two named Optuna constraints (<= 0 is met); zeros when the guardrail is off."""
+@dataclass(frozen=True)
+class Quality(Stored):
+    """The guardrail's verdict on a trial as its record keeps it: `compare`'s figures, the
+    thresholds and noise floor of `verdict`, whether it passed and whether the trial made
+    the reference; a check that failed to run keeps only its `error`."""
+
+    drift: float | None = None
+    drift_max: float | None = None
+    agreement: float | None = None
+    prefix_ratio: float | None = None
+    worst: list[dict[str, Any]] = field(default_factory=list)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    noise: dict[str, float] = field(default_factory=dict)
+    passed: bool | None = None
+    made_reference: bool | None = None
+    error: str | None = None
+
+    @property
+    def checked(self) -> bool:
+        """Whether the outputs were compared (not an error, nor a record without drift)."""
+        return self.drift is not None
+
+
+def constraints(report: Quality | dict[str, Any] | None) -> dict[str, float]:
+    """Two named Optuna constraints (<= 0 is met); zeros when the guardrail is off. The
+    verdict is typed (a trial's), or `check`'s plain report."""
     if not report:
         return {"quality_drift": 0.0, "quality_agreement": 0.0}
-    t = report["thresholds"]
-    return {"quality_drift": report["drift"] - t["drift"],
-            "quality_agreement": t["agreement"] - report["agreement"]}
+    q = report if isinstance(report, Quality) else Quality.from_dict(report)
+    assert q.drift is not None and q.agreement is not None, "a verdict has both"
+    return {"quality_drift": q.drift - q.thresholds["drift"],
+            "quality_agreement": q.thresholds["agreement"] - q.agreement}
 
 
 @dataclass

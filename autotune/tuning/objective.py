@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from autotune import slo
 from autotune.config import Objective, WeightKey, latency_key
+from autotune.stored import Stored
 
 
 @dataclass(frozen=True)
-class Measures:
-    throughput: float
-    latency_ms: float
-    memory_mib: float | None
+class Measures(Stored):
+    """What a trial is scored on, kept in its record (`measures`); a figure missing from a
+    stored record reads as NaN (memory: None), not as a measured 0."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    throughput: float = math.nan
+    latency_ms: float = math.nan
+    memory_mib: float | None = None
 
 
 def memory_mib(summary: Mapping[str, Any]) -> float | None:

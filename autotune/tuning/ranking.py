@@ -21,6 +21,7 @@ from autotune.errors import ConfigError
 from autotune.flags import normalize
 from autotune.measure import capacity
 from autotune.slo import Slo
+from autotune.tuning.objective import Measures
 from autotune.tuning.record import Snapshot, StudyRecord, TrialRecord, records
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
@@ -44,10 +45,10 @@ def objective_value(rec: TrialRecord) -> float:
     return rec.values[0]
 
 
-def measure_of(rec: TrialRecord, key: str) -> float:
-    """One of a trial's measures; only for trials that carry them (`feasible` keeps those)."""
+def measures_of(rec: TrialRecord) -> Measures:
+    """A trial's measures; only for trials that carry them (`feasible` keeps those)."""
     assert rec.measures is not None, f"trial {rec.number} has no measures"
-    return rec.measures[key]
+    return rec.measures
 
 
 def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float],
@@ -132,14 +133,14 @@ def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "bala
     fixed = not_overrides(study)
     best: TrialRecord | None
     if policy == "max-throughput":
-        best = pick(candidates, lambda r: measure_of(r, "throughput"), fixed)
+        best = pick(candidates, lambda r: measures_of(r).throughput, fixed)
     elif policy == "min-latency":
-        best = min(candidates, key=lambda r: measure_of(r, "latency_ms"))
+        best = min(candidates, key=lambda r: measures_of(r).latency_ms)
     elif len(study.directions) == 1:
         best = pick(candidates, objective_value, fixed)
     else:  # Pareto studies: the best throughput per unit of latency.
-        best = max(candidates, key=lambda r: math.log(measure_of(r, "throughput"))
-                   - math.log(measure_of(r, "latency_ms")))
+        best = max(candidates, key=lambda r: math.log(measures_of(r).throughput)
+                   - math.log(measures_of(r).latency_ms))
     assert best is not None  # pick answers None only when there are no candidates
     return best
 

@@ -4,7 +4,9 @@ A study database must explain itself, so each trial keeps what it ran and measur
 Optuna's user attributes. Those are a dictionary of string keys; read by hand in many places
 they drift apart (one reader took a missing `feasible` for true, another for false). Here
 they are read in one place, `TrialRecord.of`, and written in one place, `write`; every other
-module sees a typed `TrialRecord`.
+module sees a typed `TrialRecord`. Its measures, quality verdict, start-up and capacity
+search are typed too (`autotune.stored`: any record version reads, and writes back as it
+was stored), each defined by the module that makes it.
 
 Feasible has one meaning: the trial completed and every Optuna constraint on it is met
 (<= 0). Constraints are Optuna's named constraints (`Trial.set_constraint`); studies written
@@ -27,15 +29,21 @@ import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import reasons
+from autotune.engine.log import Startup
 from autotune.measure import bottleneck, capacity
 from autotune.measure.bottleneck import Bottleneck
+from autotune.measure.capacity import CapacityRecord
 from autotune.measure.speculation import Speculation
+from autotune.stored import Stored, plain
+from autotune.tuning.guardrail import Quality
+from autotune.tuning.objective import Measures
 
 # 1: before named constraints and study-level validations; 2: before the short scalars
 VERSION = 3
@@ -106,7 +114,7 @@ class TrialRecord:
     launched: bool | None = None
     memory_estimate: dict[str, Any] | None = None
     kv_capacity_reported: int | None = None
-    startup: dict[str, Any] = field(default_factory=dict)
+    startup: Startup = field(default_factory=lambda: Startup.from_dict({}))
     timings: dict[str, float] = field(default_factory=dict)
     ballast: dict[str, Any] | None = None
     # Which worker ran it (`autotune.tuning.shared.Worker`): id, host, pid, GPU.
@@ -119,8 +127,8 @@ class TrialRecord:
     detail: str | None = None
     duplicate_of: int | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
-    measures: dict[str, float] | None = None
-    quality: dict[str, Any] | None = None
+    measures: Measures | None = None
+    quality: Quality | None = None
     # What speculative decoding did during the workload (`autotune.measure.speculation`).
     speculation: dict[str, Any] | None = None
     gain: float | None = None
@@ -134,6 +142,9 @@ class TrialRecord:
         a = t.user_attrs
         known = {f.name for f in dataclasses.fields(cls)} - _FROM_TRIAL
         fields_ = {k: a[k] for k in known if a.get(k) is not None}
+        for key, kind in _TYPED.items():
+            if isinstance(fields_.get(key), Mapping):
+                fields_[key] = kind.from_dict(fields_[key])
         constraints = dict(t.constraints)
         if not constraints and isinstance(a.get("constraints"), list):  # version 1, no system attr
             constraints = {str(i): float(c) for i, c in enumerate(a["constraints"])}
@@ -148,8 +159,10 @@ class TrialRecord:
                    version=int(a.get("record_version") or 1), **fields_)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain data for `--json`: every field, the state by name, `feasible` spelled out."""
+        """Plain data for `--json`: every field (the typed ones as stored), the state by
+        name, `feasible` spelled out."""
         out = dataclasses.asdict(self)
+        out.update((k, plain(getattr(self, k))) for k in _TYPED)
         out["state"] = self.state.name.lower()
         out["feasible"] = self.feasible
         return out
@@ -161,10 +174,10 @@ class TrialRecord:
         return self.state == TrialState.COMPLETE and bool(self.constraints) \
             and all(c <= 0 for c in self.constraints.values())
 
-    @property
-    def capacity(self) -> dict[str, Any] | None:
-        """The capacity search's record, if the trial ran in capacity mode."""
-        return self.metrics.get("capacity")
+    @cached_property
+    def capacity(self) -> CapacityRecord | None:
+        """The capacity search's record, if the trial ran in capacity mode (read once)."""
+        return _capacity(self.metrics)
 
     @property
     def tried_because(self) -> Origin:
@@ -185,14 +198,13 @@ class TrialRecord:
         """What limited the engine: the capacity search's limiting step, else the fixed
         workload's whole run (attributed from its probes for records made before it was
         stored); None where nothing was measured."""
-        cap = self.capacity
-        found = cap.get("bottleneck") if cap else self.metrics.get("bottleneck")
+        if self.capacity is not None:
+            return self.capacity.limit
+        found = self.metrics.get("bottleneck")
         if isinstance(found, Mapping) and found.get("kind"):
             return Bottleneck(found["kind"], found.get("text", ""), found.get("valid", True))
         probes = self.metrics.get("probes")
-        if cap is None and probes:
-            return bottleneck.attribute(probes, self.metrics.get("client"))
-        return None
+        return bottleneck.attribute(probes, self.metrics.get("client")) if probes else None
 
     @property
     def limit_probes(self) -> dict[str, Any]:
@@ -230,6 +242,8 @@ class TrialRecord:
                 "tried_because": self.tried_because.text}
 
 
+# Fields stored as JSON objects that the record reads as typed values.
+_TYPED: dict[str, type[Stored]] = {"measures": Measures, "quality": Quality, "startup": Startup}
 # Fields of a record that come from Optuna's own trial, not from user attributes.
 _FROM_TRIAL = {"number", "state", "values", "params", "datetime_start", "datetime_complete",
                "constraints", "version"}
@@ -247,7 +261,12 @@ SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
            "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
 
 
-def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | None,
+def _capacity(metrics: Mapping[str, Any]) -> CapacityRecord | None:
+    found = metrics.get("capacity")
+    return CapacityRecord.from_dict(found) if found else None
+
+
+def _scalars(metrics: Mapping[str, Any] | None, quality: Quality | None,
              spec: Mapping[str, Any] | None = None, origin: Mapping[str, Any] | None = None
              ) -> dict[str, Any]:
     """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
@@ -256,16 +275,16 @@ def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | Non
     if origin:
         out["tried_because"] = origin.get("text")
     if metrics is not None:
-        cap = metrics.get("capacity") or {}
-        out.update(capacity_rps=cap.get("request_throughput") if cap.get("low") else
-                   (0.0 if cap else None),
-                   capacity_low=cap.get("low"), capacity_high=cap.get("high"),
-                   capacity_uncertainty=cap.get("uncertainty"),
+        cap = _capacity(metrics)
+        out.update(capacity_rps=(cap.request_throughput if cap.low else 0.0) if cap else None,
+                   capacity_low=cap.low if cap else None,
+                   capacity_high=cap.high if cap else None,
+                   capacity_uncertainty=cap.uncertainty if cap else None,
                    bottleneck=capacity.limit_text(cap) if cap else
                    (metrics.get("bottleneck") or {}).get("text"))
     if quality is not None:
-        out.update(drift=quality.get("drift"), agreement=quality.get("agreement"),
-                   quality_passed=quality.get("passed"))
+        out.update(drift=quality.drift, agreement=quality.agreement,
+                   quality_passed=quality.passed)
     if spec:
         out.update(spec_acceptance_rate=spec.get("acceptance_rate"),
                    spec_acceptance_length=spec.get("mean_acceptance_length"))
@@ -274,15 +293,20 @@ def _scalars(metrics: Mapping[str, Any] | None, quality: Mapping[str, Any] | Non
 
 def write(trial: optuna.Trial, **values: Any) -> None:
     """Store record fields on a running trial (before `tell`); unknown names are a bug.
-    The short scalars of `metrics` and `quality` are stored with them (`SCALARS`)."""
+    Typed values (`Measures`, `Quality`, `Startup`) are stored as their dicts, plain dicts
+    as they are. The short scalars of `metrics` and `quality` are stored with them
+    (`SCALARS`)."""
     unknown = set(values) - WRITABLE
     if unknown:
         raise TypeError(f"not trial record fields: {', '.join(sorted(unknown))}")
     trial.set_user_attr("record_version", VERSION)
+    values = {k: plain(v) for k, v in values.items()}
     for key, value in values.items():
         trial.set_user_attr(key, value)
-    short = _scalars(values.get("metrics"), values.get("quality"), values.get("speculation"),
-                     values.get("origin"))
+    quality = values.get("quality")
+    short = _scalars(values.get("metrics"),
+                     Quality.from_dict(quality) if quality is not None else None,
+                     values.get("speculation"), values.get("origin"))
     for key, value in short.items():
         if value is not None:
             trial.set_user_attr(key, value)
@@ -309,10 +333,11 @@ def queued_again(rec: TrialRecord) -> dict[str, Any]:
 
 
 def copied(rec: TrialRecord) -> dict[str, Any]:
-    """A finished trial's measured fields, for a trial that ran the same flags."""
+    """A finished trial's measured fields, for a trial that ran the same flags (as `write`
+    takes them: typed where the record is)."""
     skip = {"baseline", "baseline_flags", "duplicate_of", "worker"}
     return {k: getattr(rec, k) for k in sorted(WRITABLE - skip)
-            if getattr(rec, k) not in (None, {}, [])}
+            if plain(getattr(rec, k)) not in (None, {}, [])}
 
 
 def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:

@@ -168,10 +168,9 @@ def broken(rec: TrialRecord, scenario: Scenario) -> set[str]:
     capacity's limiting step, else the trial's SLO constraints; with no SLO broken, the
     latency the objective weighs."""
     keys: list[str] = []
-    cap = rec.capacity or {}
-    steps, index = cap.get("steps") or [], cap.get("bottleneck_step")
-    if index is not None and index < len(steps):
-        keys = [v.split()[0] for v in steps[index].get("violations") or []]
+    step = rec.capacity.limiting_step if rec.capacity else None
+    if step is not None:
+        keys = [v.split()[0] for v in step.violations or []]
     if not keys:
         keys = [k.removeprefix("slo:") for k, v in rec.constraints.items()
                 if k.startswith("slo:") and v > 0]
@@ -209,8 +208,8 @@ def current(name: str, rec: TrialRecord, defaults: Mapping[str, Any]) -> Any:
         return int(spec.get(space.SPEC_TOKENS, 0)) if isinstance(spec, Mapping) else 0
     if name in flags:
         return flags[name]
-    if name == "async-scheduling" and rec.startup.get("async_scheduling") is not None:
-        return rec.startup["async_scheduling"]
+    if name == "async-scheduling" and rec.startup.async_scheduling is not None:
+        return rec.startup.async_scheduling
     if name in defaults:
         return defaults[name]
     return platform_default(name, rec.device)
@@ -248,7 +247,7 @@ def notch(p: Param, value: Any, toward: Any) -> Any:
 def held(rec: TrialRecord) -> float | None:
     """How many of the trial's requests its KV cache holds at once: the KV tokens the engine
     reported over the mean tokens (prompt and answer) of a measured request."""
-    tokens = rec.kv_capacity_reported or rec.startup.get("kv_cache_tokens")
+    tokens = rec.kv_capacity_reported or rec.startup.kv_cache_tokens
     m = rec.metrics
     done = m.get("completed") or 0
     per = ((m.get("total_input_tokens") or 0) + (m.get("total_output_tokens") or 0)) / done \

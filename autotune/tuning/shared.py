@@ -124,7 +124,7 @@ def same_engine(flags: Mapping[str, Any], rec: TrialRecord) -> bool:
     if flags_key(flags) == flags_key(rec.flags):
         return True
     asked, ran = normalize(dict(flags)), normalize(dict(rec.flags))
-    forced_off = rec.startup.get("async_scheduling") is False and ran.get(ASYNC) is not False
+    forced_off = rec.startup.async_scheduling is False and ran.get(ASYNC) is not False
     return forced_off and flags_key({k: v for k, v in asked.items() if k != ASYNC}) == \
         flags_key({k: v for k, v in ran.items() if k != ASYNC})
 

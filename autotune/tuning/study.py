@@ -79,7 +79,7 @@ def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> Trial
 def reference(study: optuna.Study) -> obj.Measures | None:
     """The reference trial's measures (see `ranking.reference_trial`)."""
     r = ranking.reference_trial(study)
-    return obj.Measures(**r.measures) if r and r.measures else None  # r has measures
+    return r.measures if r else None  # r has measures
 
 
 def _pruner_hook(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
@@ -140,7 +140,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
     try:
         hold.release()  # a Ctrl-C held since `ask` is raised here, where the trial goes back
         # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
-        flags = {**normalize(scenario.engine.flags), **normalize(base)} if base is not None \
+        flags = {**scenario.engine.flags, **normalize(base)} if base is not None \
             else space.suggest(trial, scenario)
         # Announced before anything waits or launches: the flags, why it is tried, then the
         # worker (other workers read a trial with a worker as one whose flags are known).

@@ -92,7 +92,7 @@ class Outcome:
     reason: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
     facts: Facts = field(default_factory=lambda: Facts({}))
-    quality: dict[str, Any] | None = None
+    quality: guardrail.Quality | None = None
     new_reference: guardrail.Reference | None = None
 
 
@@ -197,8 +197,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         return Outcome(PRUNED, summary["stopped_after_probe"], summary, facts)
     if not summary["completed"]:
         return Outcome(PRUNED, reasons.NO_SUCCESSFUL_REQUESTS, summary, facts)
-    if quality is not None and "error" in quality:
-        facts.detail = quality["error"]
+    if quality is not None and quality.error is not None:
+        facts.detail = quality.error
         return Outcome(PRUNED, reasons.GUARDRAIL_ERROR, summary, facts)
     return Outcome(COMPLETE, "", summary, facts, quality, new_ref)
 
@@ -241,18 +241,21 @@ def _below(floor: float | None) -> capacity.StopRule | None:
 
 
 def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, alive: Alive
-             ) -> tuple[dict[str, Any], guardrail.Reference | None]:
-    """Check against the reference, or make the reference (with its noise floor)."""
+             ) -> tuple[guardrail.Quality, guardrail.Reference | None]:
+    """Check against the reference, or make the reference (with its noise floor); a check
+    that could not run is a verdict with its error."""
     spec = guard.spec
     try:
         if guard.reference is not None:
-            return guardrail.check(target, guard.reference, alive), None
+            return guardrail.Quality.from_dict(guardrail.check(target, guard.reference,
+                                                               alive)), None
         ref, report = guardrail.make_reference(
             target, guard.prompts, spec.max_tokens, factor=spec.noise_factor,
             drift=spec.drift_threshold, agreement=spec.agreement_threshold,
             context={"model": model, "flags": facts.flags,
                      "engine_version": facts.engine_version, "device": facts.device},
             alive=alive)
-        return {**guardrail.verdict(report, ref), "made_reference": True}, ref
+        return guardrail.Quality.from_dict({**guardrail.verdict(report, ref),
+                                            "made_reference": True}), ref
     except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:
-        return {"error": f"{type(err).__name__}: {err}"}, None
+        return guardrail.Quality.from_dict({"error": f"{type(err).__name__}: {err}"}), None

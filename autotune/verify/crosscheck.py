@@ -28,6 +28,8 @@ from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import vllmbench, watch
+from autotune.measure.capacity import CapacityRecord
+from autotune.stored import plain
 from autotune.tuning import prune, record
 from autotune.tuning import study as study_mod
 from autotune.tuning.record import TrialRecord
@@ -80,13 +82,13 @@ def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = Fals
     """candidate/baseline as the study itself measured it with autotune's client: the
     capacity, or in a fixed-workload study the objective's latency."""
     if fixed:
-        c, b = (candidate.measures or {}).get("latency_ms"), \
-            (against.measures or {}).get("latency_ms")
+        c = candidate.measures.latency_ms if candidate.measures else None
+        b = against.measures.latency_ms if against.measures else None
         return c / b if c and b else None
     cap_c, cap_b = candidate.capacity, against.capacity
-    if not cap_c or not cap_b or not cap_b.get("request_throughput"):
+    if not cap_c or not cap_b or not cap_b.request_throughput:
         return None
-    return cap_c["request_throughput"] / cap_b["request_throughput"]
+    return cap_c.request_throughput / cap_b.request_throughput
 
 
 def headline(v: Mapping[str, Any]) -> str:
@@ -254,7 +256,7 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
     env.update(cpuplace.placement(*slot, env))
-    reported = (t.capacity or {}).get("request_throughput") or None
+    reported = (t.capacity.request_throughput or None) if t.capacity else None
     t0 = time.monotonic()
     try:
         with Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=env), \
@@ -281,10 +283,11 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
         raise validate.ValidationRunFailed(
             f"validate: {what} stopped: {err.why}; log {run_dir / 'engine.log'}"
         ) from None
-    return {"capacity": cap["request_throughput"], "low": cap["low"], "high": cap["high"],
-            "bracket": cap["bracket"], "uncertainty": cap["uncertainty"],
-            "saturated": cap["saturated"], "stopped": cap["stopped"],
-            "max_request_throughput": cap["max_request_throughput"],
-            "output_throughput": cap["output_throughput"], "steps": cap["steps"],
+    found = CapacityRecord.from_dict(cap)
+    return {"capacity": found.request_throughput, "low": found.low, "high": found.high,
+            "bracket": found.bracket, "uncertainty": found.uncertainty,
+            "saturated": found.saturated, "stopped": found.stopped,
+            "max_request_throughput": found.max_request_throughput,
+            "output_throughput": found.output_throughput, "steps": plain(found.steps),
             "flags": launch, "startup_s": round(startup, 3), "measure_s": round(measure_s, 3),
             "log_path": str(run_dir / "engine.log"), "dir": str(run_dir)}

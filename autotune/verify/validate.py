@@ -85,14 +85,6 @@ def scenario_of(study: optuna.Study) -> Scenario:
                           f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from None
 
 
-def study_dir(target: str, study_name: str, root: Path) -> Path:
-    """Where `tune` keeps this study's logs: next to its SQLite file, else under `root`."""
-    path = Path(target.removeprefix("sqlite:///"))
-    if "://" not in str(path) and path.is_file():
-        return path.parent / study_name
-    return root / study_name
-
-
 def summarise(runs: list[dict[str, Any]], objective: Objective) -> dict[str, Any]:
     """Gain and CI per metric from the runs' figures (pure: runs in, numbers out).
 

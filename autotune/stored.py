@@ -1,0 +1,56 @@
+"""Typed records that a study keeps as JSON objects (a trial's measures, quality, start-up,
+capacity): read from any record version, written back exactly as they were read.
+
+`from_dict` ignores keys it does not know and leaves missing ones at their defaults, so a
+study written by an older autotune still reads; it also notes which keys it read, so that
+`as_dict` gives back that very object (same keys, same order): copying or showing a record
+never adds a key its study did not store. A record made in code has every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+R = TypeVar("R", bound="Stored")
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Base of a stored record; `NESTED` names the fields that hold records of their own (a
+    tuple of them where the stored value is a list)."""
+
+    # The keys `from_dict` read, in their order; None for a record made in code.
+    read: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
+    NESTED: ClassVar[Mapping[str, type[Stored]]] = {}
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
+        names = {f.name for f in dataclasses.fields(cls)} - {"read"}
+        found = {k: _read(cls.NESTED.get(k), v) for k, v in data.items() if k in names}
+        return cls(**found, read=tuple(found))
+
+    def as_dict(self) -> dict[str, Any]:
+        keys = self.read if self.read is not None else \
+            [f.name for f in dataclasses.fields(self) if f.name != "read"]
+        return {k: plain(getattr(self, k)) for k in keys}
+
+
+def _read(kind: type[Stored] | None, value: Any) -> Any:
+    if kind is None:
+        return value
+    if isinstance(value, list):
+        return tuple(kind.from_dict(v) for v in value)
+    return kind.from_dict(value) if isinstance(value, Mapping) else value
+
+
+def plain(value: Any) -> Any:
+    """A stored record (or a tuple of them) as the JSON data it stands for; anything else
+    as it is."""
+    if isinstance(value, Stored):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
