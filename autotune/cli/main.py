@@ -270,12 +270,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autotune.results import export
+    from autotune.tuning.record import Snapshot
 
     try:
         slos = _slo_pairs(args.slo)
     except ValueError as err:
         raise ConfigError(f"export: --slo: {err}") from None
-    st = _open_study(args)
+    st = Snapshot.of(_open_study(args))  # read once: chosen, then rendered
     trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
     model = args.model or (trial.command or ["", "", "MODEL"])[2]
     text = export.render(st, trial, args.format, model, args.image, args.max_replicas)

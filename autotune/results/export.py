@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import optuna
 import yaml
 
 from autotune.errors import ConfigError
@@ -27,7 +26,7 @@ from autotune.results.limits import Limits
 from autotune.tuning import ranking
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.record import Source, TrialRecord
 from autotune.verify import crosscheck, paired
 
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
@@ -35,12 +34,12 @@ PORT = 8000
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def slos_of(study: optuna.Study) -> dict[str, float]:
+def slos_of(study: Source) -> dict[str, float]:
     """The SLOs the study measured capacity under (its stored scenario)."""
     return dict((ranking.stored_scenario(study).get("objective") or {}).get("slos") or {})
 
 
-def recheck(study: optuna.Study, r: TrialRecord, lim: Limits) -> dict[str, str]:
+def recheck(study: Source, r: TrialRecord, lim: Limits) -> dict[str, str]:
     """The command that re-measures the export against vLLM's defaults on the user's own
     machine with vLLM's own client, and what result would mean the export no longer holds."""
     command = shlex.join(["autotune", "validate", str(study.study_name), "--trial",
@@ -54,7 +53,7 @@ def recheck(study: optuna.Study, r: TrialRecord, lim: Limits) -> dict[str, str]:
             "needs": "the study database and the model; one GPU like the measured one"}
 
 
-def facts(study: optuna.Study, r: TrialRecord) -> dict[str, Any]:
+def facts(study: Source, r: TrialRecord) -> dict[str, Any]:
     """What the export says about where it came from and what was measured."""
     m, q = r.metrics, r.quality or Quality()
     return {
@@ -187,7 +186,7 @@ def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
                 memory_gib=memory, shm_gib=shm, env=env)
 
 
-def render(study: optuna.Study, r: TrialRecord, fmt: str, model: str,
+def render(study: Source, r: TrialRecord, fmt: str, model: str,
            image: str | None = None, max_replicas: int = 4) -> str:
     """The artifact for trial `r` in format `fmt`, with the operating limits the study
     measured (`autotune.results.limits`) and the command that re-checks them. Every name

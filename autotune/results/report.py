@@ -37,7 +37,7 @@ from autotune.tuning.ranking import (
     reference_name,
     stored_scenario,
 )
-from autotune.tuning.record import DEFAULTS, TrialRecord, records
+from autotune.tuning.record import DEFAULTS, Snapshot, Source, TrialRecord, records
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
 HEIGHT = 520
@@ -69,7 +69,7 @@ class Axes:
         return f"{metric.upper()} {stat} (ms)"
 
 
-def axes(study: optuna.Study) -> Axes:
+def axes(study: Source) -> Axes:
     scenario = stored_scenario(study)
     o = scenario.get("objective") or {}
     return Axes(o.get("mode") or ("weighted" if len(study.directions) == 1 else "pareto"),
@@ -107,7 +107,7 @@ class Point:
         return "<br>".join(lines)
 
 
-def points(study: optuna.Study) -> tuple[list[Point], list[TrialRecord]]:
+def points(study: Source) -> tuple[list[Point], list[TrialRecord]]:
     """The trials that can be placed, and the rest (pruned or failed with no figures)."""
     ax, fixed = axes(study), fixed_flags(study)
     placed, unplaced = [], []
@@ -246,7 +246,7 @@ def _grouped(pts: Sequence[Point]) -> list[tuple[Point, str]]:
     return [(g[0], " = ".join(p.label for p in g)) for g in groups.values()]
 
 
-def pareto_figure(study: optuna.Study) -> go.Figure:
+def pareto_figure(study: Source) -> go.Figure:
     """Throughput against the objective's latency, memory as colour; the feasible front as a
     line, baselines labelled, infeasible trials as crosses, trials pruned mid-run hollow."""
     ax = axes(study)
@@ -319,7 +319,7 @@ def baseline_point(pts: Sequence[Point]) -> Point | None:
         next((p for p in done if p.name), None)
 
 
-def history_figure(study: optuna.Study) -> go.Figure:
+def history_figure(study: Source) -> go.Figure:
     """Gain over vLLM's defaults per trial, with the best feasible trial so far as a line.
 
     The best is chosen as `autotune show` chooses it: among trials whose capacities cannot
@@ -396,7 +396,7 @@ def history_figure(study: optuna.Study) -> go.Figure:
 MIN_DISTINCT = 5  # distinct searched configurations before importances mean anything
 
 
-def importances(study: optuna.Study) -> Importances | str:
+def importances(study: Source) -> Importances | str:
     """fANOVA importances of the searched flags for the first objective, or why there are
     none: fewer than `MIN_DISTINCT` distinct completed searched configurations (a copy of a
     configuration measured before, `same as #N`, adds nothing; two identical trials once
@@ -412,8 +412,8 @@ def importances(study: optuna.Study) -> Importances | str:
     if not params:
         return "Parameter importances: no searched flag took more than one value."
     numbers = {r.number for r in done}
-    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.number in numbers]
+    trials = [t for t in Snapshot.of(study).study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE,)) if t.number in numbers]
     view = optuna.create_study(directions=study.directions)  # the distinct trials only
     view.add_trials(trials)
     target = None if len(study.directions) == 1 else (lambda t: t.values[0])
@@ -450,7 +450,7 @@ class Importances(dict[str, float]):
         return text
 
 
-def importance_figure(study: optuna.Study) -> go.Figure:
+def importance_figure(study: Source) -> go.Figure:
     """Bars of `importances`, or the reason there are none written on an empty figure."""
     imp = importances(study)
     what = "weighted score" if len(study.directions) == 1 else axes(study).throughput_label
@@ -496,7 +496,7 @@ def short_value(v: Any, limit: int = 14) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def parallel_figure(study: optuna.Study) -> go.Figure:
+def parallel_figure(study: Source) -> go.Figure:
     """One line per measured trial across its searched flags ('default' where vLLM picks)
     and its figures, coloured by gain (weighted) or throughput (Pareto)."""
     ax = axes(study)
@@ -530,7 +530,7 @@ def parallel_figure(study: optuna.Study) -> go.Figure:
     return fig
 
 
-def guardrail_figure(study: optuna.Study) -> go.Figure:
+def guardrail_figure(study: Source) -> go.Figure:
     """Drift (log scale) and agreement of every checked trial against their thresholds."""
     checked = [r for r in records(study) if r.quality and r.quality.checked]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
@@ -573,7 +573,7 @@ PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e
                             strict=True)), phases.FAILED: "#000000", "not split": "#c7c7c7"}
 
 
-def speculation_figure(study: optuna.Study) -> go.Figure:
+def speculation_figure(study: Source) -> go.Figure:
     """Acceptance of every speculative trial, with its mean acceptance length and the
     workload's TPOT: whether drafting paid on this traffic."""
     spec = [(r, r.spec) for r in records(study) if r.spec is not None]
@@ -602,7 +602,7 @@ def speculation_figure(study: optuna.Study) -> go.Figure:
     return fig
 
 
-def startup_figure(study: optuna.Study) -> go.Figure:
+def startup_figure(study: Source) -> go.Figure:
     """Where each started engine's start-up went, phase by phase, and how it was launched
     (a warm start skips the API server's imports): what a faster start must cut."""
     started = [r for r in records(study) if r.startup_s is not None]
@@ -631,7 +631,7 @@ def startup_figure(study: optuna.Study) -> go.Figure:
     return fig
 
 
-def best(study: optuna.Study) -> TrialRecord | None:
+def best(study: Source) -> TrialRecord | None:
     """The trial `autotune export` ships by default (its `balanced` policy), if any."""
     try:
         return choose(study, policy="balanced")
@@ -639,7 +639,7 @@ def best(study: optuna.Study) -> TrialRecord | None:
         return None
 
 
-def best_vs_baseline(study: optuna.Study, label: str | None = None) -> dict[str, Any]:
+def best_vs_baseline(study: Source, label: str | None = None) -> dict[str, Any]:
     """One row: vLLM's defaults and the best feasible trial, their figures and the gain."""
     ax = axes(study)
     pts = {p.number: p for p in points(study)[0]}
@@ -656,7 +656,7 @@ def best_vs_baseline(study: optuna.Study, label: str | None = None) -> dict[str,
 
     gain = gain_of(b, ref, ax) if b is not None else None
     return {"study": label or study.study_name, "device": device,
-            "trials": len(study.get_trials(deepcopy=False)), **figures(ref, "baseline"),
+            "trials": len(records(study)), **figures(ref, "baseline"),
             **figures(b, "best"), "gain": gain,
             "throughput ratio": b.throughput / ref.throughput if b and ref else None,
             "latency ratio": b.latency_ms / ref.latency_ms if b and ref else None}

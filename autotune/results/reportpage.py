@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import optuna
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
@@ -22,7 +21,7 @@ from autotune.slo import Slo
 from autotune.tuning import ranking, relief
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import Measures
-from autotune.tuning.record import RELIEF, StudyRecord, TrialRecord, records
+from autotune.tuning.record import RELIEF, Snapshot, Source, TrialRecord, records
 from autotune.verify import crosscheck
 
 # The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table
@@ -119,7 +118,7 @@ def _q(r: TrialRecord) -> Quality:
     return r.quality or Quality()
 
 
-def columns(study: optuna.Study) -> list[Column]:
+def columns(study: Source) -> list[Column]:
     """The table's columns; capacity and validation only where some trial has them."""
     ax = report.axes(study)
     fixed = report.fixed_flags(study)
@@ -161,7 +160,7 @@ def columns(study: optuna.Study) -> list[Column]:
     return cols
 
 
-def trials_table(study: optuna.Study) -> str:
+def trials_table(study: Source) -> str:
     """Every trial with its outcome and reason, as an HTML table."""
     cols = columns(study)
     head = "".join(f"<th>{_e(name)}</th>" for name, _, _ in cols)
@@ -187,7 +186,7 @@ def table_html(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _about(study: optuna.Study) -> str:
+def _about(study: Source) -> str:
     """What was tuned, where, against what: the context every figure needs."""
     scenario = ranking.stored_scenario(study)
     trials = records(study)
@@ -231,7 +230,7 @@ def _about(study: optuna.Study) -> str:
         + "</dl>"
 
 
-def _best_line(study: optuna.Study, top: TrialRecord | None, fixed: Mapping[str, Any]
+def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
                ) -> str:
     """`#7 --max-num-seqs 256 ..., gain +21.7 % over vLLM defaults, capacity ...; ship it
     with: ...`, with the capacity's caveat where it has one."""
@@ -247,8 +246,8 @@ def _best_line(study: optuna.Study, top: TrialRecord | None, fixed: Mapping[str,
                    "--format k8s")
 
 
-def _guardrail(study: optuna.Study) -> str:
-    ref = StudyRecord.of(study).reference or {}
+def _guardrail(study: Source) -> str:
+    ref = Snapshot.of(study).attrs.reference or {}
     checked = [(r.number, r.quality) for r in records(study) if r.quality and r.quality.checked]
     if not checked:
         return "<p class='note'>No trial was checked against reference outputs.</p>"
@@ -268,7 +267,7 @@ def _figure(fig: Any, div_id: str) -> str:
                        div_id=div_id)
 
 
-def what_if_table(study: optuna.Study, slos: Sequence[Slo]) -> str:
+def what_if_table(study: Source, slos: Sequence[Slo]) -> str:
     """The trials re-ranked under `slos` from their recorded steps (`whatif.rerank`)."""
     data = whatif.rerank(records(study), slos)
     head = "".join(f"<th>{_e(c)}</th>" for c in ("#", "tried because", "flags", "answer",
@@ -282,9 +281,10 @@ def what_if_table(study: optuna.Study, slos: Sequence[Slo]) -> str:
 
 
 
-def build(study: optuna.Study, what_if: Sequence[Slo] = ()) -> str:
+def build(study: Source, what_if: Sequence[Slo] = ()) -> str:
     """The whole report as one HTML document (with `what_if`, a section re-ranking the
-    trials under those SLOs)."""
+    trials under those SLOs). The study is read once: every section works on that snapshot."""
+    study = Snapshot.of(study)
     imp = report.importances(study)
     sections: Sequence[tuple[str, str]] = [
         ("Pareto front", "<p>Each point is one configuration. Lower right is better: more "
@@ -324,7 +324,7 @@ def build(study: optuna.Study, what_if: Sequence[Slo] = ()) -> str:
             f"{body}</body></html>")
 
 
-def write(study: optuna.Study, path: Path, what_if: Sequence[Slo] = ()) -> Path:
+def write(study: Source, path: Path, what_if: Sequence[Slo] = ()) -> Path:
     try:
         path.write_text(build(study, what_if), encoding="utf-8")
     except OSError as err:

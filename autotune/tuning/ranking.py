@@ -14,7 +14,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import optuna
 from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
@@ -22,11 +21,10 @@ from autotune.flags import normalize
 from autotune.measure import capacity
 from autotune.slo import Slo
 from autotune.tuning.objective import Measures
-from autotune.tuning.record import Snapshot, StudyRecord, TrialRecord, records
+from autotune.tuning.record import Snapshot, Source, StudyRecord, TrialRecord, records
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 _NEVER = dt.datetime.max  # sorts a trial without a completion time last
-Source = optuna.Study | Snapshot  # a study, or one read once
 
 
 def _attrs(study: Source) -> StudyRecord:
@@ -109,7 +107,7 @@ def feasible_best(study: Source) -> TrialRecord | None:
     return pick(done, objective_value, not_overrides(study))
 
 
-def choose(study: optuna.Study, *, trial: int | None = None, policy: str = "balanced",
+def choose(study: Source, *, trial: int | None = None, policy: str = "balanced",
            slos: Mapping[str, float] | None = None, what: str = "export") -> TrialRecord:
     """A given trial number, or the best feasible trial under a policy (`export`'s and
     `validate`'s choice); ConfigError, prefixed with `what`, when there is none."""

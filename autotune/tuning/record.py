@@ -455,6 +455,17 @@ class Snapshot:
         return cls(study, attrs, tuple(TrialRecord.of(t, attrs)
                                        for t in study.get_trials(deepcopy=False)))
 
+    @property
+    def study_name(self) -> str:
+        return self.study.study_name
+
+    @property
+    def directions(self) -> list[optuna.study.StudyDirection]:
+        return self.study.directions
+
+
+# What readers take: a study, or one read once (`Snapshot.of` gives the latter either way).
+Source = optuna.Study | Snapshot
 
 
 def add(study: optuna.Study, state: TrialState = TrialState.COMPLETE, *,
