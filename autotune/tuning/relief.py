@@ -319,7 +319,7 @@ def _point(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any]
         return dict(rec.params)
     outside = {k: v for k, v in normalize(rec.flags).items()
                if k not in scenario.space and k != "speculative-config"}
-    if outside != normalize(scenario.engine.flags):
+    if outside != scenario.engine.flags:
         return None  # a baseline's own flags beyond the space: parameters would drop them
     point: dict[str, Any] = {}
     for name, p in scenario.space.items():
@@ -402,7 +402,7 @@ class Taken:
         if rec.flags:
             return rec.flags
         if rec.baseline_flags is not None:
-            return {**normalize(self.scenario.engine.flags), **rec.baseline_flags}
+            return {**self.scenario.engine.flags, **rec.baseline_flags}
         if rec.params:
             return flags_of(rec.params, self.scenario)
         return None
