@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from autotune.config import Scenario
+from autotune.engine.log import Startup
 from autotune.tuning import record, shared
 from autotune.tuning.space import relation_violation, suggest
 
@@ -58,7 +59,7 @@ def test_speculative_sections_that_cannot_work_are_refused(spec, message):
 
 def _ran(flags: dict, async_logged: bool | None) -> record.TrialRecord:
     return record.TrialRecord(number=0, state=optuna.trial.TrialState.COMPLETE, flags=flags,
-                              startup={"async_scheduling": async_logged})
+                              startup=Startup(async_scheduling=async_logged))
 
 
 def test_a_trial_differing_only_in_async_scheduling_from_one_the_engine_forced_off_is_a_twin():

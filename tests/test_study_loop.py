@@ -114,6 +114,23 @@ def test_a_repeated_configuration_is_copied_not_launched(tmp_path):
     assert copy.baseline is None  # the twin's identity is not copied
 
 
+def test_a_sampled_default_is_the_defaults_engine_copied_not_launched(tmp_path):
+    """max-num-seqs 16 is vLLM's default here (as the study recorded it): the searched trial
+    that asks for it would start the defaults' engine, so it takes their result."""
+    runner = Canned()
+    scenario = _scenario(space={"max-num-seqs": {"choices": [16]}}, baselines=[],
+                         sampler={"name": "random"})
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    record.set_engine_defaults(st, {"max-num-seqs": 16})
+    study.loop(st, scenario, "/models/tiny", tmp_path / "seam", trials=2, runner=runner)
+    defaults, searched = record.records(st)
+    assert len(runner.calls) == 1 and defaults.is_defaults  # one engine for both
+    assert searched.duplicate_of == defaults.number and searched.values == defaults.values
+    fixed = dict(scenario.engine.flags)
+    assert searched.flags == {**fixed, "max-num-seqs": 16} and defaults.flags == fixed
+    assert searched.params == {"max-num-seqs": 16}
+
+
 def test_a_trials_facts_are_record_fields():
     names = {f.name for f in dataclasses.fields(trial_mod.Facts)}
     assert names <= record.WRITABLE, names - record.WRITABLE

@@ -108,25 +108,33 @@ class Worker:
             return False
 
 
-def flags_key(flags: Mapping[str, Any]) -> str:
-    """One string per configuration, for finding twins."""
-    return json.dumps(normalize(dict(flags)), sort_keys=True, default=str)
+def flags_key(flags: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> str:
+    """One string per configuration, for finding twins; with `defaults` (vLLM's parser
+    defaults the study recorded) filled in, so that `{}` and an explicit default are one."""
+    return json.dumps({**(defaults or {}), **normalize(dict(flags))}, sort_keys=True,
+                      default=str)
 
 
 ASYNC = "async-scheduling"
 
 
-def same_engine(flags: Mapping[str, Any], rec: TrialRecord) -> bool:
-    """Whether `flags` would start the engine that trial `rec` ran: the same flags, or
-    flags that differ only in `--async-scheduling` from a trial whose engine turned async
-    scheduling off by itself (vLLM does so for ngram speculation and logs it; the record's
-    start-up figures keep what it said). Then any setting of the flag runs that engine."""
-    if flags_key(flags) == flags_key(rec.flags):
+def same_engine(flags: Mapping[str, Any], rec: TrialRecord,
+                defaults: Mapping[str, Any] | None = None) -> bool:
+    """Whether `flags` would start the engine that trial `rec` ran: the same flags (with
+    `defaults` filled in, as `flags_key`), or flags that differ only in `--async-scheduling`
+    from a trial whose engine turned async scheduling off by itself (vLLM does so for ngram
+    speculation and logs it; the record's start-up figures keep what it said). Then any
+    setting of the flag runs that engine."""
+    if flags_key(flags, defaults) == flags_key(rec.flags, defaults):
         return True
     asked, ran = normalize(dict(flags)), normalize(dict(rec.flags))
     forced_off = rec.startup.async_scheduling is False and ran.get(ASYNC) is not False
-    return forced_off and flags_key({k: v for k, v in asked.items() if k != ASYNC}) == \
-        flags_key({k: v for k, v in ran.items() if k != ASYNC})
+
+    def rest(f: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in f.items() if k != ASYNC}
+
+    return forced_off and \
+        flags_key(rest(asked), rest(defaults or {})) == flags_key(rest(ran), rest(defaults or {}))
 
 
 class Requeue:
@@ -369,17 +377,18 @@ def wait_for_defaults(study: optuna.Study, me: Worker | None, poll_s: float | No
 
 
 def wait_for_twin(study: optuna.Study, flags: Mapping[str, Any], number: int,
-                  me: Worker | None, poll_s: float | None = None) -> None:
-    """Return once no lower-numbered trial runs these flags. The lower number launches and
-    the higher one waits, so of two workers that picked the same configuration exactly one
-    starts an engine; trials that have not yet announced their flags are waited for (at
-    most ANNOUNCE_S)."""
-    key = flags_key(flags)
+                  me: Worker | None, poll_s: float | None = None,
+                  defaults: Mapping[str, Any] | None = None) -> None:
+    """Return once no lower-numbered trial runs these flags (`defaults` filled in, as
+    `flags_key`). The lower number launches and the higher one waits, so of two workers that
+    picked the same configuration exactly one starts an engine; trials that have not yet
+    announced their flags are waited for (at most ANNOUNCE_S)."""
+    key = flags_key(flags, defaults)
     t0 = time.monotonic()
     said: set[int] = set()
     while True:
         lower = [r for r in record.records(study, (TrialState.RUNNING,)) if r.number < number]
-        twins = [r for r in lower if r.worker is not None and flags_key(r.flags) == key]
+        twins = [r for r in lower if r.worker is not None and flags_key(r.flags, defaults) == key]
         unannounced = [r for r in lower if r.worker is None]
         if not twins and (not unannounced or time.monotonic() - t0 > ANNOUNCE_S):
             return

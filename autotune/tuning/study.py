@@ -16,6 +16,7 @@ both are re-exported here (`study.open_study`, `study.no_interrupts`, ...).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -71,9 +72,11 @@ def resolve_model(scenario: Scenario) -> str:
 
 
 def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
-    """A finished trial that ran the engine these flags would start (`shared.same_engine`)."""
+    """A finished trial that ran the engine these flags would start (`shared.same_engine`,
+    vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
+    defaults = record.StudyRecord.of(study).engine_defaults
     return next((r for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
-                 if r.number != number and shared.same_engine(flags, r)), None)
+                 if r.number != number and shared.same_engine(flags, r, defaults)), None)
 
 
 def reference(study: optuna.Study) -> obj.Measures | None:
@@ -151,13 +154,16 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                 _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
                            "vLLM's defaults are queued and must run first")
                 return
-            shared.wait_for_twin(study, flags, trial.number, me)
+            shared.wait_for_twin(study, flags, trial.number, me,
+                                 defaults=record.StudyRecord.of(study).engine_defaults)
             _sync_reference(study, guard, scenario, trials_root.parent)
         dup = _duplicate(study, flags, trial.number)
         if dup is not None:  # a rejected twin stays rejected
             outcome = trial_mod.Outcome(
                 trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
-                dup.reason, dup.metrics, trial_mod.Facts.of_record(dup, dup.number),
+                dup.reason, dup.metrics,
+                # what ran is the twin's engine; the flags stay this trial's own
+                dataclasses.replace(trial_mod.Facts.of_record(dup, dup.number), flags=flags),
                 quality=dup.quality)
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
