@@ -72,8 +72,8 @@ test: setup
 	@# Types first (seconds): a stale annotation fails here, not at run time.
 	$(BIN)/mypy
 	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m "not alone" \
-	    -n $(TEST_JOBS) --dist loadgroup --durations=15
-	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m alone --durations=5
+	    -n $(TEST_JOBS) --dist loadgroup --durations=40
+	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m alone --durations=10
 
 # The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
 report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)
