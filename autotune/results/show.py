@@ -66,7 +66,7 @@ def open_anywhere(target: str) -> optuna.Study:
             continue
         seen.append(base.resolve())
         root = base / "studies"
-        if (base / target).exists() or (root / f"{target}.db").exists():
+        if (base / target).exists() or storage.database(target, root).exists():
             return open_existing(str(base / target) if (base / target).exists() else target,
                                  root=root)
     raise ConfigError(f"no study database {target!r} in " + ", ".join(str(b) for b in seen)

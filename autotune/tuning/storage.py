@@ -34,6 +34,12 @@ def masked(text: str) -> str:
     return _PASSWORD.sub(lambda m: m["head"] + "***@", text)
 
 
+def database(name: str, root: Path) -> Path:
+    """The SQLite file of the study called `name` under `root` (`root/NAME.db`), the one
+    rule by which a name finds its database."""
+    return root / f"{name}.db"
+
+
 @dataclass(frozen=True)
 class StudyLocation:
     """Where a study lives: its storage `url`, its `name` in that storage, and the `folder`
@@ -50,7 +56,7 @@ class StudyLocation:
         name = name or "study"
         if not storage:
             root.mkdir(parents=True, exist_ok=True)
-        return cls(storage or f"sqlite:///{root / name}.db", name, root / name)
+        return cls(storage or f"sqlite:///{database(name, root)}", name, root / name)
 
 
 def folder(target: str, study_name: str, root: Path) -> Path:
@@ -70,10 +76,10 @@ def locate(target: str, study_name: str | None, root: Path) -> tuple[str, str | 
     if "://" in target:
         return target, study_name
     path = Path(target)
-    if not path.exists() and (root / f"{target}.db").exists():
-        return f"sqlite:///{root / target}.db", study_name or target
+    if not path.exists() and database(target, root).exists():
+        return f"sqlite:///{database(target, root)}", study_name or target
     if not path.exists():
-        raise ConfigError(f"no study database {target!r} (nor {root / (target + '.db')})")
+        raise ConfigError(f"no study database {target!r} (nor {database(target, root)})")
     return f"sqlite:///{path}", study_name
 
 
