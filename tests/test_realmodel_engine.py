@@ -95,7 +95,7 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
     assert spec.mean_acceptance_length > 1.5
     assert spec.drafted_share > 0.2  # a good share of the answers came from the drafts
     # vLLM turns async scheduling off with ngram, and says so
-    assert outcome.facts.startup["async_scheduling"] is False
+    assert outcome.facts.startup.async_scheduling is False
 
 
 @pytest.mark.usefixtures("no_leftover_engine")

@@ -332,14 +332,6 @@ def queued_again(rec: TrialRecord) -> dict[str, Any]:
     return out
 
 
-def copied(rec: TrialRecord) -> dict[str, Any]:
-    """A finished trial's measured fields, for a trial that ran the same flags (as `write`
-    takes them: typed where the record is)."""
-    skip = {"baseline", "baseline_flags", "duplicate_of", "worker"}
-    return {k: getattr(rec, k) for k in sorted(WRITABLE - skip)
-            if plain(getattr(rec, k)) not in (None, {}, [])}
-
-
 def set_constraints(trial: optuna.Trial, constraints: Mapping[str, float]) -> None:
     """Optuna's named constraints: a trial is feasible when every value is <= 0. `feasible`
     is stored beside them as a plain attribute (a pruned trial breaks `completed`, so it is

@@ -30,6 +30,7 @@ from autotune.config import Scenario, parse_duration
 from autotune.engine import gpu
 from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
+from autotune.engine.log import Startup
 from autotune.engine.server import Server
 from autotune.errors import EngineError, Halted
 from autotune.flags import to_args
@@ -61,7 +62,7 @@ class Facts:
     launched_flags: dict[str, Any] | None = None
     memory_estimate: dict[str, Any] | None = None
     kv_capacity_reported: int | None = None
-    startup: dict[str, Any] | None = None
+    startup: Startup | None = None
     timings: dict[str, float] | None = None
     ballast: dict[str, Any] | None = None
     speculation: dict[str, Any] | None = None
@@ -152,8 +153,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         # The ballast starts before the engine and stops after it, on every path.
         with ballast, server as srv:
             timings["startup_s"] = time.monotonic() - t0
-            facts.startup = {**srv.figures.as_dict(), "launch": srv.launch_path,
-                             "phases": srv.phases}
+            facts.startup = Startup.from_dict({**srv.figures.as_dict(),
+                                               "launch": srv.launch_path, "phases": srv.phases})
             watch = TrialWatch(srv.death, deadline)
             try:
                 t1 = time.monotonic()
@@ -185,7 +186,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
     except EngineError as err:
         timings["startup_s"] = time.monotonic() - t0
         if server is not None and server.phases:  # where the failed start spent its time
-            facts.startup = {"launch": server.launch_path, "phases": server.phases}
+            facts.startup = Startup.from_dict({"launch": server.launch_path,
+                                               "phases": server.phases})
         facts.detail = err.detail
         if err.reason == TIMEOUT and deadline.spent():
             facts.detail = f"{deadline.reason()} during start-up ({err.detail})"
