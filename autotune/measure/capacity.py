@@ -35,7 +35,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import aiohttp
@@ -65,22 +65,23 @@ LOAD_FIGURES = ("api_server_cpu", "api_servers", "engine_core_cpu", "worker_cpu"
 THROUGHPUTS = ("request_throughput", "output_throughput", "total_token_throughput")
 
 
-@dataclass
-class Step:
-    """One load level: what was offered, what came back, and whether the SLOs held."""
+@dataclass(frozen=True)
+class StepRecord(Stored):
+    """One load level as the trial's record keeps it: what was offered, what came back,
+    and whether the SLOs held. Steps recorded before the steady window and the attribution
+    lack `whole` ... `latencies`."""
 
-    index: int
-    kind: str  # burst | ceiling | expand | bisect | repeat
-    rate: float | None  # offered requests/s; None for the burst (everything at once)
-    passed: bool
-    achieved_rps: float  # completed requests per second of the step
+    index: int = 0
+    kind: str = ""  # burst | ceiling | expand | bisect | repeat
+    rate: float | None = None  # offered requests/s; None for the burst (everything at once)
+    passed: bool = False
+    achieved_rps: float = 0.0  # completed requests per second of the step
     output_throughput: float = 0.0
     violations: list[str] = field(default_factory=list)
     requests: int = 0
     figures: dict[str, float] = field(default_factory=dict)  # SLO metrics, preemptions
     idle_wait_s: float = 0.0
     duration_s: float = 0.0
-    summary: dict[str, Any] = field(default_factory=dict, repr=False)
     # Sustained steps are judged on their steady window (`figures`); `whole` has the same
     # figures over every request of the step, for comparison with a short step's view.
     whole: dict[str, float] = field(default_factory=dict)
@@ -97,40 +98,19 @@ class Step:
         """The request rate this step stands for (the burst: what it achieved)."""
         return self.rate if self.rate is not None else self.achieved_rps
 
-    def record(self) -> StepRecord:
-        """The step without its full summary, for the trial's record."""
-        out = asdict(self)
-        del out["summary"]
-        return StepRecord(**out)
-
 
 @dataclass(frozen=True)
-class StepRecord(Stored):
-    """A step as the trial's record keeps it (`Step` without its summary); steps recorded
-    before the steady window and the attribution lack `whole` ... `latencies`."""
+class Step(StepRecord):
+    """A step as the search measured it: the record's fields and the step's full workload
+    summary, which the search reads (the best step's becomes the trial's summary) and the
+    record leaves out."""
 
-    index: int = 0
-    kind: str = ""
-    rate: float | None = None
-    passed: bool = False
-    achieved_rps: float = 0.0
-    output_throughput: float = 0.0
-    violations: list[str] = field(default_factory=list)
-    requests: int = 0
-    figures: dict[str, float] = field(default_factory=dict)
-    idle_wait_s: float = 0.0
-    duration_s: float = 0.0
-    whole: dict[str, float] = field(default_factory=dict)
-    window_s: float | None = None
-    backlog: dict[str, Any] = field(default_factory=dict)
-    bottleneck: dict[str, Any] = field(default_factory=dict)
-    probes: dict[str, Any] = field(default_factory=dict)
-    latencies: dict[str, float] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
 
-    @property
-    def load(self) -> float:
-        """The request rate this step stands for (the burst: what it achieved)."""
-        return self.rate if self.rate is not None else self.achieved_rps
+    def record(self) -> StepRecord:
+        """The step without its full summary, for the trial's record."""
+        return StepRecord(**{f.name: getattr(self, f.name) for f in fields(StepRecord)
+                             if f.name != "read"})
 
 
 @dataclass(frozen=True)
@@ -472,9 +452,9 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
         whole, run, sampler = bench.step(target, step_spec, tokenizer_model=tokenizer_model,
                                          pids=pids, offset=7919 * index, tokenizer=tokenizer,
                                          alive=alive)
-        step = judge(kind, rate, index, whole, run, sampler, spec.capacity, slos)
-        step.idle_wait_s = round(waited, 3)
-        step.duration_s = round(time.monotonic() - t0, 3)
+        step = replace(judge(kind, rate, index, whole, run, sampler, spec.capacity, slos),
+                       idle_wait_s=round(waited, 3),
+                       duration_s=round(time.monotonic() - t0, 3))
         log.info("capacity step %d (%s): %s -> %.3g req/s, %s; %s", index, kind,
                  "burst" if rate is None else f"{rate:.3g} req/s", step.achieved_rps,
                  "pass" if step.passed else "fail: " + ", ".join(step.violations),

@@ -288,7 +288,8 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
         return capacity.Step(index, kind, rate, not broken, result.get("request_throughput", 0.0),
                              result.get("output_throughput", 0.0), broken,
                              result.get("completed", 0) + result.get("failed", 0), figures,
-                             round(waited, 3), round(time.monotonic() - t0, 3), result)
+                             round(waited, 3), round(time.monotonic() - t0, 3),
+                             summary=result)
 
     record = capacity.record(capacity.plan(measure, cap, start=start, factor=factor), spec)
     # vLLM's client judges every request of a step (no steady window) and samples nothing
