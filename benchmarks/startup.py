@@ -16,7 +16,7 @@ log-ratio (a gain only when the whole interval lies below 1), and the median of 
 for either path: where the seconds that are left go.
 
 `--capacity` also searches each engine's capacity at an SLO (the capacity engine tests'
-workload: 64-token prompts, 128-token replies, E2EL p95 <= 800 ms), to show that a warm
+workload: 64-token prompts, 128-token replies, E2EL p95 <= 2.5 s), to show that a warm
 start is the same engine: the warm/cold capacity ratio's interval must include 1, and each
 search's own interval says how far one run is from the next. `--bench` sends one fixed
 workload instead (`--bench-requests` requests of 512 prompt and 256 reply tokens, at most
@@ -54,7 +54,7 @@ SPEC = WorkloadSpec(kind="random", num_requests=32, input_len=64, output_len=128
                     warmup_requests=8, mode="capacity",
                     capacity=CapacitySpec(tolerance=0.1, max_steps=7, repeats=2, min_step_s=3,
                                           max_step_s=8))
-SLOS = {"e2el_p95_ms": 800.0}
+SLOS = {"e2el_p95_ms": 2500.0}  # cpu-smoke's: 800 ms left no rate feasible on a slow host
 BENCH = WorkloadSpec(kind="random", num_requests=384, input_len=512, output_len=256,
                      max_concurrency=64, warmup_requests=16, mode="fixed")
 
