@@ -210,6 +210,16 @@ class GuardrailSpec(_Strict):
     noise_factor: float = Field(3.0, gt=0)
     drift_threshold: float | None = Field(None, ge=0)  # nats; default from the noise floor
     agreement_threshold: float | None = Field(None, ge=0, le=1)
+    # how prompts are sent: through the model's chat template (auto: where it has one)
+    template: Literal["auto", "chat", "plain"] = "auto"
+    # items of the task check (autotune.tuning.tasks); 0: off. 1,000 show a 5-point drop on
+    # the H200 in about 3 s a trial; +-1 point needs 4,000-6,000 (docs/real-model.md)
+    tasks: int = Field(1000, ge=0)
+    task_seed: int = 0
+    task_tokens: int = Field(24, ge=1)  # the longest task answer, in tokens
+    max_accuracy_drop: float = Field(1.0, ge=0)  # points the task check may lose
+    # within_budget: only "worse" is rejected; unchanged: any change beyond the noise floor
+    require: Literal["within_budget", "unchanged"] = "within_budget"
 
 
 class PruneSpec(_Strict):

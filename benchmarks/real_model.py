@@ -28,13 +28,14 @@ import asyncio
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from autotune import tinymodel
-from autotune.config import GuardrailSpec
+from autotune.config import Scenario
 from autotune.engine.server import Server
 from autotune.measure import speculation
 from autotune.measure.loadgen import Target
@@ -57,7 +58,10 @@ DEGRADED = {
     "RoPE base 1e4 (config says 1e5)": {"hf-overrides": {"rope_theta": 10000.0}},
     "RoPE base 1e4, as rope_parameters": {"hf-overrides": {"rope_parameters": {
         "rope_type": "default", "rope_theta": 10000.0}}},
+    "RoPE base 1e3, as rope_parameters": {"hf-overrides": {"rope_parameters": {
+        "rope_type": "default", "rope_theta": 1000.0}}},
     "24 of 30 layers": {"hf-overrides": {"num_hidden_layers": 24}},
+    "fp8 weights": {"quantization": "fp8"},
 }
 
 
@@ -65,32 +69,56 @@ def model_path() -> str:
     return str(tinymodel.build(preset="smollm2-135m").path)
 
 
-def guardrail_run(repeats: int, logs: Path) -> list[dict[str, Any]]:
-    model = model_path()
-    prompts = guardrail.default_prompts()
-    spec = GuardrailSpec()
-    with Server(model, EAGER, log_path=logs / "reference.log") as srv:
-        ref, noise = guardrail.make_reference(
-            Target(srv.url, model, srv.headers), prompts[:spec.num_prompts], spec.max_tokens,
-            factor=spec.noise_factor, drift=None, agreement=None, context={"model": model})
-    print(f"reference: noise drift {ref.noise['drift']:.4f} nats, agreement "
-          f"{ref.noise['agreement']:.3f}; thresholds drift <= {ref.thresholds['drift']:.4f}, "
-          f"agreement >= {ref.thresholds['agreement']:.3f}", flush=True)
-    rows = [{"group": "noise floor", "config": "defaults, one by one",
-             "drift": noise["drift"], "agreement": noise["agreement"], "passed": None}]
+def _row(group: str, name: str, q: guardrail.Quality, seconds: float | None = None
+         ) -> dict[str, Any]:
+    t = q.tasks
+    return {"group": group, "config": name, "drift": q.drift, "agreement": q.agreement,
+            "noise_multiple": q.noise_multiple(), "verdict": q.verdict, "passed": q.passed,
+            "words": q.words(), "tasks": t.as_dict() if t else None,
+            "check_s": seconds}
+
+
+def guardrail_run(repeats: int, logs: Path, base: dict[str, Any], only: list[str] | None,
+                  model: str | None = None, out: Path | None = None, items: int | None = None
+                  ) -> list[dict[str, Any]]:
+    """The reference from vLLM's defaults (`base` flags), then each configuration as a
+    fresh engine checked against it: drift, the task check and the verdict. The rows go
+    to `out` after each check, so a run stopped by a deadline keeps what it measured."""
+    model = model or model_path()
+    scenario = Scenario.model_validate({"model": {"path": model}, "guardrail": {} if items
+                                        is None else {"tasks": items}})
+    guard = guardrail.make_guard(scenario, logs / "none")
+    assert guard is not None
+    t0 = time.monotonic()
+    with Server(model, base, log_path=logs / "reference.log") as srv:
+        ref, own = guardrail.make_reference(Target(srv.url, model, srv.headers), guard,
+                                            context={"model": model, "flags": base})
+    guard.reference = ref
+    print(f"reference ({ref.template} prompts): noise drift {ref.noise['drift']:.4f} nats, "
+          f"agreement {ref.noise['agreement']:.3f}; thresholds drift <= "
+          f"{ref.thresholds['drift']:.4f}, agreement >= {ref.thresholds['agreement']:.3f}; "
+          f"{own.words()} ({time.monotonic() - t0:.0f} s with start-up)", flush=True)
+    rows = [_row("noise floor", "defaults, run twice", own)]
+    if out is not None:
+        out.write_text(json.dumps(rows, indent=2))
     plan = [("defaults", f"defaults #{i + 1}", {}) for i in range(repeats)]
     plan += [("lossless", name, flags) for name, flags in LOSSLESS.items()]
     plan += [("degraded", name, flags) for name, flags in DEGRADED.items()]
+    if only is not None:  # in the order asked: what matters most runs first
+        plan = sorted((p for p in plan if p[0] in only or p[1] in only),
+                      key=lambda p: only.index(p[1] if p[1] in only else p[0]))
     for i, (group, name, flags) in enumerate(plan):
         try:
-            with Server(model, {**EAGER, **flags}, log_path=logs / f"{i:02d}.log") as srv:
-                got = guardrail.check(Target(srv.url, model, srv.headers), ref)
-            row = {"group": group, "config": name, "drift": got["drift"],
-                   "agreement": got["agreement"], "passed": got["passed"]}
+            with Server(model, {**base, **flags}, log_path=logs / f"{i:02d}.log") as srv:
+                t1 = time.monotonic()
+                got = guardrail.check(Target(srv.url, model, srv.headers), guard)
+                row = _row(group, name, got, time.monotonic() - t1)
         except Exception as err:  # noqa: BLE001 - a refused configuration is a result
             row = {"group": group, "config": name, "error": f"{type(err).__name__}: {err}"}
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if out is not None:
+            out.write_text(json.dumps(rows, indent=2))
     return rows
 
 
@@ -158,6 +186,11 @@ def main() -> None:
     sub = ap.add_subparsers(dest="what", required=True)
     g = sub.add_parser("guardrail")
     g.add_argument("--repeats", type=int, default=10)
+    g.add_argument("--gpu", action="store_true",
+                   help="the GPU's defaults (bf16, eager) instead of the CPU's float32")
+    g.add_argument("--only", nargs="*", help="groups or configurations to check")
+    g.add_argument("--tasks", type=int, help="items of the task check (default: the study's)")
+    g.add_argument("--model", help="the model's folder (default: SmolLM2-135M-Instruct)")
     o = sub.add_parser("overlap")
     o.add_argument("--prompts", type=int, default=16)
     for p in (g, o):
@@ -167,8 +200,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = args.logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
-        rows = guardrail_run(args.repeats, logs) if args.what == "guardrail" \
-            else overlap_run(args.prompts, logs)
+        rows = guardrail_run(args.repeats, logs, {"enforce-eager": True} if args.gpu
+                             else EAGER, args.only, args.model, args.json, args.tasks) \
+            if args.what == "guardrail" else overlap_run(args.prompts, logs)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -1,9 +1,13 @@
 """The guardrail's comparisons and thresholds on hand-made samples."""
 
+import json
+
 import pytest
 
-from autotune.tuning import guardrail
-from autotune.tuning.guardrail import Reference, Sample
+from autotune.config import GuardrailSpec, Scenario
+from autotune.errors import ConfigError
+from autotune.tuning import accuracy, guardrail
+from autotune.tuning.guardrail import Quality, Reference, Sample, TaskAnswers
 
 
 def _s(ids, logprobs, text="t"):
@@ -50,10 +54,9 @@ def test_verdict_and_constraints():
     ok = guardrail.verdict({"drift": 0.01, "agreement": 0.9}, ref)
     bad = guardrail.verdict({"drift": 0.2, "agreement": 0.9}, ref)
     assert ok["passed"] and not bad["passed"]
-    assert guardrail.constraints(ok) == pytest.approx({"quality_drift": -0.04,
-                                                       "quality_agreement": -0.4})
-    assert guardrail.constraints(bad)["quality_drift"] > 0
-    assert guardrail.constraints(None) == {"quality_drift": 0.0, "quality_agreement": 0.0}
+    assert guardrail.constraints(Quality.from_dict(ok)) == {"quality": 0.0}
+    assert guardrail.constraints(Quality.from_dict(bad)) == {"quality": 1.0}
+    assert guardrail.constraints(None) == {"quality": 0.0}
 
 
 def test_reference_round_trips(tmp_path):
@@ -96,3 +99,106 @@ def test_prompts_without_expected_outputs_give_no_such_reference(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "ab", "expected": "x"}\n{"prompt": "c"}\n')
     assert guardrail.expected_reference(str(path), 10, 4, _Tok(), {}) is None
+
+
+def _ref(tasks=None, template="chat"):
+    return Reference(["p"], 4, [], {"drift": 0.001, "agreement": 1.0},
+                     {"drift": 0.013, "agreement": 0.5}, template=template, tasks=tasks)
+
+
+def _tasks(lost, gained, n=200, changed=None):
+    ref = [True] * 100 + [False] * (n - 100)
+    got = list(ref)
+    for i in range(lost):
+        got[i] = False
+    for i in range(gained):
+        got[100 + i] = True
+    return accuracy.score(ref, got, changed if changed is not None else lost + gained)
+
+
+@pytest.mark.parametrize(("drift", "lost", "gained", "require", "said", "passed"), [
+    (0.0, 0, 0, "within_budget", "unchanged", True),
+    (0.07, 4, 3, "within_budget", "changed", True),       # changed, no drop shown
+    (0.07, 4, 3, "unchanged", "changed", False),          # ... rejected when unchanged is due
+    (0.15, 30, 2, "within_budget", "worse", False),       # -14 points, interval below 0
+    (0.0, 30, 2, "within_budget", "worse", False),        # the task check outranks drift
+])
+def test_the_verdict_joins_drift_and_the_task_check(drift, lost, gained, require, said,
+                                                     passed):
+    spec = GuardrailSpec(require=require)
+    q = guardrail._verdict({"drift": drift, "agreement": 1.0}, _ref(), _tasks(lost, gained),
+                           spec)
+    assert (q.verdict, q.passed) == (said, passed)
+    assert guardrail.constraints(q) == {"quality": 0.0 if passed else 1.0}
+    assert q.tasks is not None and q.budget == 1.0 and q.template == "chat"
+    # what show, the report and export print
+    words = q.words()
+    assert "% of answers changed; accuracy" in words and "to" in words
+    assert {"unchanged": "unchanged", "changed": "within the 1-point budget",
+            "worse": "worse: beyond the 1-point budget"}[said] in words
+    if require == "unchanged" and said != "unchanged":
+        assert "requires unchanged" in words
+    # stored and read back as the trial record keeps it
+    again = Quality.from_dict(q.as_dict())
+    assert again == q and isinstance(again.tasks, accuracy.TaskScore)
+
+
+def test_without_a_task_check_a_change_beyond_the_noise_is_worse():
+    q = guardrail._verdict({"drift": 0.07, "agreement": 1.0}, _ref(), None, GuardrailSpec())
+    assert q.verdict == "worse" and not q.passed and q.budget is None
+    assert "no task check" in q.words()
+    assert guardrail._verdict({"drift": 0.0, "agreement": 1.0}, _ref(), None,
+                              GuardrailSpec()).verdict == "unchanged"
+
+
+def test_quality_cells_and_the_noise_multiple():
+    q = guardrail._verdict({"drift": 0.07, "agreement": 0.9}, _ref(), _tasks(4, 2),
+                           GuardrailSpec())
+    assert q.short() == f"changed -1.0 ({q.tasks.difference_low:+.1f}.." \
+                        f"{q.tasks.difference_high:+.1f})"
+    assert q.noise_multiple() == "70x the noise floor"
+    worse = guardrail._verdict({"drift": 0.2, "agreement": 0.9}, _ref(), _tasks(30, 0),
+                               GuardrailSpec())
+    assert worse.short().startswith("WORSE -15.0")
+    zero = Quality.from_dict({"drift": 0.0, "noise": {"drift": 0.0}})
+    assert zero.noise_multiple() == "noise floor 0"
+
+
+def test_a_reference_of_an_older_autotune_reads_as_plain_without_tasks(tmp_path):
+    old = {"prompts": ["p"], "max_tokens": 4, "samples": [], "noise": {"drift": 0.0,
+           "agreement": 1.0}, "thresholds": {"drift": 0.01, "agreement": 0.5},
+           "context": {}}
+    path = tmp_path / "reference.json"
+    path.write_text(json.dumps(old))
+    ref = Reference.load(path)
+    assert ref.template == "plain" and ref.tasks is None
+    new = _ref(TaskAnswers(2, 0, 24, ["a", "b"], [True, False]))
+    new.save(path)
+    assert Reference.load(path) == new
+
+
+def test_an_old_plain_reference_is_kept_and_a_contrary_template_is_refused(tmp_path, tiny_model):
+    scenario = {"model": {"path": str(tiny_model)}, "guardrail": {"num_prompts": 1,
+                                                                  "max_tokens": 4}}
+    ref = Reference(guardrail.default_prompts()[:1], 4, [], {"drift": 0.0, "agreement": 1.0},
+                    {"drift": 0.01, "agreement": 0.5})  # plain, as before templates
+    ref.save(tmp_path / "reference.json")
+    guard = guardrail.make_guard(Scenario.model_validate(scenario), tmp_path)
+    assert guard is not None and guard.template == "plain" and guard.reference is not None
+    assert guard.sent(["hi"]) == ["hi"]
+    chat = {**scenario, "guardrail": {**scenario["guardrail"], "template": "chat"}}
+    with pytest.raises(ConfigError, match="guardrail.template: .* made with plain prompts"):
+        guardrail.make_guard(Scenario.model_validate(chat), tmp_path)
+
+
+def test_a_new_reference_goes_through_the_chat_template(tmp_path, tiny_model):
+    sc = Scenario.model_validate({"model": {"path": str(tiny_model)}})
+    guard = guardrail.make_guard(sc, tmp_path)
+    assert guard is not None and guard.template == "chat" and guard.reference is None
+    ids = guard.sent(["hello"])[0]
+    text = guardrail.Tokenizer.of(str(tiny_model)).tok.decode(ids)
+    assert text.startswith("<|im_start|>") and "hello" in text
+    assert text.rstrip().endswith("<|im_start|>assistant")
+    plain = Scenario.model_validate({"model": {"path": str(tiny_model)},
+                                     "guardrail": {"template": "plain"}})
+    assert guardrail.make_guard(plain, tmp_path / "other").template == "plain"

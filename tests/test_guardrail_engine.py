@@ -1,5 +1,9 @@
 """The guardrail on the real CPU engine: the reference passes itself, a numerics change drifts.
 
+The tiny model has a ChatML template, so prompts go through it; its random weights answer no
+task item right, so these tests judge drift and the scenario's "unchanged" requirement; the
+task check's verdicts on a real model are tests/test_realmodel_engine.py's.
+
 `--kv-cache-dtype fp8` would be the natural example, but the CPU build only has fp8 KV on
 x86 CPUs with AVX-512 or AMX (seen: "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 on an AVX2 machine). `--dtype float32` changes the numerics on every CPU: the same random
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.config import GuardrailSpec
 from autotune.engine.server import Server
 from autotune.measure.loadgen import Target
 from autotune.tuning import guardrail
@@ -17,31 +22,45 @@ from autotune.tuning import guardrail
 pytestmark = [pytest.mark.engine]
 
 STRICT = 0.001  # nats: far above the reference's own noise (seen ~1e-6), below float32's drift
+# A scenario that wants the answers unchanged: any change beyond the noise is rejected. (The
+# random model answers none of the task check's items, so no change could be "worse".)
+SPEC = GuardrailSpec(max_tokens=32, drift_threshold=STRICT, tasks=40, require="unchanged")
+
+
+def _guard(tiny_model, ref=None) -> guardrail.Guard:
+    return guardrail.Guard(SPEC, guardrail.default_prompts(), ref, guardrail.CHAT,
+                           str(tiny_model))
 
 
 @pytest.fixture(scope="module")
 def reference(eager_server, tiny_model):
     target = Target(eager_server.url, str(tiny_model), eager_server.headers)
-    prompts = guardrail.default_prompts()
-    ref, report = guardrail.make_reference(target, prompts, 32, factor=3.0, drift=STRICT,
-                                           agreement=None, context={"flags": {}})
-    return ref, report
+    ref, own = guardrail.make_reference(target, _guard(tiny_model), context={"flags": {}})
+    return ref, own
 
 
 def test_reference_measures_its_own_noise(reference):
-    ref, report = reference
+    ref, own = reference
     assert len(ref.samples) == len(ref.prompts) == 16
     assert all(len(s.output_ids) == 32 and len(s.logprobs) == 32 for s in ref.samples)
     # Batched and one-by-one runs of the same configuration: tiny differences at most.
     assert ref.noise["drift"] < STRICT / 10
     assert ref.thresholds["drift"] == STRICT
+    # chat-templated (the tiny model has ChatML), with the task check's answers
+    assert ref.template == "chat"
+    assert len({s.prompt_ids[0] for s in ref.samples}) == 1  # all start with the template
+    assert ref.tasks is not None and len(ref.tasks.outputs) == len(ref.tasks.correct) == 40
+    assert own.made_reference and own.verdict == "unchanged" and own.passed
+    assert own.tasks is not None and own.tasks.items == 40
 
 
 def test_the_reference_configuration_passes(eager_server, tiny_model, reference):
     ref, _ = reference
-    report = guardrail.check(Target(eager_server.url, str(tiny_model), eager_server.headers), ref)
-    assert report["passed"], report
-    assert report["drift"] < STRICT / 10 and report["agreement"] == 1.0
+    q = guardrail.check(Target(eager_server.url, str(tiny_model), eager_server.headers),
+                        _guard(tiny_model, ref))
+    assert q.passed and q.verdict == "unchanged", q
+    assert q.drift < STRICT / 10 and q.agreement == 1.0
+    assert q.tasks is not None and q.tasks.changed == 0 and q.tasks.difference == 0.0
 
 
 @pytest.mark.usefixtures("no_leftover_engine")
@@ -49,11 +68,13 @@ def test_float32_drifts_and_is_rejected_under_a_strict_threshold(tiny_model, ref
     ref, _ = reference
     flags = {"enforce-eager": True, "dtype": "float32"}
     with Server(str(tiny_model), flags, log_path=tmp_path / "e.log") as srv:
-        report = guardrail.check(Target(srv.url, str(tiny_model), srv.headers), ref)
-    assert report["drift"] > 10 * ref.noise["drift"]  # measurable against the noise floor
-    assert report["drift"] > STRICT and not report["passed"]
-    assert guardrail.constraints(report)["quality_drift"] > 0
-    assert report["worst"][0]["drift"] >= report["drift"]
-    # Under the default threshold (3 x noise + 0.01 nats) the same change is accepted.
+        q = guardrail.check(Target(srv.url, str(tiny_model), srv.headers),
+                            _guard(tiny_model, ref))
+    assert q.drift > 10 * ref.noise["drift"]  # measurable against the noise floor
+    assert q.drift > STRICT and q.verdict == "changed" and not q.passed
+    assert guardrail.constraints(q) == {"quality": 1.0}
+    assert "requires unchanged" in q.words()
+    assert q.worst[0]["drift"] >= q.drift
+    # Under the default threshold (3 x noise + 0.01 nats) the same change is unchanged.
     lenient = guardrail.thresholds(ref.noise, 3.0, None, None)
-    assert report["drift"] < lenient["drift"]
+    assert q.drift < lenient["drift"]

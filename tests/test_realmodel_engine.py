@@ -3,10 +3,13 @@
 A random-weight model cannot tell whether a configuration changes answers (its logits are
 chaotic) or whether prompt lookup pays (its text never repeats the prompt). These tests
 serve real weights: vLLM's defaults make the guardrail's reference as a study's trial 0
-does, with the default thresholds (3 x the noise floor + 0.01 nats); configurations that
-only reschedule the same greedy computation must pass it, ngram speculation (lossless under
-greedy) must pass it and accept drafts on copy-heavy text, and a model whose RoPE base
-differs from its checkpoint's (a wrong `rope_theta` in a deployment's config) must fail it.
+does, chat-templated, with the default thresholds (3 x the noise floor + 0.01 nats) and the
+task check (200 scorable items, a 1-point budget); configurations that only reschedule the
+same greedy computation must come out "unchanged", ngram speculation (lossless under
+greedy) too, while accepting drafts on copy-heavy text, and a model whose RoPE base differs
+from its checkpoint's (a wrong `rope_theta` in a deployment's config) must be "worse" by the
+task check. The base is 1e3 against the checkpoint's 1e5: on the H200 a 1e4 base lost 5.7
+points, which 2,000 items showed and 200 could not (docs/real-model.md).
 An fp8 KV cache is not the degradation here: the CPU build refuses it on CPUs without
 AVX-512 or AMX, such as these machines.
 """
@@ -35,38 +38,44 @@ def real_model() -> str:
     return str(tinymodel.build(preset="smollm2-135m").path)
 
 
+# Half the shipped prompts, shorter answers, 200 task items: the mechanism is the study's,
+# at a cost the suite can carry (a pass of 200 items takes ~30 s of 2 cores; the default
+# 1,000 ~2.5 min); docs/real-model.md has the full set over 10 repeats.
+SPEC = {"num_prompts": 8, "max_tokens": 32, "tasks": 200}
+
+
+def _guard(model: str, ref: guardrail.Reference | None = None) -> guardrail.Guard:
+    spec = GuardrailSpec(**SPEC)
+    return guardrail.Guard(spec, guardrail.default_prompts()[:spec.num_prompts], ref,
+                           guardrail.CHAT, model)
+
+
 @pytest.fixture(scope="module")
 def reference(real_model, tmp_path_factory):
-    # Half the shipped prompts, shorter answers: the mechanism is the study's, at a cost
-    # the suite can carry (the 16 x 48 default, one by one for the noise floor, took ~2 min
-    # of one core here); docs/real-model.md has the full set over 10 repeats.
-    spec = GuardrailSpec(num_prompts=8, max_tokens=32)
     log = tmp_path_factory.mktemp("real") / "reference.log"
     with Server(real_model, EAGER, log_path=log) as srv:
-        ref, noise = guardrail.make_reference(
-            Target(srv.url, real_model, srv.headers), guardrail.default_prompts()[
-                :spec.num_prompts], spec.max_tokens, factor=spec.noise_factor, drift=None,
-            agreement=None, context={"flags": EAGER})
-    return ref, noise
+        ref, own = guardrail.make_reference(Target(srv.url, real_model, srv.headers),
+                                            _guard(real_model), context={"flags": EAGER})
+    return ref, own
 
 
-def _check(model: str, flags: dict, ref: guardrail.Reference, log) -> dict:
-    with Server(model, {**EAGER, **flags}, log_path=log) as srv:
-        return guardrail.check(Target(srv.url, model, srv.headers), ref)
-
-
-def test_a_real_model_answers_and_measures_its_noise_floor(reference):
-    ref, noise = reference
-    # Real answers, not random tokens. The guardrail sends its prompts as plain completions
-    # (no chat template), and an instruct model ends some of them at once (3 of these 8,
-    # 7 of the 16 on the H200): those still count, by the log-probability of that end.
-    answered = [s for s in ref.samples if s.text.strip()]
-    assert len(answered) >= 3
-    assert any("def " in s.text for s in answered)  # the quicksort prompt gets Python
+def test_a_real_model_answers_and_measures_its_noise_floor(real_model, reference):
+    ref, own = reference
+    # Real answers, not random tokens, to every prompt: through the chat template the
+    # instruct model answers each one (sent as plain completions it ended 3 of these 8 at
+    # once)
+    assert ref.template == "chat"
+    assert all(s.text.strip() for s in ref.samples), [s.text for s in ref.samples]
+    assert any("def " in s.text for s in ref.samples)  # the quicksort prompt gets Python
     assert all(len(s.logprobs) == len(s.output_ids) > 0 for s in ref.samples)
     # batched against one by one: small against the threshold it sets
     assert ref.noise["drift"] < ref.thresholds["drift"] / 2
-    assert noise["agreement"] > 0.5
+    # the task check: some right and some wrong (measured 58.5 %), so a change can show
+    # either way; the reference's second run changed nothing
+    assert ref.tasks is not None and len(ref.tasks.correct) == 200
+    assert 30 < 100 * sum(ref.tasks.correct) / 200 < 90
+    assert own.verdict == "unchanged" and own.passed and own.made_reference
+    assert own.tasks is not None and own.tasks.changed == 0
 
 
 @pytest.mark.usefixtures("no_leftover_engine")
@@ -80,14 +89,23 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
     scenario = Scenario.model_validate({
         "model": {"tiny": "smollm2-135m"}, "engine": {"flags": EAGER},
         "workload": {"kind": "text", "dataset": "edit", "num_requests": 4,
-                     "max_concurrency": 4, "mode": "fixed"},
+                     "max_concurrency": 4, "mode": "fixed"}, "guardrail": SPEC,
         "prune": {"enabled": False}, "budget": {"trial_timeout": "10m"}})
-    guard = guardrail.Guard(scenario.guardrail, ref.prompts, ref)
+    guard = _guard(real_model, ref)
     flags = {**EAGER, "speculative-config": NGRAM, "block-size": 32, "max-num-seqs": 4,
              "enable-prefix-caching": False}
     outcome = trial.run_trial(scenario, real_model, flags, tmp_path / "0", guard)
     assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.facts.detail)
-    assert outcome.quality.passed, outcome.quality  # greedy speculation: the same tokens
+    # greedy speculation and rescheduling: the same tokens, so the same answers
+    q = outcome.quality
+    assert q.passed and q.verdict == "unchanged", q.words()
+    # the record holds the task check's accuracy and the paired interval
+    stored = q.as_dict()["tasks"]
+    for key in ("accuracy", "accuracy_low", "accuracy_high", "difference", "difference_low",
+                "difference_high", "changed", "items"):
+        assert stored[key] is not None, key
+    assert stored["items"] == 200 and stored["changed"] == 0
+    assert stored["difference_low"] == stored["difference_high"] == 0.0
     assert outcome.summary["completed"] == 4
     spec = Speculation.from_dict(outcome.facts.speculation)
     assert spec.drafts > 0 and len(spec.accepted_per_position) == 4
@@ -99,12 +117,17 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
 
 
 @pytest.mark.usefixtures("no_leftover_engine")
-def test_a_wrong_rope_base_is_rejected(real_model, reference, tmp_path):
+def test_a_wrong_rope_base_is_worse(real_model, reference, tmp_path):
     ref, _ = reference
     # transformers 5 keeps RoPE in `rope_parameters`: an override of `rope_theta` alone is
     # ignored by vLLM 0.32 (seen: drift 0.0), this one is not
-    wrong = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
-    report = _check(real_model, {"hf-overrides": wrong}, ref, tmp_path / "e.log")
-    assert not report["passed"], report
-    assert report["drift"] > 3 * ref.thresholds["drift"]
-    assert guardrail.constraints(report)["quality_drift"] > 0
+    wrong = {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}
+    with Server(real_model, {**EAGER, "hf-overrides": wrong}, log_path=tmp_path / "e.log") \
+            as srv:
+        q = guardrail.check(Target(srv.url, real_model, srv.headers), _guard(real_model, ref))
+    assert q.drift > 3 * ref.thresholds["drift"]
+    # worse in task terms: a drop the paired interval shows, beyond the 1-point budget
+    assert q.verdict == "worse" and not q.passed, q.words()
+    assert q.tasks is not None and q.tasks.difference_high < 0 and q.tasks.difference < -1
+    assert "worse: beyond the 1-point budget" in q.words()
+    assert guardrail.constraints(q) == {"quality": 1.0}

@@ -111,7 +111,8 @@ def test_show_json_is_what_the_raw_attributes_say(db, capsys):
         m, q = a.get("measures") or {}, a.get("quality") or {}
         assert (row["throughput"], row["latency_ms"], row["memory_mib"]) == \
             (m.get("throughput"), m.get("latency_ms"), m.get("memory_mib"))
-        assert row["quality"] == {k: q.get(k) for k in ("passed", "drift", "agreement")}
+        assert {k: row["quality"][k] for k in ("passed", "drift", "agreement", "verdict")} == \
+            {k: q.get(k) for k in ("passed", "drift", "agreement", "verdict")}
         cap = _capacity(a)
         if not cap:
             assert row["capacity"] is None
@@ -151,8 +152,8 @@ def test_empty_and_older_dicts_read_at_their_defaults():
     verdict = Quality.from_dict({"drift": 0.5, "agreement": 0.4, "passed": False,
                                  "thresholds": {"drift": 0.1, "agreement": 0.5}})
     assert verdict.checked and verdict.made_reference is None
-    assert guardrail.constraints(verdict) == guardrail.constraints(verdict.as_dict()) == \
-        {"quality_drift": 0.4, "quality_agreement": pytest.approx(0.1)}
+    assert guardrail.constraints(verdict) == {"quality": 1.0}  # a record of any version
+    assert verdict.verdict is None and verdict.words() == "rejected" and verdict.short() == "0.500"
 
     assert Startup.from_dict({}).as_dict() == {}
     old = {"kv_cache_tokens": 1000, "compile_s": None}  # before the phases and async flag

@@ -80,8 +80,7 @@ def test_baselines_first_then_the_search_with_one_record_each(tmp_path):
     assert recs[1].state == TrialState.PRUNED and recs[1].reason == "invalid_flag"
     assert not recs[1].feasible and recs[1].detail == "refused"
     # Named constraints, the same names on every trial; the refused one breaks all of them.
-    names = {"slo:ttft_p95_ms", "failed_requests", "quality_drift", "quality_agreement",
-             "completed"}
+    names = {"slo:ttft_p95_ms", "failed_requests", "quality", "completed"}
     assert all(set(r.constraints) == names for r in recs)
     assert all(v > 0 for v in recs[1].constraints.values())
     assert all(r.version == record.VERSION and r.outcome for r in recs)

@@ -23,7 +23,7 @@ from autotune.flags import to_args
 from autotune.measure import capacity
 from autotune.results import limits as limits_mod
 from autotune.results.limits import Limits
-from autotune.tuning import ranking
+from autotune.tuning import accuracy, ranking
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.record import Source, TrialRecord
@@ -69,11 +69,17 @@ def facts(study: Source, r: TrialRecord) -> dict[str, Any]:
         "median_tpot_ms": m.get("median_tpot_ms"),
         "memory_mib": r.measures.memory_mib if r.measures else None,
         "quality_drift": q.drift, "quality_passed": q.passed,
+        "quality_verdict": q.verdict, "quality_words": q.words(),
         "startup_s": r.startup_s,
         "validation": paired.compact(r.validation),
         "validation_vllm": crosscheck.compact(r.validation_vllm),
         "capacity": capacity.describe(r.capacity) if r.capacity else None,
     }
+
+
+# Printed in every export of a trial whose answers changed within the budget.
+QUALITY_WARNING = ("this configuration changes the model's answers (within the accuracy "
+                   "budget): check it on your own task before deploying")
 
 
 def inert(text: str) -> str:
@@ -99,7 +105,9 @@ def comment_lines(f: Mapping[str, Any]) -> list[str]:
         f"gain over {f['gain_over']} {num(f['gain_over_defaults'], '+.1%')}; quality drift "
         f"{num(f['quality_drift'], '.4f')} nats ("
         + ("passed" if f["quality_passed"] else "not checked") + ")",
-    ] + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
+    ] + ([f"quality: {f['quality_words']}"] if f.get("quality_verdict") else []) \
+      + ([QUALITY_WARNING] if f.get("quality_verdict") == accuracy.CHANGED else []) \
+      + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
       + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else []) \
       + ([f"re-measured: {crosscheck.headline(f['validation_vllm'])}"]
          if f.get("validation_vllm") else [])]

@@ -138,7 +138,8 @@ def columns(study: Source) -> list[Column]:
         ("gain", lambda r: _gain(r, tied, top.number if top else None), False),
         ("drift (nats)", lambda r: fmt(_q(r).drift, ".2g"), True),
         ("agreement", lambda r: fmt(_q(r).agreement, ".3f"), True),
-        ("quality", lambda r: _VERDICTS.get(_q(r).passed, ""), False),
+        ("quality", lambda r: _q(r).words() if _q(r).verdict
+         else _VERDICTS.get(_q(r).passed, ""), False),
         ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
     if any(r.spec for r in trials):
@@ -254,7 +255,17 @@ def _guardrail(study: Source) -> str:
     q = checked[-1][1]
     th, noise = q.thresholds or {}, q.noise or {}
     rejected = [f"#{number}" for number, verdict in checked if not verdict.passed]
-    return (f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
+    worded = "".join(f"<li>#{number}: {_e(v.words())}</li>" for number, v in checked
+                     if v.verdict)
+    budget = next((v.budget for _, v in checked if v.budget is not None), None)
+    rule = (f"<p>The verdict a trial gets is in task terms: each answers {q.tasks.items} "
+            "scorable questions that the reference configuration also answered; "
+            "<b>unchanged</b> (log-probs within the noise floor), <b>changed within "
+            f"budget</b> (its accuracy is not shown to drop more than {budget:g} "
+            "point(s)), or <b>worse</b> (a drop beyond the budget that the paired 95 % "
+            "interval shows): only worse is rejected.</p><ul>" + worded + "</ul>") \
+        if worded and q.tasks is not None and budget is not None else ""
+    return (rule + f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
             f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
             f"{fmt(noise.get('agreement'), '.3f')}. A trial passes with drift &le; "
             f"{fmt(th.get('drift'), '.3g')} nats and agreement &ge; "

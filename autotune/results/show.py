@@ -90,7 +90,7 @@ def reason(r: TrialRecord) -> str:
         why = []
         q = r.quality
         if q is not None and q.passed is False:
-            why.append(f"quality (drift {q.drift or 0:.3f})")
+            why.append(f"quality ({q.short()})")
         if r.metrics.get("failed"):
             why.append("failed requests")
         return ", ".join(why) or "SLO missed"
@@ -117,7 +117,9 @@ def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, 
         "capacity": _capacity(r),
         "bottleneck": r.bottleneck.text if r.bottleneck else None,
         "detail": r.detail,
-        "quality": {"passed": q.passed, "drift": q.drift, "agreement": q.agreement},
+        "quality": {"passed": q.passed, "drift": q.drift, "agreement": q.agreement,
+                    "verdict": q.verdict, "cell": q.short(), "words": q.words(),
+                    "tasks": q.tasks.as_dict() if q.tasks else None},
         "speculation": r.spec.as_dict() if r.spec else None,
         "validation": compact(r.validation),
         "validation_vllm": crosscheck.compact(r.validation_vllm),

@@ -86,18 +86,19 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     if console.width >= WIDE:
         table = Table(title=f"study {data['study']}")
         for col in ("#", "tried because", "flags", "outcome", "reason", "tput", "latency ms",
-                    "mem MiB", "drift", *(["spec acc"] if speculated else []),
+                    "mem MiB", "quality", *(["spec acc"] if speculated else []),
                     "gain" if weighted else "values"):
             table.add_column(col, overflow="fold")
         for r in data["trials"]:
             table.add_row(str(r["number"]), r["tried"], _flags(r["flags"]), r["outcome"],
                           r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
-                          fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
+                          fmt(r["memory_mib"], ".0f"), r["quality"]["cell"],
                           *([_spec_cell(r)] if speculated else []), _gain_cell(r, weighted))
         console.print(table)
     else:
         print_stacked(data, console, weighted)
     print_legend(data.get("reasons") or {}, console)
+    print_quality(data["trials"], console)
     if data.get("ranking"):
         print_ranking(data["ranking"], console)
     mm = data.get("memory_model") or {}
@@ -133,6 +134,18 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
                           f"{crosscheck.headline(r['validation_vllm'])}")
 
 
+def print_quality(trials: list[dict[str, Any]], console: Console) -> None:
+    """Each checked trial's quality verdict in words (task accuracy, the paired difference
+    with its interval, the budget), so that "changed within budget" is never missed."""
+    worded = [r for r in trials if r["quality"].get("verdict") and not r["reason"].startswith(
+        "same as")]
+    if worded:
+        console.print("quality (task check against the reference configuration):")
+    for r in worded:
+        console.print(f"  #{r['number']} {_flags(r['flags']) or 'defaults'}: "
+                      f"{r['quality']['words']}", highlight=False)
+
+
 def print_legend(legend: dict[str, str], console: Console) -> None:
     """What the reasons in the table mean (`autotune.reasons`), one line each."""
     if legend:
@@ -158,11 +171,11 @@ def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True)
     """The trials for a narrow terminal: per trial, its figures on one line and its flags
     (and why it ended as it did) indented below, so no cell is cut into pieces."""
     console.print(f"study {data['study']}: {len(data['trials'])} trials "
-                  "(tput, latency ms, memory MiB, drift, gain)", style="bold")
+                  "(tput, latency ms, memory MiB, quality, gain)", style="bold")
     for r in data["trials"]:
         head = f"#{r['number']:<3} {r['outcome']:<10}"
         figures = "  ".join([fmt(r["throughput"]), fmt(r["latency_ms"]),
-                             fmt(r["memory_mib"], ".0f"), fmt(r["quality"]["drift"], ".3f"),
+                             fmt(r["memory_mib"], ".0f"), r["quality"]["cell"],
                              _gain_cell(r, weighted)])
         console.print(f"{head} {figures}", soft_wrap=True, highlight=False)
         about = " ".join(x for x in (r["tried"] + ":", _flags(r["flags"])) if x)
@@ -277,11 +290,24 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
     q = r.quality
     if q and q.checked:
         th = q.thresholds or {}
-        console.print(f"quality: {'passed' if q.passed else 'REJECTED'}; drift "
-                      f"{q.drift:.4f} nats (max {fmt(th.get('drift'), '.4f')}), agreement "
+        if q.verdict is not None:
+            console.print(f"quality: {q.words()}", highlight=False)
+            t = q.tasks
+            if t is not None:
+                console.print(f"  task check: {t.items} items, accuracy {t.accuracy:.1f} % "
+                              f"({t.accuracy_low:.1f}-{t.accuracy_high:.1f}), reference "
+                              f"{t.reference_accuracy:.1f} %; {t.lost} lost, {t.gained} gained "
+                              f"(McNemar p {t.p_value:.2g}); {fmt(t.seconds, '.1f')} s",
+                              highlight=False)
+        console.print(f"{'  log-probs' if q.verdict else 'quality'}: "
+                      f"{'' if q.verdict else ('passed' if q.passed else 'REJECTED') + '; '}"
+                      f"drift {q.drift:.4f} nats (max {fmt(th.get('drift'), '.4f')}; "
+                      f"{q.noise_multiple()}), agreement "
                       f"{q.agreement:.3f} (min {fmt(th.get('agreement'), '.3f')}), "
                       f"common prefix {q.prefix_ratio:.3f}; noise floor drift "
-                      f"{(q.noise or {}).get('drift', 0):.4f}")
+                      f"{(q.noise or {}).get('drift', 0):.4f}"
+                      + (f"; prompts sent {q.template}" if q.template else ""),
+                      highlight=False)
         for w in q.worst or []:
             console.print(f"  prompt {w['prompt']} ({w['prompt_text']!r}): drift "
                           f"{w['drift']:.4f}, similarity {w['similarity']:.2f}, diverges at "

@@ -21,6 +21,7 @@ import asyncio
 import difflib
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -35,9 +36,11 @@ from autotune.measure import loadgen, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
 from autotune.stored import Stored
+from autotune.tuning import accuracy, tasks
 
 log = logging.getLogger("autotune")
 DRIFT_FLOOR = 0.01  # nats: below this, differences are rounding on any backend
+CHAT, PLAIN = "chat", "plain"  # how the guardrail sends its prompts
 
 
 @dataclass
@@ -51,13 +54,33 @@ class Sample:
 
 
 @dataclass
+class TaskAnswers:
+    """The reference configuration's answers to the task check (`autotune.tuning.tasks`):
+    which items (count and seed), its answer texts and which of them were right."""
+
+    items: int
+    seed: int
+    max_tokens: int
+    outputs: list[str]
+    correct: list[bool]
+
+
+@dataclass
 class Reference:
+    """What every trial is compared with: the reference configuration's greedy outputs
+    and their log-probs, the noise floor and thresholds, how the prompts were sent
+    (`template`: "chat" through the model's chat template, "plain" as they are; a
+    reference written before templates existed reads as plain) and its task answers
+    (None where it was made before the task check, or without it)."""
+
     prompts: list[str]
     max_tokens: int
     samples: list[Sample]
     noise: dict[str, float]
     thresholds: dict[str, float]
     context: dict[str, Any] = field(default_factory=dict)  # model, engine, flags
+    template: str = PLAIN
+    tasks: TaskAnswers | None = None
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,8 +88,15 @@ class Reference:
 
     @classmethod
     def load(cls, path: Path) -> Reference:
-        raw = json.loads(path.read_text())
+        return cls.of(json.loads(path.read_text()))
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Reference:
+        """A reference from its JSON data (`save`'s), of any version."""
+        raw = dict(raw)
         raw["samples"] = [Sample(**s) for s in raw["samples"]]
+        if raw.get("tasks") is not None:
+            raw["tasks"] = TaskAnswers(**raw["tasks"])
         return cls(**raw)
 
 
@@ -116,7 +146,7 @@ async def _post(http: aiohttp.ClientSession, target: Target, body: dict[str, Any
         return await resp.json()
 
 
-async def _sample(http: aiohttp.ClientSession, target: Target, prompt: str,
+async def _sample(http: aiohttp.ClientSession, target: Target, prompt: str | list[int],
                   max_tokens: int, score: bool) -> Sample:
     gen = await _post(http, target, {"prompt": prompt, "max_tokens": max_tokens,
                                      "temperature": 0, "return_token_ids": True})
@@ -137,8 +167,9 @@ async def _score(http: aiohttp.ClientSession, target: Target, prompt_ids: list[i
     return [float(e[str(t)]["logprob"]) for e, t in zip(entries, output_ids, strict=True)]
 
 
-async def _run(target: Target, prompts: list[str], max_tokens: int, batched: bool,
-               reference: Reference | None = None) -> list[Sample]:
+async def _run(target: Target, prompts: list[str] | list[list[int]], max_tokens: int,
+               batched: bool, reference: Reference | None = None) -> list[Sample]:
+    """Greedy samples of `prompts` (text, or token ids already templated)."""
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(connector=loadgen.engine_connector(), timeout=timeout,
                                      trust_env=False) as http:
@@ -153,6 +184,19 @@ async def _run(target: Target, prompts: list[str], max_tokens: int, batched: boo
                 s.logprobs = await _score(http, target, ref.prompt_ids, ref.output_ids) \
                     if ref.logprobs else []
     return list(samples)
+
+
+async def _answer(target: Target, prompts: list[str] | list[list[int]], max_tokens: int,
+                  limit: int) -> list[str]:
+    """Greedy answers of the task check, `limit` requests at a time (0: all at once)."""
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(connector=loadgen.engine_connector(limit),
+                                     timeout=timeout, trust_env=False) as http:
+        async def one(prompt: str | list[int]) -> str:
+            gen = await _post(http, target, {"prompt": prompt, "max_tokens": max_tokens,
+                                             "temperature": 0})
+            return str(gen["choices"][0]["text"])
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
 
 
 def compare(reference: list[Sample], trial: list[Sample],
@@ -199,35 +243,83 @@ def thresholds(noise: dict[str, float], factor: float, drift: float | None,
     }
 
 
-def make_reference(target: Target, prompts: list[str], max_tokens: int, *, factor: float,
-                   drift: float | None, agreement: float | None,
-                   context: dict[str, Any], alive: watch.Alive | None = None
-                   ) -> tuple[Reference, dict[str, Any]]:
-    """Two reference runs (batched, then one by one): the first is the reference, the pair
-    gives the noise floor. Returns the reference and the second run's comparison.
-    `alive` watches the engine (`autotune.measure.watch`): `Halted` once it names a reason.
+def make_reference(target: Target, guard: Guard, context: dict[str, Any],
+                   alive: watch.Alive | None = None) -> tuple[Reference, Quality]:
+    """Two reference runs (batched, then one by one; the task check all at once, then in
+    four waves, so each item shares its batch with others): the first is the reference,
+    the pair gives the noise floor. Returns
+    the reference and the reference trial's own verdict (the second run against the
+    first). `alive` watches the engine (`autotune.measure.watch`): `Halted` once it names
+    a reason.
     """
-    first = watch.run(_run(target, prompts, max_tokens, batched=True), alive)
-    base = Reference(prompts, max_tokens, first, {}, {}, context)
-    second = watch.run(_run(target, prompts, max_tokens, batched=False, reference=base),
+    spec, prompts = guard.spec, guard.sent(guard.prompts)
+    first = watch.run(_run(target, prompts, spec.max_tokens, batched=True), alive)
+    base = Reference(guard.prompts, spec.max_tokens, first, {}, {}, context,
+                     template=guard.template)
+    second = watch.run(_run(target, prompts, spec.max_tokens, batched=False, reference=base),
                        alive)
-    report = compare(first, second, prompts)
+    report = compare(first, second, guard.prompts)
     base.noise = {"drift": report["drift"], "agreement": report["agreement"]}
-    base.thresholds = thresholds(base.noise, factor, drift, agreement)
-    return base, report
+    base.thresholds = thresholds(base.noise, spec.noise_factor, spec.drift_threshold,
+                                 spec.agreement_threshold)
+    tasks_score = None
+    if spec.tasks:
+        items = tasks.generate(spec.tasks, spec.task_seed)
+        t0 = time.monotonic()
+        answers = watch.run(_answer(target, guard.sent([i.prompt for i in items]),
+                                    spec.task_tokens, limit=0), alive)
+        seconds = time.monotonic() - t0
+        again = watch.run(_answer(target, guard.sent([i.prompt for i in items]),
+                                  spec.task_tokens, limit=max(1, len(items) // 4)), alive)
+        right = [tasks.correct(i, a) for i, a in zip(items, answers, strict=True)]
+        base.tasks = TaskAnswers(spec.tasks, spec.task_seed, spec.task_tokens, answers, right)
+        tasks_score = _task_score(base.tasks, items, again, seconds)
+    return base, _verdict(report, base, tasks_score, spec, made_reference=True)
 
 
-def check(target: Target, reference: Reference,
-          alive: watch.Alive | None = None) -> dict[str, Any]:
-    """This configuration's outputs against the reference, with pass/fail; `alive` as in
-    `make_reference`."""
-    samples = watch.run(_run(target, reference.prompts, reference.max_tokens, batched=True,
-                             reference=reference), alive)
+def check(target: Target, guard: Guard, alive: watch.Alive | None = None) -> Quality:
+    """This configuration's outputs and task answers against the reference, with its
+    verdict; `alive` as in `make_reference`."""
+    reference = guard.reference
+    assert reference is not None, "check needs a reference; make_reference makes one"
+    samples = watch.run(_run(target, guard.sent(reference.prompts), reference.max_tokens,
+                             batched=True, reference=reference), alive)
     report = compare(reference.samples, samples, reference.prompts)
-    return verdict(report, reference)
+    tasks_score = None
+    if reference.tasks is not None and guard.spec.tasks:
+        ref = reference.tasks
+        items = tasks.generate(ref.items, ref.seed)
+        t0 = time.monotonic()
+        answers = watch.run(_answer(target, guard.sent([i.prompt for i in items]),
+                                    ref.max_tokens, limit=0), alive)
+        tasks_score = _task_score(ref, items, answers, time.monotonic() - t0)
+    return _verdict(report, reference, tasks_score, guard.spec)
+
+
+def _task_score(ref: TaskAnswers, items: list[tasks.Item], answers: list[str],
+                seconds: float) -> accuracy.TaskScore:
+    right = [tasks.correct(i, a) for i, a in zip(items, answers, strict=True)]
+    changed = sum(a.strip() != b.strip() for a, b in zip(ref.outputs, answers, strict=True))
+    return accuracy.score(ref.correct, right, changed, seconds)
+
+
+def _verdict(report: dict[str, Any], reference: Reference, tasks_score: accuracy.TaskScore
+             | None, spec: GuardrailSpec, made_reference: bool | None = None) -> Quality:
+    t = reference.thresholds
+    within = report["drift"] <= t["drift"] and report["agreement"] >= t["agreement"]
+    said = accuracy.verdict(within, tasks_score, spec.max_accuracy_drop)
+    passed = said == accuracy.UNCHANGED if spec.require == "unchanged" \
+        else said != accuracy.WORSE
+    return Quality.from_dict({
+        **report, "thresholds": t, "noise": reference.noise, "passed": passed,
+        "verdict": said, "template": reference.template, "tasks": tasks_score,
+        "budget": spec.max_accuracy_drop if tasks_score is not None else None,
+        "require": spec.require, "made_reference": made_reference})
 
 
 def verdict(report: dict[str, Any], reference: Reference) -> dict[str, Any]:
+    """`compare`'s report judged by the noise floor's thresholds alone (drift and
+    agreement), the guardrail's rule before the task check; `check` adds the task check."""
     t = reference.thresholds
     report.update(thresholds=t, noise=reference.noise,
                   passed=report["drift"] <= t["drift"] and report["agreement"] >= t["agreement"])
@@ -237,8 +329,14 @@ def verdict(report: dict[str, Any], reference: Reference) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Quality(Stored):
     """The guardrail's verdict on a trial as its record keeps it: `compare`'s figures, the
-    thresholds and noise floor of `verdict`, whether it passed and whether the trial made
-    the reference; a check that failed to run keeps only its `error`."""
+    thresholds and noise floor, the task check (`tasks`: accuracy and the paired
+    difference against the reference), the verdict (`accuracy.UNCHANGED`, `CHANGED`,
+    `WORSE`) under the accuracy `budget` (points) and what the scenario `require`d,
+    whether it passed (not rejected) and whether the trial made the reference; a check
+    that failed to run keeps only its `error`. Records written before the task check have
+    no verdict: `passed` alone says what the drift rule decided."""
+
+    NESTED = {"tasks": accuracy.TaskScore}
 
     drift: float | None = None
     drift_max: float | None = None
@@ -250,31 +348,94 @@ class Quality(Stored):
     passed: bool | None = None
     made_reference: bool | None = None
     error: str | None = None
+    verdict: str | None = None
+    template: str | None = None
+    tasks: accuracy.TaskScore | None = None
+    budget: float | None = None
+    require: str | None = None
 
     @property
     def checked(self) -> bool:
         """Whether the outputs were compared (not an error, nor a record without drift)."""
         return self.drift is not None
 
+    def noise_multiple(self) -> str:
+        """The drift as a multiple of the noise floor, e.g. "700x the noise floor"."""
+        floor = self.noise.get("drift")
+        if self.drift is None or floor is None:
+            return ""
+        if floor <= 0:
+            return "noise floor 0" if self.drift <= 0 else "over a noise floor of 0"
+        return f"{self.drift / floor:.0f}x the noise floor"
 
-def constraints(report: Quality | dict[str, Any] | None) -> dict[str, float]:
-    """Two named Optuna constraints (<= 0 is met); zeros when the guardrail is off. The
-    verdict is typed (a trial's), or `check`'s plain report."""
-    if not report:
-        return {"quality_drift": 0.0, "quality_agreement": 0.0}
-    q = report if isinstance(report, Quality) else Quality.from_dict(report)
-    assert q.drift is not None and q.agreement is not None, "a verdict has both"
-    return {"quality_drift": q.drift - q.thresholds["drift"],
-            "quality_agreement": q.thresholds["agreement"] - q.agreement}
+    def short(self) -> str:
+        """A table cell: the verdict and the paired difference ("changed -1.0 (-2.9..+0.9)"),
+        or the drift of a record without a verdict ("0.070"), "-" when not checked."""
+        if self.verdict is None:
+            return f"{self.drift:.3f}" if self.drift is not None else "-"
+        t = self.tasks
+        cell = {accuracy.CHANGED: "changed"}.get(self.verdict, self.verdict)
+        if self.passed is False:
+            cell = cell.upper()
+        if t is not None and (t.changed or t.lost or t.gained):
+            cell += (f" {t.difference:+.1f} ({t.difference_low:+.1f}.."
+                     f"{t.difference_high:+.1f})")
+        return cell
+
+    def words(self) -> str:
+        """The verdict in words: the task check's figures and the budget, or what the
+        drift rule said for a record without a verdict."""
+        if self.error:
+            return f"not checked: {self.error}"
+        if self.verdict is None:
+            if not self.checked or self.passed is None:
+                return ""
+            return "passed" if self.passed else "rejected"
+        said = accuracy.in_words(self.verdict, self.tasks, self.budget)
+        if self.require == "unchanged" and self.verdict != accuracy.UNCHANGED:
+            said += " (rejected: the scenario requires unchanged)"
+        return said
+
+
+def constraints(report: Quality | None) -> dict[str, float]:
+    """One named Optuna constraint, `quality` (<= 0 is met): 1 when the guardrail rejected
+    the trial, 0 otherwise or when it is off."""
+    if report is None:
+        return {"quality": 0.0}
+    assert report.passed is not None, "a verdict says whether it passed"
+    return {"quality": 0.0 if report.passed else 1.0}
 
 
 @dataclass
 class Guard:
-    """The guardrail's part in a trial: check against `reference`, or make it when None."""
+    """The guardrail's part in a trial: check against `reference`, or make it when None.
+    `template` says how prompts are sent; with "chat", `model`'s chat template wraps each
+    one as a user turn, as vLLM's chat endpoint would (`sent`)."""
 
     spec: GuardrailSpec
     prompts: list[str]
     reference: Reference | None = None
+    template: str = PLAIN
+    model: str | None = None
+
+    def sent(self, prompts: list[str]) -> list[str] | list[list[int]]:
+        """`prompts` as they go to /v1/completions: the texts (plain) or the token ids
+        of the chat-templated user turn (the same ids vLLM's chat endpoint makes)."""
+        if self.template == PLAIN:
+            return prompts
+        assert self.model is not None, "a chat-templated guard knows its model"
+        tok = Tokenizer.of(self.model).tok
+        return [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}],
+                                                   tokenize=False, add_generation_prompt=True),
+                           add_special_tokens=False) for p in prompts]
+
+
+def has_chat_template(model: str) -> bool:
+    """Whether the model's tokenizer carries a chat template."""
+    try:
+        return bool(getattr(Tokenizer.of(model).tok, "chat_template", None))
+    except (OSError, ValueError):
+        return False
 
 
 def reference_path(scenario: Scenario, study_dir: Path) -> Path:
@@ -283,9 +444,19 @@ def reference_path(scenario: Scenario, study_dir: Path) -> Path:
         else study_dir / "reference.json"
 
 
+def _template(scenario: Scenario, model: str) -> str:
+    """How a new reference sends its prompts: `guardrail.template`, where "auto" is the
+    chat template when the model has one (always tried when the workload uses the chat
+    API), else plain."""
+    asked = scenario.guardrail.template
+    if asked != "auto":
+        return asked
+    return CHAT if has_chat_template(model) else PLAIN
+
+
 def make_guard(scenario: Scenario, study_dir: Path) -> Guard | None:
-    """The guardrail for this run: an existing reference is reused, else the first
-    completed trial (vLLM's defaults) makes it."""
+    """The guardrail for this run: an existing reference is reused (sent as it was made,
+    chat-templated or plain), else the first completed trial (vLLM's defaults) makes it."""
     spec = scenario.guardrail
     if not spec.enabled:
         return None
@@ -294,9 +465,9 @@ def make_guard(scenario: Scenario, study_dir: Path) -> Guard | None:
     except (OSError, ValueError, KeyError) as err:
         raise ConfigError(f"guardrail.prompts: cannot read {spec.prompts}: {err}") from None
     path = reference_path(scenario, study_dir)
+    model = tinymodel.resolve(scenario.model.tiny, scenario.model.path)
     reference = None
     if spec.prompts and not path.exists():
-        model = tinymodel.resolve(scenario.model.tiny, scenario.model.path)
         reference = expected_reference(spec.prompts, spec.num_prompts, spec.max_tokens,
                                        Tokenizer.of(model), {"model": model})
         if reference is not None:
@@ -311,7 +482,13 @@ def make_guard(scenario: Scenario, study_dir: Path) -> Guard | None:
         if reference.prompts != prompts or reference.max_tokens != spec.max_tokens:
             raise ConfigError(f"guardrail.reference: {path} was made with other prompts or "
                               "max_tokens; remove it or point `reference` elsewhere")
+        if spec.template not in ("auto", reference.template):
+            raise ConfigError(f"guardrail.template: {path} was made with {reference.template} "
+                              f"prompts, not {spec.template}; a new study (or `reference` "
+                              "pointing elsewhere) makes one that way")
         reference.thresholds = thresholds(reference.noise, spec.noise_factor,
                                           spec.drift_threshold, spec.agreement_threshold)
-        log.info("guardrail: reusing the reference in %s", path)
-    return Guard(spec, prompts, reference)
+        log.info("guardrail: reusing the reference in %s (%s prompts%s)", path,
+                 reference.template, "" if reference.tasks else ", no task check")
+    template = reference.template if reference is not None else _template(scenario, model)
+    return Guard(spec, prompts, reference, template, model)

@@ -246,18 +246,14 @@ def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, a
              ) -> tuple[guardrail.Quality, guardrail.Reference | None]:
     """Check against the reference, or make the reference (with its noise floor); a check
     that could not run is a verdict with its error."""
-    spec = guard.spec
     try:
         if guard.reference is not None:
-            return guardrail.Quality.from_dict(guardrail.check(target, guard.reference,
-                                                               alive)), None
-        ref, report = guardrail.make_reference(
-            target, guard.prompts, spec.max_tokens, factor=spec.noise_factor,
-            drift=spec.drift_threshold, agreement=spec.agreement_threshold,
-            context={"model": model, "flags": facts.flags,
-                     "engine_version": facts.engine_version, "device": facts.device},
+            return guardrail.check(target, guard, alive), None
+        ref, quality = guardrail.make_reference(
+            target, guard, context={"model": model, "flags": facts.flags,
+                                    "engine_version": facts.engine_version,
+                                    "device": facts.device},
             alive=alive)
-        return guardrail.Quality.from_dict({**guardrail.verdict(report, ref),
-                                            "made_reference": True}), ref
+        return quality, ref
     except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:
         return guardrail.Quality.from_dict({"error": f"{type(err).__name__}: {err}"}), None

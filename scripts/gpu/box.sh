@@ -18,7 +18,9 @@
 #
 # Env: BOX_VERB (tune; validate: `autotune validate studies/NAME.db OPTIONS`; startup:
 # `benchmarks/startup.py --model THE-BUILT-MODEL OPTIONS`, cold against warm engine
-# starts, its engine logs returned as startup-logs.tar.gz; SCENARIO is then unused),
+# starts, its engine logs returned as startup-logs.tar.gz; quality: `benchmarks/real_model.py
+# guardrail --gpu OPTIONS` on the built real model, quality.json and its engine logs
+# returned; SCENARIO is then unused),
 # BOX_TESTS (pytest arguments run first, e.g. the GPU-only tests),
 # BOX_LIMIT_S (default 570: the whole command ends by then; keep it under
 # the call's timeout_s), BOX_MODEL (default qwen3-4b; none to skip the build);
@@ -138,6 +140,10 @@ copy_margin=45  # autotune stops its engine within 20 s of SIGTERM; then the cop
 budget=$(( limit - ($(date +%s) - t0) - copy_margin ))
 if [ "${BOX_VERB:-tune}" = validate ]; then
   cmd=(python3 -m autotune validate "$db" "${args[@]}")
+elif [ "${BOX_VERB:-tune}" = quality ]; then
+  cmd=(python3 benchmarks/real_model.py guardrail --gpu
+       --model "$AUTOTUNE_CACHE/models/${BOX_MODEL:-smollm2-135m}"
+       --logs "$cache/quality-logs" --json "$outd/quality.json" "${args[@]}")
 elif [ "${BOX_VERB:-tune}" = startup ]; then
   cmd=(python3 benchmarks/startup.py --model "$AUTOTUNE_CACHE/models/${BOX_MODEL:-qwen3-4b}"
        --logs "$cache/startup-logs" "${args[@]}")
@@ -153,6 +159,11 @@ say "tune exited with $tune_rc after $tune_s s"
 
 # 4. what comes back ($OUT: at most 8 files of 16 MiB)
 t=$(date +%s)
+if [ "${BOX_VERB:-tune}" = quality ]; then
+  tar -czf "$outd/quality-logs.tar.gz" -C "$cache" quality-logs
+  say "BOX DONE rc=$tune_rc: quality.json holds the rows, quality-logs.tar.gz the engine logs"
+  exit "$tune_rc"
+fi
 if [ "${BOX_VERB:-tune}" = startup ]; then
   tar -czf "$outd/startup-logs.tar.gz" -C "$cache" startup-logs
   rm -rf "$cache/startup-logs"
