@@ -205,6 +205,8 @@ baselines:
 budget: {trials: 3, trial_timeout: 5m}
 sampler: {name: random, seed: 1}
 prune: {memory_model: false}   # let the engine itself refuse the small cache
+# random weights answer no task item: 100 items exercise the check at a tenth of the cost
+guardrail: {tasks: 100}
 """
 
 

@@ -66,6 +66,10 @@ def test_baselines_first_then_search_with_full_records(tuned):
     assert (root / "engine-test" / "reference.json").exists()
     quality = searched.quality
     assert quality.made_reference is None and quality.drift >= 0 and quality.passed
+    # chat-templated (the tiny model has ChatML), with the task check and a verdict
+    assert quality.template == "chat" and quality.verdict == "unchanged"
+    assert quality.tasks is not None and quality.tasks.items == 100
+    assert defaults.quality.tasks is not None and defaults.quality.verdict == "unchanged"
     # Named constraints, the same names on every trial (GPSampler compares them).
     assert set(searched.constraints) == set(defaults.constraints) == set(broken.constraints)
     assert "slo:ttft_p95_ms" in defaults.constraints and broken.constraints["completed"] > 0

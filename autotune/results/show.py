@@ -90,7 +90,8 @@ def reason(r: TrialRecord) -> str:
         why = []
         q = r.quality
         if q is not None and q.passed is False:
-            why.append(f"quality ({q.short()})")
+            why.append(f"quality ({q.short()})" if q.verdict else
+                       f"quality (drift {q.drift or 0:.3f})")
         if r.metrics.get("failed"):
             why.append("failed requests")
         return ", ".join(why) or "SLO missed"

@@ -142,8 +142,8 @@ def print_quality(trials: list[dict[str, Any]], console: Console) -> None:
     if worded:
         console.print("quality (task check against the reference configuration):")
     for r in worded:
-        console.print(f"  #{r['number']} {_flags(r['flags']) or 'defaults'}: "
-                      f"{r['quality']['words']}", highlight=False)
+        console.print(f"  #{r['number']} {_flags(r['flags'])}: "
+                      f"{r['quality']['words']}", highlight=False, markup=False)
 
 
 def print_legend(legend: dict[str, str], console: Console) -> None:
@@ -291,7 +291,7 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
     if q and q.checked:
         th = q.thresholds or {}
         if q.verdict is not None:
-            console.print(f"quality: {q.words()}", highlight=False)
+            console.print(f"quality: {q.words()}", highlight=False, markup=False)
             t = q.tasks
             if t is not None:
                 console.print(f"  task check: {t.items} items, accuracy {t.accuracy:.1f} % "

@@ -258,7 +258,7 @@ WRITABLE = frozenset(f.name for f in dataclasses.fields(TrialRecord)) - _FROM_TR
 # record of any version. They are not fields of their own: nothing else may write them.
 SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
            "capacity_uncertainty", "bottleneck", "drift", "agreement", "quality_passed",
-           "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
+           "quality_verdict", "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
 
 
 def _capacity(metrics: Mapping[str, Any]) -> CapacityRecord | None:
@@ -284,7 +284,8 @@ def _scalars(metrics: Mapping[str, Any] | None, quality: Quality | None,
                    (metrics.get("bottleneck") or {}).get("text"))
     if quality is not None:
         out.update(drift=quality.drift, agreement=quality.agreement,
-                   quality_passed=quality.passed)
+                   quality_passed=quality.passed,
+                   quality_verdict=quality.words() if quality.verdict else None)
     if spec:
         out.update(spec_acceptance_rate=spec.get("acceptance_rate"),
                    spec_acceptance_length=spec.get("mean_acceptance_length"))
