@@ -99,9 +99,15 @@ def read_only() -> Iterator[Callable[[Path], None]]:
     (GOOD + "engine: {flags: {model: /m}}\n", "engine.flags.model", ["set by autotune"]),
     (GOOD + "space: {served-model-name: {choices: [a]}}\n", "space.served-model-name",
      ["set by autotune"]),
+    (GOOD + "guardrail: {require: maybe}\n", "guardrail.require",
+     ["'within_budget' or 'unchanged'"]),
+    (GOOD + "guardrail: {template: chatty}\n", "guardrail.template",
+     ["'auto', 'chat' or 'plain'"]),
+    (GOOD + "guardrail: {max_accuracy_drop: -1}\n", "guardrail.max_accuracy_drop",
+     ["greater than or equal to 0"]),
 ], ids=["model-missing", "model-relative", "gmu-fixed", "gmu-range", "gmu-choice",
         "gmu-baseline", "port-space", "host-fixed", "api-key-baseline", "model-flag",
-        "served-name"])
+        "served-name", "quality-require", "quality-template", "quality-budget"])
 def test_bad_scenario_is_refused_before_launch(tmp_path, text, key, words):
     path = tmp_path / "bad.yaml"
     path.write_text(text)

@@ -92,7 +92,7 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
                      "max_concurrency": 4, "mode": "fixed"}, "guardrail": SPEC,
         "prune": {"enabled": False}, "budget": {"trial_timeout": "10m"}})
     guard = _guard(real_model, ref)
-    flags = {**EAGER, "speculative-config": NGRAM, "block-size": 32, "max-num-seqs": 4,
+    flags = {**EAGER, "speculative-config": NGRAM, "block-size": 32, "max-num-seqs": 32,
              "enable-prefix-caching": False}
     outcome = trial.run_trial(scenario, real_model, flags, tmp_path / "0", guard)
     assert outcome.state == trial.COMPLETE, (outcome.reason, outcome.facts.detail)

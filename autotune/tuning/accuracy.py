@@ -89,13 +89,12 @@ class TaskScore(Stored):
     def changed_share(self) -> float:
         return self.changed / self.items if self.items else 0.0
 
-    def words(self, budget: float | None = None) -> str:
+    def words(self) -> str:
         """E.g. "18 % of answers changed; accuracy 52.0 % vs 53.0 % (-1.0, -2.9 to +0.9)"."""
-        text = (f"{100 * self.changed_share:.0f} % of answers changed; accuracy "
+        return (f"{100 * self.changed_share:.0f} % of answers changed; accuracy "
                 f"{self.accuracy:.1f} % vs {self.reference_accuracy:.1f} % "
                 f"({self.difference:+.1f}, {self.difference_low:+.1f} to "
                 f"{self.difference_high:+.1f})")
-        return text
 
 
 def score(reference: Sequence[bool], trial: Sequence[bool], changed: int,
@@ -148,10 +147,12 @@ def in_words(verdict_: str | None, tasks: TaskScore | None, budget: float | None
     return f"{tasks.words()}: {tail}"
 
 
-def items_for(half_width: float, changed_share: float) -> int:
-    """Items a paired interval of +-`half_width` points needs when `changed_share` of the
-    items change correctness at random (each discordant pair is +-1): n = (z * sd / h)^2
-    with sd = sqrt(changed_share)."""
+def items_for(half_width: float, flipped_share: float, difference: float = 0.0) -> int:
+    """Items a paired 95 % interval of +-`half_width` points needs when `flipped_share` of
+    the items change correctness (lost or gained) and the accuracy moves by `difference`
+    points: n = (z * sd / h)^2, where sd^2 = flipped_share - (difference / 100)^2 is the
+    variance of one item's paired difference."""
     if half_width <= 0:
         raise ValueError("half_width must be > 0")
-    return math.ceil((_Z * math.sqrt(changed_share) / (half_width / 100)) ** 2)
+    variance = flipped_share - (difference / 100) ** 2
+    return math.ceil((_Z * math.sqrt(max(variance, 0.0)) / (half_width / 100)) ** 2)

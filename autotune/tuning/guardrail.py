@@ -1,4 +1,4 @@
-"""Quality guardrail: a fast configuration must not change the answers.
+"""Quality guardrail: a fast configuration must not make the answers worse.
 
 A reference is made once, by the study's first trial (vLLM's defaults): greedy
 outputs of a fixed prompt set, and the log-probability of each output token
@@ -12,7 +12,13 @@ two ways: agreement of the greedy outputs (common-prefix ratio and a sequence
 similarity over token ids) and teacher-forced drift (mean absolute difference
 of the reference tokens' log-probabilities). One flipped token early in a
 generation makes agreement collapse; drift does not, so drift is the primary
-signal and agreement only catches outputs that share little at all.
+signal of change and agreement only catches outputs that share little at all.
+
+Change is not harm: the task check (`autotune.tuning.tasks`) asks the same scorable
+questions of the reference and of every trial, and `autotune.tuning.accuracy` turns the
+paired answers and the drift into the verdict a user reads: unchanged, changed within the
+accuracy budget, or worse. Prompts and questions go through the model's chat template
+where it has one, as chat traffic does.
 """
 
 from __future__ import annotations
@@ -446,8 +452,8 @@ def reference_path(scenario: Scenario, study_dir: Path) -> Path:
 
 def _template(scenario: Scenario, model: str) -> str:
     """How a new reference sends its prompts: `guardrail.template`, where "auto" is the
-    chat template when the model has one (always tried when the workload uses the chat
-    API), else plain."""
+    chat template when the model's tokenizer has one (a model served through the chat API
+    always does), else plain."""
     asked = scenario.guardrail.template
     if asked != "auto":
         return asked
