@@ -93,7 +93,10 @@ def test_show_explains_every_trial(tuned):
     one = subprocess.run([sys.executable, "-m", "autotune", "show", "engine-test", "--trial",
                           "2", "--studies-dir", str(root)], capture_output=True, text=True,
                          check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
-    assert "quality: passed" in one and "drift" in one and "reference:" in one
+    # the verdict in words, the task check, then the log-probs and the worst prompts
+    assert "quality: 0 % of answers changed" in one and ": unchanged" in one
+    assert "task check: 100 items" in one
+    assert "drift" in one and "noise floor" in one and "reference:" in one
     assert "start-up: imports" in one and "first request" in one
 
 
