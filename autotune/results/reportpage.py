@@ -267,7 +267,8 @@ def _guardrail(study: Source) -> str:
         if worded and q.tasks is not None and budget is not None else ""
     return (rule + f"<p>Reference outputs made by trial #{_e(ref.get('trial', '-'))}; its own "
             f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
-            f"{fmt(noise.get('agreement'), '.3f')}. A trial passes with drift &le; "
+            f"{fmt(noise.get('agreement'), '.3f')}. "
+            f"{'Its log-probs are unchanged' if rule else 'A trial passes'} with drift &le; "
             f"{fmt(th.get('drift'), '.3g')} nats and agreement &ge; "
             f"{fmt(th.get('agreement'), '.3g')}. Checked: {len(checked)} trial(s); rejected: "
             f"{_e(', '.join(rejected) or 'none')}.</p>")
