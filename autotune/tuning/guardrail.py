@@ -271,12 +271,12 @@ def make_reference(target: Target, guard: Guard, context: dict[str, Any],
     tasks_score = None
     if spec.tasks:
         items = tasks.generate(spec.tasks, spec.task_seed)
+        asked = guard.sent([i.prompt for i in items])
         t0 = time.monotonic()
-        answers = watch.run(_answer(target, guard.sent([i.prompt for i in items]),
-                                    spec.task_tokens, limit=0), alive)
+        answers = watch.run(_answer(target, asked, spec.task_tokens, limit=0), alive)
         seconds = time.monotonic() - t0
-        again = watch.run(_answer(target, guard.sent([i.prompt for i in items]),
-                                  spec.task_tokens, limit=max(1, len(items) // 4)), alive)
+        again = watch.run(_answer(target, asked, spec.task_tokens,
+                                  limit=max(1, len(items) // 4)), alive)
         right = [tasks.correct(i, a) for i, a in zip(items, answers, strict=True)]
         base.tasks = TaskAnswers(spec.tasks, spec.task_seed, spec.task_tokens, answers, right)
         tasks_score = _task_score(base.tasks, items, again, seconds)
