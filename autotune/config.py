@@ -253,10 +253,26 @@ class Baseline(_Strict):
         return _canonical(value)
 
 
+class EndValidation(_Strict):
+    """The re-check that ends a run (`budget.validate`): the final choice against vLLM's
+    defaults on fresh engines, alternating, measured by `client` (`vllm`: vLLM's own
+    `vllm bench serve`), so that a run left overnight ends with the gain's interval."""
+
+    client: Literal["vllm", "autotune"] = "vllm"
+    repeats: int = Field(2, ge=1)
+    step_seconds: float | None = Field(None, gt=0)  # vllm client's sustained steps
+
+
 class Budget(_Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
     trials: int = Field(20, ge=1)
     timeout: str | None = None  # e.g. "8h", "45m"
     trial_timeout: str = "30m"
+    # Last phases of `tune`, inside the time budget: which of the winner's flags carry its
+    # gain (`autotune explain`), then the re-check of the final choice.
+    explain: bool = False
+    validate_: EndValidation | None = Field(None, alias="validate")
 
     @field_validator("timeout", "trial_timeout")
     @classmethod
@@ -264,6 +280,16 @@ class Budget(_Strict):
         if value is not None and not parse_duration(value) > 0:
             raise ValueError(f"duration {value!r} must be longer than 0 s")
         return value
+
+
+class CostSpec(_Strict):
+    """What serving costs, for cost per million output tokens and replicas at a load
+    (`autotune.results.cost`): the price of one GPU for an hour and the GPUs one replica
+    holds (default: the trial's tensor x pipeline x data parallel size)."""
+
+    gpu_hour: float = Field(gt=0)
+    gpus: int | None = Field(None, ge=1)
+    currency: str = Field("USD", min_length=1, max_length=12)
 
 
 class SamplerSpec(_Strict):
@@ -295,6 +321,7 @@ class Scenario(_Strict):
     budget: Budget = Field(default_factory=Budget)
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     relief: ReliefSpec = Field(default_factory=ReliefSpec)
+    cost: CostSpec | None = None
 
     @field_validator("name")
     @classmethod

@@ -63,6 +63,9 @@ class StartupFigures(Stored):
     # What the engine made of `--async-scheduling`: it turns it off by itself for some
     # configurations (ngram speculation), so the flags alone do not say what ran.
     async_scheduling: bool | None = None
+    # What the engine decided for flags its parser leaves unset (`autotune.engine.defaults`).
+    max_num_batched_tokens: int | None = None
+    prefix_caching: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -102,11 +105,20 @@ _ASYNC = re.compile(r"Asynchronous scheduling is (enabled|disabled)"
                     r"|Async scheduling not supported with .* will be (disabled)")
 
 
+# The scheduler's budget when chunked prefill is on, and the engine's configuration line.
+_BATCHED = re.compile(r"max_num_batched_tokens=([\d,]+)")
+_PREFIX_CACHING = re.compile(r"enable_prefix_caching=(True|False)")
+
+
 def parse_startup(log: str) -> StartupFigures:
     """Start-up figures from a server log (the last value wins when repeated)."""
     found: dict[str, float | int | bool] = {}
     for m in _ASYNC.finditer(log):
         found["async_scheduling"] = (m.group(1) or m.group(2)) == "enabled"
+    for m in _BATCHED.finditer(log):
+        found["max_num_batched_tokens"] = int(_num(m.group(1)))
+    for m in _PREFIX_CACHING.finditer(log):
+        found["prefix_caching"] = m.group(1) == "True"
     for key, pattern in _FIGURES:
         for m in pattern.finditer(log):
             if key == "max_concurrency":

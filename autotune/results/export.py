@@ -200,7 +200,10 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
     measured (`autotune.results.limits`) and the command that re-checks them. Every name
     and value is data: quoted for the shell, emitted by the YAML or JSON library, and made
     inert in comments."""
-    flags: dict[str, Any] = dict(r.flags)
+    # Only what changes something: a flag at vLLM's effective default on the measured
+    # machine is left out, and a comment line says so (`autotune.engine.defaults`).
+    effective = ranking.effective_defaults(study)
+    flags: dict[str, Any] = effective.overrides(r.flags)
     if bad := [k for k in r.env if not ENV_NAME.fullmatch(k)]:
         raise ConfigError(f"export: engine.env name {bad[0]!r} is not an environment variable "
                           "name (letters, digits and _, not starting with a digit)")
@@ -212,6 +215,9 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
     lim = limits_mod.derive(r, slos_of(study))
     check = recheck(study, r, lim)
     notes = comment_lines(f) + limit_lines(lim, check)
+    if left := effective.words(r.flags):
+        notes.append(inert(f"left out as vLLM's defaults on {f['device'] or 'this machine'}: "
+                           + left))
     args = to_args(flags)
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     if fmt == "cli":

@@ -237,8 +237,13 @@ def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
     with: ...`, with the capacity's caveat where it has one."""
     if top is None:
         return "none yet"
-    text = (f"#{top.number} {_flags(_beyond(top, fixed))}, gain {fmt(top.gain, '+.1%')} "
-            f"over {ranking.reference_name(study)}")
+    effective = ranking.effective_defaults(study)
+    own = _beyond(top, fixed)
+    changes = effective.overrides(own)
+    text = (f"#{top.number} {_flags(changes) if changes else '(vLLM defaults)'}, "
+            f"gain {fmt(top.gain, '+.1%')} over {ranking.reference_name(study)}")
+    if left := effective.words(own):
+        text += f" (also set, at vLLM's defaults on this machine: {left})"
     if top.capacity:
         text += f"; capacity at SLO {capacity.describe(top.capacity)}"
         if caveat := show.capacity_caveat(top.capacity):

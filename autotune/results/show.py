@@ -197,7 +197,8 @@ def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
         "max_abs_error": max((abs(e) for e in errors), default=None),
         "not_launched": sum(1 for r in launched if r.launched is False),
     }
-    defaults = ranked.not_overrides(snap)
+    effective = ranked.effective_defaults(snap)
+    defaults = {**effective.values, **fixed}  # `ranked.not_overrides`, read once
     tied = tied_with_best(snap)
     top = ranked.feasible_best(snap) if tied else None
     for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
@@ -205,6 +206,10 @@ def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
     if len(study.directions) == 1:
         best = ranked.pick(feasible, ranked.objective_value, defaults)
         out["best"] = trial_row(best, fixed) if best else None
+        if best is not None:  # what the winner changes, against vLLM's effective defaults
+            own = {k: v for k, v in best.flags.items() if k not in fixed}
+            out["best_changes"] = effective.overrides(own)
+            out["best_left_out"] = effective.words(own)
         out["ceiling"] = relief.ceiling(best)
         out["best_gain"] = gain(ranked.objective_value(best)) if best else None
         out["gain_over"] = ranked.reference_name(snap)

@@ -111,10 +111,15 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
         if best is None:
             console.print("no feasible completed trial yet")
         else:
-            console.print(f"best: trial #{best['number']} {_flags(best['flags'])}: "
+            changes = data.get("best_changes", best["flags"])
+            console.print(f"best: trial #{best['number']} "
+                          f"{_flags(changes) if changes else '(vLLM defaults)'}: "
                           f"{fmt(data['best_gain'], '+.1%')} over "
                           f"{data.get('gain_over', 'vLLM defaults')} "
                           f"(score {fmt(best['values'][0], '.4f')})")
+            if data.get("best_left_out"):
+                console.print(f"  set but left out as vLLM's defaults on this machine: "
+                              f"{data['best_left_out']}")
             cap = best.get("capacity") or {}
             if cap.get("text"):
                 console.print(f"  capacity at SLO {cap['text']}" + (

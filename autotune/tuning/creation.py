@@ -94,7 +94,7 @@ def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = N
     if created or not _await_creator(study):
         # vLLM's defaults first; the named baselines follow once they finish (`run_one`).
         study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))
-        record.set_scenario(study, scenario.model_dump(mode="json"))
+        record.set_scenario(study, scenario.model_dump(mode="json", by_alias=True))
         if not scenario.baselines:
             record.set_baselines_queued(study)
     else:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import reasons
+from autotune.engine.defaults import Machine, platform_rules
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
@@ -113,17 +114,17 @@ def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto") -> int:
 
 
 def default_batched_tokens(device_memory_bytes: int) -> int:
-    """vLLM's default --max-num-batched-tokens for `vllm serve`, which depends on the card
-    (it does not spare the A100, as vLLM does, since only the size is known here)."""
-    if device_memory_bytes >= 160 * GiB:
-        return 16384
-    return 8192 if device_memory_bytes >= 70 * GiB else 2048
+    """vLLM's default --max-num-batched-tokens for `vllm serve` on a card of this size
+    (`autotune.engine.defaults`; only the size is known here, not the card's name)."""
+    return int(platform_rules(Machine("cuda", None, device_memory_bytes / 2**20))
+               ["max-num-batched-tokens"])
 
 
 def default_max_num_seqs(device_memory_bytes: int) -> int:
     """vLLM's default --max-num-seqs for `vllm serve` on a card of this size (before vLLM
     caps it at max-num-batched-tokens)."""
-    return 1024 if device_memory_bytes >= 70 * GiB else 256
+    return int(platform_rules(Machine("cuda", None, device_memory_bytes / 2**20))
+               ["max-num-seqs"])
 
 
 def default_overhead(shape: ModelShape, max_num_batched_tokens: int) -> int:

@@ -16,6 +16,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from autotune.engine import defaults as defaults_mod
+from autotune.engine.defaults import Effective, Machine, same
 from autotune.errors import ConfigError
 from autotune.flags import normalize
 from autotune.measure import capacity
@@ -32,9 +34,9 @@ def _attrs(study: Source) -> StudyRecord:
 
 
 def overrides(rec: TrialRecord, defaults: Mapping[str, Any]) -> int:
-    """How many flags the trial sets to other than `defaults` (vLLM's own defaults and the
-    scenario's fixed flags): 0 for vLLM's defaults."""
-    return sum(1 for k, v in rec.flags.items() if k not in defaults or defaults[k] != v)
+    """How many flags the trial sets to other than `defaults` (vLLM's effective defaults
+    and the scenario's fixed flags): 0 for vLLM's defaults."""
+    return sum(1 for k, v in rec.flags.items() if k not in defaults or not same(defaults[k], v))
 
 
 def objective_value(rec: TrialRecord) -> float:
@@ -90,10 +92,47 @@ def fixed_flags(study: Source) -> dict[str, Any]:
     return normalize((stored_scenario(study).get("engine") or {}).get("flags") or {})
 
 
+def machine(study: Source) -> Machine | None:
+    """What the study's engines ran on, as the platform rules see it: the emulated card
+    where the scenario emulates one, else the GPU its trials recorded, else the CPU build;
+    None where no trial says (nothing launched)."""
+    scenario = stored_scenario(study)
+    world = 1
+    for key in ("tensor-parallel-size", "pipeline-parallel-size"):
+        world *= int(fixed_flags(study).get(key) or 1)
+    emulated = (scenario.get("hardware") or {}).get("memory_gib")
+    for r in records(study):
+        if (r.device_name or "").lower() == "cpu" or "cpu" in (r.engine_version or ""):
+            return Machine("cpu", world_size=world)
+        if r.device_name:
+            return Machine("cuda", None if emulated else r.device_name,
+                           float(emulated) * 1024 if emulated else r.device.get("memory_mib"),
+                           world)
+    return None
+
+
+def effective_defaults(study: Source) -> Effective:
+    """vLLM's effective defaults where the study ran (`autotune.engine.defaults`): the
+    parser's (recorded when the study started), the platform's rules for its machine, and
+    what its engines said at start-up about flags they were not given (vLLM's defaults'
+    engine first). An emulated card's batch defaults are its own, not the real card's."""
+    found = machine(study)
+    rules = defaults_mod.platform_rules(found) if found else {}
+    facts: dict[str, Any] = {}
+    rows = sorted(records(study), key=lambda r: (not r.is_defaults, r.number))
+    for r in rows:
+        if r.launched is not False and r.duplicate_of is None:
+            for k, v in defaults_mod.startup_facts(r.flags, r.startup).items():
+                facts.setdefault(k, v)
+    if (stored_scenario(study).get("hardware") or {}).get("memory_gib"):
+        facts.pop("max-num-batched-tokens", None)  # the real card's, not the emulated one's
+    return Effective.of(_attrs(study).engine_defaults or {}, rules, facts)
+
+
 def not_overrides(study: Source) -> dict[str, Any]:
-    """Flag values that do not count as overriding vLLM's defaults: the engine parser's own
-    defaults (recorded when the study started) and the scenario's fixed flags."""
-    return {**(_attrs(study).engine_defaults or {}), **fixed_flags(study)}
+    """Flag values that do not count as overriding vLLM's defaults: vLLM's effective
+    defaults on the study's machine (`effective_defaults`) and the scenario's fixed flags."""
+    return {**effective_defaults(study).values, **fixed_flags(study)}
 
 
 def feasible(study: Source) -> list[TrialRecord]:
