@@ -223,12 +223,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
         trials = records(st)
         if not 0 <= args.trial < len(trials):
             raise ConfigError(f"show: no trial {args.trial} (the study has {len(trials)})")
+        if args.load is not None:
+            raise ConfigError("show: --load sizes the study's winner and defaults; leave "
+                              "out --trial")
         if args.json:
             print(json.dumps(trials[args.trial].as_dict(), indent=2, default=str))
         else:
             views.print_trial(trials[args.trial])
         return 0
-    data = show.summary(st, _what_if(args.slo, "show"))
+    data = show.summary(st, _what_if(args.slo, "show"), load=args.load,
+                        gpu_hour=args.gpu_hour, gpus=args.gpus)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
     else:
@@ -243,7 +247,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     what_if = _what_if(args.slo, "report")
     st = _open_study(args)
-    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"), what_if)
+    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"), what_if,
+                           load=args.load, gpu_hour=args.gpu_hour, gpus=args.gpus)
     print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
           file=sys.stderr)
     return 0
@@ -269,7 +274,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune.results import export
+    from autotune.results import cost, export
+    from autotune.tuning import ranking
     from autotune.tuning.record import Snapshot
 
     try:
@@ -279,7 +285,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     st = Snapshot.of(_open_study(args))  # read once: chosen, then rendered
     trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
     model = args.model or (trial.command or ["", "", "MODEL"])[2]
-    text = export.render(st, trial, args.format, model, args.image, args.max_replicas)
+    price = cost.price_of(ranking.stored_scenario(st), args.gpu_hour, args.gpus)
+    sizing = cost.trial_cost(trial, price, args.load)
+    text = export.render(st, trial, args.format, model, args.image, args.max_replicas, sizing)
     if args.output:
         try:
             Path(args.output).write_text(text)
@@ -381,6 +389,17 @@ def _what_if(specs: list[str], command: str) -> list[Slo]:
         raise ConfigError(f"{command}: --slo: {err}") from None
 
 
+def _cost_arguments(p: argparse.ArgumentParser) -> None:
+    """Money and machines (`autotune.results.cost`) for `show`, `report` and `export`."""
+    p.add_argument("--load", type=positive, metavar="REQ/S", help="size for this load: the "
+                   "replicas it needs at the capacity at SLO, and their cost (show, report: "
+                   "the winner beside the defaults)")
+    p.add_argument("--gpu-hour", type=positive, metavar="PRICE",
+                   help="price of one GPU for an hour (default: the scenario's cost.gpu_hour)")
+    p.add_argument("--gpus", type=whole(1), metavar="N", help="GPUs one replica holds "
+                   "(default: cost.gpus, else tensor x pipeline x data parallel size)")
+
+
 def _study_arguments(p: argparse.ArgumentParser) -> None:
     """How `show`, `report`, `export` and `validate` name an existing study."""
     p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
@@ -448,6 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help="what if: re-rank the trials under this SLO from their recorded "
                    "capacity steps, e.g. ttft_p95_ms=300 (repeatable)")
+    _cost_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_show)
 
@@ -457,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="the HTML file (default: STUDY-report.html)")
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help="add a section re-ranking the trials under this SLO (repeatable)")
+    _cost_arguments(p)
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("dashboard", help="optuna-dashboard of a study, naming the best trial "
@@ -479,10 +500,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model path or id in the artifact (default: as measured)")
     p.add_argument("--image", help="container image (default: vllm/vllm-openai of the "
                    "measured engine version)")
-    p.add_argument("--max-replicas", type=whole(1), default=4,
-                   help="k8s: the autoscaler's largest number of replicas (default 4)")
+    p.add_argument("--max-replicas", type=whole(1), default=None,
+                   help="k8s: the autoscaler's largest number of replicas (default: those "
+                   "--load needs, else 4)")
+    _cost_arguments(p)
     p.add_argument("-o", "--output", help="write here instead of stdout")
     p.set_defaults(func=_cmd_export)
+
+    from autotune.cli import compare
+    compare.add_arguments(sub.add_parser("compare", help=compare.HELP))
 
     p = sub.add_parser("validate", help="re-run a configuration and the baseline, alternating, "
                        "and report the gain with a 95%% confidence interval")

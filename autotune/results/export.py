@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -29,7 +29,11 @@ from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F4
 from autotune.tuning.record import Source, TrialRecord
 from autotune.verify import crosscheck, paired
 
+if TYPE_CHECKING:  # cost reads this module's GPU count; only the type is needed here
+    from autotune.results.cost import TrialCost
+
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
+MAX_REPLICAS = 4  # the k8s autoscaler's ceiling when no load sizes it
 PORT = 8000
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -195,11 +199,14 @@ def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
 
 
 def render(study: Source, r: TrialRecord, fmt: str, model: str,
-           image: str | None = None, max_replicas: int = 4) -> str:
+           image: str | None = None, max_replicas: int | None = None,
+           sizing: TrialCost | None = None) -> str:
     """The artifact for trial `r` in format `fmt`, with the operating limits the study
     measured (`autotune.results.limits`) and the command that re-checks them. Every name
     and value is data: quoted for the shell, emitted by the YAML or JSON library, and made
-    inert in comments."""
+    inert in comments. `sizing` (`autotune.results.cost`) adds the replicas for a load and
+    the cost where known; the k8s autoscaler's `max_replicas` defaults to those replicas,
+    else to `MAX_REPLICAS`."""
     # Only what changes something: a flag at vLLM's effective default on the measured
     # machine is left out, and a comment line says so (`autotune.engine.defaults`).
     effective = ranking.effective_defaults(study)
@@ -215,6 +222,9 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
     lim = limits_mod.derive(r, slos_of(study))
     check = recheck(study, r, lim)
     notes = comment_lines(f) + limit_lines(lim, check)
+    if sizing is not None and (sizing.load is not None or sizing.per_million is not None):
+        notes.append(inert(sizing.line()))
+    max_replicas = max_replicas or (sizing.replicas if sizing else None) or MAX_REPLICAS
     if left := effective.words(r.flags):
         notes.append(inert(f"left out as vLLM's defaults on {f['device'] or 'this machine'}: "
                            + left))
@@ -239,6 +249,7 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
         return json.dumps({**f, "model": model, "flags": flags, "env": env,
                            "command": ["vllm", "serve", model, *args],
                            "operating_limits": lim.as_dict(), "recheck": check,
+                           "sizing": sizing.as_dict() if sizing else None,
                            "deployment": {"image": p.image, "gpus": p.gpus, "cpus": p.cpus,
                                           "memory_gib": p.memory_gib, "shm_gib": p.shm_gib,
                                           "model_source": "hub" if p.hub else "path"}},

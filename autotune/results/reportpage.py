@@ -15,7 +15,7 @@ from plotly.offline import get_plotlyjs
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
-from autotune.results import report, show, whatif
+from autotune.results import cost, report, show, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
 from autotune.tuning import ranking, relief
@@ -118,8 +118,9 @@ def _q(r: TrialRecord) -> Quality:
     return r.quality or Quality()
 
 
-def columns(study: Source) -> list[Column]:
-    """The table's columns; capacity and validation only where some trial has them."""
+def columns(study: Source, price: cost.Price | None = None) -> list[Column]:
+    """The table's columns; capacity and validation only where some trial has them, and
+    with a known `price`, each trial's cost per million output tokens at its capacity."""
     ax = report.axes(study)
     fixed = report.fixed_flags(study)
     trials = records(study)
@@ -149,6 +150,9 @@ def columns(study: Source) -> list[Column]:
         cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], False),
                  ("capacity out tok/s", lambda r: _capacity(r)[1], True),
                  ("limited by", lambda r: _limit(r.capacity), False)]
+        if price is not None and price.known:
+            cols.append((f"{price.currency} per M output tokens", lambda r: fmt(
+                cost.trial_cost(r, price).per_million if r.feasible else None, ".3g"), True))
     elif any(r.bottleneck for r in trials):
         cols.append(("limited by", lambda r: r.bottleneck.text if r.bottleneck else "", False))
     if any(r.validation_vllm for r in trials):
@@ -161,9 +165,9 @@ def columns(study: Source) -> list[Column]:
     return cols
 
 
-def trials_table(study: Source) -> str:
+def trials_table(study: Source, price: cost.Price | None = None) -> str:
     """Every trial with its outcome and reason, as an HTML table."""
-    cols = columns(study)
+    cols = columns(study, price)
     head = "".join(f"<th>{_e(name)}</th>" for name, _, _ in cols)
     rows = []
     for r in records(study):
@@ -298,10 +302,31 @@ def what_if_table(study: Source, slos: Sequence[Slo]) -> str:
 
 
 
-def build(study: Source, what_if: Sequence[Slo] = ()) -> str:
+def cost_section(study: Source, price: cost.Price, load: float) -> str:
+    """The winner beside the defaults at `load` req/s: replicas, cost, the saving."""
+    winner = ranking.feasible_best(study)
+    if winner is None:
+        return "<p class='note'>No feasible trial to size.</p>"
+    side = cost.side_by_side(winner, ranking.reference_trial(study),
+                             ranking.reference_name(study), price, load)
+    head = "".join(f"<th>{_e(c)}</th>" for c in ("", "winner", side.reference_name))
+    rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+                   for row in side.rows())
+    return (f"<p>Price: {_e(price.text())}. Each replica is sized at its capacity at SLO, "
+            "the highest sustained request rate at which every SLO held: a load of R req/s "
+            "needs R / capacity replicas, rounded up, and a million output tokens cost what a "
+            "replica costs while it makes them at that rate.</p>"
+            f"<table><tr>{head}</tr>{rows}</table><p>{_e(side.saving())}</p>")
+
+
+def build(study: Source, what_if: Sequence[Slo] = (), *, load: float | None = None,
+          gpu_hour: float | None = None, gpus: int | None = None) -> str:
     """The whole report as one HTML document (with `what_if`, a section re-ranking the
-    trials under those SLOs). The study is read once: every section works on that snapshot."""
+    trials under those SLOs; with `load`, one setting the winner beside the defaults at
+    that load, priced by the scenario's cost or `gpu_hour`). The study is read once: every
+    section works on that snapshot."""
     study = Snapshot.of(study)
+    price = cost.price_of(ranking.stored_scenario(study), gpu_hour, gpus)
     imp = report.importances(study)
     sections: Sequence[tuple[str, str]] = [
         ("Pareto front", "<p>Each point is one configuration. Lower right is better: more "
@@ -329,7 +354,9 @@ def build(study: Source, what_if: Sequence[Slo] = ()) -> str:
          + _figure(report.startup_figure(study), "startup")),
         *([("What if the SLO were " + ", ".join(map(str, what_if)),
             what_if_table(study, what_if))] if what_if else []),
-        ("All trials", trials_table(study)),
+        *([(f"Money and machines at {load:g} req/s", cost_section(study, price, load))]
+          if load is not None else []),
+        ("All trials", trials_table(study, price)),
     ]
     body = "".join(f"<section><h2>{_e(title)}</h2>{content}</section>"
                    for title, content in sections)
@@ -341,9 +368,12 @@ def build(study: Source, what_if: Sequence[Slo] = ()) -> str:
             f"{body}</body></html>")
 
 
-def write(study: Source, path: Path, what_if: Sequence[Slo] = ()) -> Path:
+def write(study: Source, path: Path, what_if: Sequence[Slo] = (), *,
+          load: float | None = None, gpu_hour: float | None = None,
+          gpus: int | None = None) -> Path:
     try:
-        path.write_text(build(study, what_if), encoding="utf-8")
+        path.write_text(build(study, what_if, load=load, gpu_hour=gpu_hour, gpus=gpus),
+                        encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"report: cannot write {path}: {err.strerror or err}") from None
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -15,7 +16,7 @@ from autotune import reasons
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
-from autotune.results import whatif
+from autotune.results import cost, whatif
 from autotune.slo import Slo
 from autotune.tuning import ranking as ranked
 from autotune.tuning import relief, storage
@@ -150,15 +151,19 @@ def _capacity(r: TrialRecord) -> dict[str, Any] | None:
             "bottleneck": capacity.limit_text(cap), "caveat": capacity_caveat(cap)}
 
 
-def ranking(trials: list[TrialRecord], defaults: dict[str, Any]) -> list[dict[str, Any]]:
+def ranking(trials: list[TrialRecord], defaults: dict[str, Any],
+            price: cost.Price | None = None) -> list[dict[str, Any]]:
     """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
     the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
-    parser defaults and the scenario's fixed flags)."""
+    parser defaults and the scenario's fixed flags). With a known `price`, each row has its
+    cost per million output tokens at its capacity (`per_million`)."""
     done = [(r, cap) for r in trials
             if r.feasible and (cap := r.capacity) and r.duplicate_of is None]
     done.sort(key=lambda rc: -rc[1].request_throughput)
     return [{"number": r.number, "name": r.name, "overrides": ranked.overrides(r, defaults),
-             "tied": capacity.tied(cap, done[0][1]), **(_capacity(r) or {})}
+             "tied": capacity.tied(cap, done[0][1]), **(_capacity(r) or {}),
+             **({"per_million": cost.trial_cost(r, price).per_million,
+                 "currency": price.currency} if price is not None and price.known else {})}
             for r, cap in done]
 
 
@@ -174,10 +179,14 @@ def tied_with_best(study: optuna.Study | Snapshot) -> set[int]:
             and capacity.tied(r.capacity, best.capacity)}
 
 
-def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
+def summary(study: optuna.Study, what_if: Sequence[Slo] = (), *, load: float | None = None,
+            gpu_hour: float | None = None, gpus: int | None = None) -> dict[str, Any]:
     """Every trial, the baseline, and the best feasible trial or the feasible Pareto set;
-    with `what_if`, the trials re-ranked under those SLOs from their recorded steps."""
+    with `what_if`, the trials re-ranked under those SLOs from their recorded steps. The
+    price is the scenario's `cost`, or `gpu_hour` and `gpus`; with `load` (req/s), `cost`
+    sets the winner beside the defaults: replicas for that load and what they cost."""
     snap = Snapshot.of(study)  # read once, ranked several ways below
+    price = cost.price_of(ranked.stored_scenario(snap), gpu_hour, gpus)
     trials = records(snap)
     fixed = ranked.fixed_flags(snap)
     rows = [trial_row(r, fixed) for r in trials]
@@ -216,7 +225,13 @@ def summary(study: optuna.Study, what_if: Sequence[Slo] = ()) -> dict[str, Any]:
     else:
         front = {t.number for t in study.best_trials}  # feasible and non-dominated
         out["pareto"] = [trial_row(r, fixed) for r in feasible if r.number in front]
-    out["ranking"] = ranking(trials, defaults)
+    out["ranking"] = ranking(trials, defaults, price)
+    out["price"] = dataclasses.asdict(price)
+    if load is not None:
+        winner = ranked.feasible_best(snap)
+        out["cost"] = cost.side_by_side(winner, ranked.reference_trial(snap),
+                                        ranked.reference_name(snap), price, load).as_dict() \
+            if winner else None
     out["fixed_flags"] = fixed
     out["reasons"] = legend(trials)
     if what_if:

@@ -15,10 +15,11 @@ from typing import Any
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
-from autotune.results import whatif
+from autotune.results import cost, whatif
 from autotune.results.show import fmt, outcome, reason, speculation_text
 from autotune.tuning import relief
 from autotune.tuning.record import TrialRecord
@@ -129,6 +130,8 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
     else:
         nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
+    if "cost" in data:
+        print_cost(data["cost"], console)
     if data.get("what_if"):
         print_what_if(data["what_if"], console)
     for r in data["trials"]:
@@ -157,6 +160,25 @@ def print_legend(legend: dict[str, str], console: Console) -> None:
         console.print("reasons:")
     for name, meaning in legend.items():
         console.print(f"  {name}: {meaning}", highlight=False)
+
+
+def print_cost(data: dict[str, Any] | None, console: Console) -> None:
+    """`show --load`: the winner beside the defaults, replicas and money
+    (`autotune.results.cost.SideBySide`), then what the winner saves."""
+    if data is None:
+        console.print("money and machines: no feasible trial to size")
+        return
+    price = data["price"]
+    # Names and the currency are user data: Text, so that no `[...]` reads as markup.
+    table = Table(title=Text(f"money and machines at {data['load']:g} req/s; " + (
+        f"{price['gpu_hour']:g} {price['currency']} per GPU-hour ({price['source']})"
+        if price["gpu_hour"] is not None else cost.NO_PRICE)))
+    for col in ("", "winner", data["reference_name"]):
+        table.add_column(Text(col), overflow="fold")
+    for row in data["rows"]:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
+    console.print(data["saving"], highlight=False, markup=False)
 
 
 def print_what_if(data: dict[str, Any], console: Console) -> None:
@@ -196,10 +218,14 @@ def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
     A narrow terminal gets the essential columns only."""
     wide = console.width >= WIDE
     table = Table(title="capacity at SLO (feasible trials)")
-    cols = ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s", "overrides",
-            "steps") if wide else ("rank", "#", "req/s", "interval", "±", "overrides")
+    cols: tuple[str, ...] = ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s",
+                             "overrides", "steps") if wide else \
+        ("rank", "#", "req/s", "interval", "±", "overrides")
+    priced = any("per_million" in r for r in ranking)
+    if priced:  # what a million output tokens cost at each one's capacity
+        cols += (f"{ranking[0]['currency']}/M tok",)
     for col in cols:
-        table.add_column(col, no_wrap=True)
+        table.add_column(Text(col), no_wrap=True)  # the currency is user data, not markup
     for i, r in enumerate(ranking, 1):
         lo, hi = r["interval"]
         cells = {"rank": f"{i}{' =' if r['tied'] and i > 1 else ''}", "#": str(r["number"]),
@@ -207,6 +233,8 @@ def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
                  "interval": f"{lo:.3g}-{hi:.3g}", "±": fmt(r["uncertainty"], ".1%"),
                  "out tok/s": fmt(r["output_throughput"]), "overrides": str(r["overrides"]),
                  "steps": str(r["steps"])}
+        if priced:
+            cells[cols[-1]] = fmt(r.get("per_million"), ".3g")
         table.add_row(*(cells[c] for c in cols))
     console.print(table)
     tied = [r for r in ranking if r["tied"]]

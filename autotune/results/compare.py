@@ -1,0 +1,145 @@
+"""Which GPU: studies of one model at one SLO, ranked by what their winners cost to serve.
+
+Each study tuned the model on one GPU (or an emulated card); its winner's cost per million
+output tokens at its capacity at SLO (`autotune.results.cost`) makes the studies comparable, since
+it folds the GPU's price and how much load the GPU carries at the SLO into one figure. That
+comparison means something only for the same model under the same SLOs, so both are
+checked; studies without a price are ranked after, by capacity per GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.results import cost
+from autotune.results.cost import Price, TrialCost
+from autotune.results.show import model_text, slo_text
+from autotune.tuning import ranking
+from autotune.tuning.record import Snapshot, Source
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One study: the device its winner ran on, its price, and its winner's figures (None
+    when the study has no feasible winner)."""
+
+    study: str
+    device: str
+    price: Price
+    winner: TrialCost | None
+    missing: str = ""
+
+    @property
+    def per_gpu(self) -> float | None:
+        """Capacity at SLO per GPU, req/s: how the studies without a price are ranked."""
+        w = self.winner
+        return w.capacity_rps / w.gpus if w is not None and w.capacity_rps is not None \
+            else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"study": self.study, "device": self.device,
+                "price": dataclasses.asdict(self.price),
+                "winner": self.winner.as_dict() if self.winner else None,
+                "capacity_rps_per_gpu": self.per_gpu, "missing": self.missing}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The studies ranked: those with a price by cost per million output tokens (cheapest
+    first), then those without by capacity per GPU; `notes` are differences to know of."""
+
+    model: str
+    slos: dict[str, float]
+    load: float | None
+    priced: tuple[Entry, ...]
+    unpriced: tuple[Entry, ...]
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "slos": self.slos, "load": self.load,
+                "priced": [e.as_dict() for e in self.priced],
+                "unpriced": [e.as_dict() for e in self.unpriced], "notes": list(self.notes)}
+
+
+def compare(studies: Sequence[Source], prices: Mapping[str, float] | None = None,
+            load: float | None = None, any_model: bool = False) -> Comparison:
+    """Rank `studies` (two or more, each read once) by their winners' cost per million
+    output tokens; `prices` are GPU-hour prices by study name, over each study's own."""
+    snaps = [Snapshot.of(st) for st in studies]
+    names = [str(s.study_name) for s in snaps]
+    if len(snaps) < 2:
+        raise ConfigError("compare: give two studies or more")
+    if len(set(names)) < len(names):
+        raise ConfigError("compare: a study is named twice: " + ", ".join(names))
+    if unknown := sorted(set(prices or {}) - set(names)):
+        raise ConfigError(f"compare: --gpu-hour names no study compared here: "
+                          f"{', '.join(unknown)} (studies: {', '.join(names)})")
+    scenarios = [ranking.stored_scenario(s) for s in snaps]
+    _check_same(names, scenarios, any_model)
+    entries = [_entry(name, s, scenario, (prices or {}).get(name), load)
+               for name, s, scenario in zip(names, snaps, scenarios, strict=True)]
+    priced = sorted((e for e in entries if e.price.known), key=_by_cost)
+    unpriced = sorted((e for e in entries if not e.price.known), key=_by_rate)
+    first = scenarios[0]
+    return Comparison(model_text(first.get("model") or {}), dict(_slos(first)), load,
+                      tuple(priced), tuple(unpriced), _notes(names, scenarios))
+
+
+def _slos(scenario: Mapping[str, Any]) -> Mapping[str, float]:
+    return (scenario.get("objective") or {}).get("slos") or {}
+
+
+def _check_same(names: Sequence[str], scenarios: Sequence[Mapping[str, Any]],
+                any_model: bool) -> None:
+    """Refuse studies of other models (unless `any_model`) or under other SLOs than the
+    first one's: their costs would answer different questions."""
+    first, name = scenarios[0], names[0]
+    for other, scenario in zip(names[1:], scenarios[1:], strict=True):
+        if not any_model and (scenario.get("model") or {}) != (first.get("model") or {}):
+            raise ConfigError(
+                f"compare: {name} tuned {model_text(first.get('model') or {})} but {other} "
+                f"tuned {model_text(scenario.get('model') or {})}; --any-model compares them "
+                "anyway")
+        if dict(_slos(scenario)) != dict(_slos(first)):
+            raise ConfigError(f"compare: the SLOs differ: {name} ({slo_text(_slos(first))}) "
+                              f"against {other} ({slo_text(_slos(scenario))}); costs compare "
+                              "only at one SLO")
+
+
+def _entry(name: str, study: Snapshot, scenario: Mapping[str, Any], gpu_hour: float | None,
+           load: float | None) -> Entry:
+    price = cost.price_of(scenario, gpu_hour)
+    best = ranking.feasible_best(study)
+    figures = cost.trial_cost(best, price, load) if best is not None else None
+    device = figures.device if figures is not None else "-"
+    if (memory := (scenario.get("hardware") or {}).get("memory_gib")) is not None:
+        device += f" as a {memory:g}-GiB card"  # emulated: the GPU's name alone misleads
+    if figures is None:
+        return Entry(name, device, price, None, "no feasible trial: nothing met the SLOs")
+    return Entry(name, device, price, figures, figures.missing)
+
+
+def _by_cost(e: Entry) -> tuple[bool, float]:
+    w = e.winner
+    return (w is None or w.per_million is None,
+            w.per_million if w is not None and w.per_million is not None else 0.0)
+
+
+def _by_rate(e: Entry) -> tuple[bool, float]:
+    return e.per_gpu is None, -(e.per_gpu or 0.0)
+
+
+def _notes(names: Sequence[str], scenarios: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Workload settings that differ from the first study's: the figures are still each
+    study's own, but a reader should know what else changed besides the GPU."""
+    out = []
+    first = scenarios[0].get("workload") or {}
+    for name, scenario in zip(names[1:], scenarios[1:], strict=True):
+        w = scenario.get("workload") or {}
+        if keys := sorted(k for k in set(first) | set(w) if first.get(k) != w.get(k)):
+            out.append(f"{name}'s workload differs from {names[0]}'s in: {', '.join(keys)}")
+    return tuple(out)

@@ -1,0 +1,265 @@
+"""Money and machines: what a configuration costs to serve, and how many replicas a load needs.
+
+A capacity-mode trial measured the highest sustained request rate at which every SLO held
+(`CapacityRecord.low`): its capacity at SLO, the rate one replica can be trusted with (the
+"safe rate" of issue 36; `show` ranks by the same figure). Its output tokens/s at that rate
+is the record's `output_throughput`: the rate times the mean output tokens per request of
+the passing step at `low` (that step's own `output_throughput` covers the whole step, ramp
+and drain included, so it reads low). From those two figures:
+
+- one replica costs the GPU-hour price times the GPUs it holds an hour, and at its capacity
+  it makes output_throughput x 3600 tokens in that hour: hence a cost per million output
+  tokens that is comparable across configurations, GPUs and clouds;
+- a load of R req/s needs ceil(R / capacity) replicas, each kept at or below its capacity.
+
+It is not the export's more cautious "safe request rate" (`autotune.results.limits`), which
+its autoscaler targets: that one steps down to a passing step at or below the capacity
+interval's low end, so it moves with the search's step grid (vLLM's defaults on the H200:
+37.5 req/s against a capacity of 56.3), and costs compared on it would compare grids.
+
+Prices are the study's (`cost:` in the scenario), or the command line's, which wins. Without
+one the replicas are still given. A trial without a capacity (no capacity search, or no rate
+met the SLOs) cannot serve at its SLO: it is said, never divided by.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.errors import ConfigError
+from autotune.results.export import gpu_count, on_cpu
+from autotune.tuning.record import TrialRecord
+
+CURRENCY = "USD"  # the scenario's default (`config.CostSpec`)
+NO_PRICE = "no price: give --gpu-hour or cost.gpu_hour"
+
+
+@dataclass(frozen=True)
+class Price:
+    """What one GPU costs an hour (None: not known) and the GPUs one replica holds (None:
+    each trial's tensor x pipeline x data parallel size), with where the price came from."""
+
+    gpu_hour: float | None = None
+    gpus: int | None = None
+    currency: str = CURRENCY
+    source: str = ""
+
+    @property
+    def known(self) -> bool:
+        return self.gpu_hour is not None
+
+    def text(self) -> str:
+        """`3.5 USD per GPU-hour (--gpu-hour)` or the missing price's hint."""
+        if self.gpu_hour is None:
+            return NO_PRICE
+        return f"{self.gpu_hour:g} {self.currency} per GPU-hour ({self.source})"
+
+
+def price_of(scenario: Mapping[str, Any], gpu_hour: float | None = None,
+             gpus: int | None = None) -> Price:
+    """The price for a study: its stored scenario's `cost` (plain data; absent in studies
+    made before it), with `gpu_hour` and `gpus` from the command line overriding it."""
+    stored = scenario.get("cost") or {}
+    if gpu_hour is not None and not (gpu_hour > 0 and math.isfinite(gpu_hour)):
+        raise ConfigError(f"the price per GPU-hour must be a number above 0 (got {gpu_hour})")
+    if gpus is not None and gpus < 1:
+        raise ConfigError(f"the GPUs of a replica must be at least 1 (got {gpus})")
+    source = "--gpu-hour" if gpu_hour is not None else \
+        ("the scenario's cost" if stored.get("gpu_hour") is not None else "")
+    return Price(gpu_hour if gpu_hour is not None else stored.get("gpu_hour"),
+                 gpus if gpus is not None else stored.get("gpus"),
+                 str(stored.get("currency") or CURRENCY), source)
+
+
+def replica_gpus(rec: TrialRecord, price: Price) -> int:
+    """GPUs one replica of `rec` holds: the price's, else tensor x pipeline x data parallel
+    size; vLLM's CPU build counts as one device, so that it has a cost too."""
+    return price.gpus if price.gpus is not None else gpu_count(rec.flags)
+
+
+def capacity_rate(rec: TrialRecord) -> float | None:
+    """The highest sustained request rate at which the trial met every SLO; None when it
+    ran no capacity search or no rate met them."""
+    cap = rec.capacity
+    return cap.low if cap is not None and cap.low else None
+
+
+def check_load(load: float) -> float:
+    """`load` if it is a request rate a fleet can be sized for, else ConfigError."""
+    if not (load > 0 and math.isfinite(load)):
+        raise ConfigError(f"the load must be a request rate above 0 req/s (got {load:g})")
+    return load
+
+
+def replicas(load: float, capacity_rps: float) -> int:
+    """Replicas that serve `load` req/s with none above its capacity at SLO."""
+    check_load(load)
+    if not capacity_rps > 0:
+        raise ConfigError("a configuration with no capacity at SLO cannot serve any load")
+    # round() first: 100 / (100 / 3) must give 3, not 4 by a float's last bit.
+    return math.ceil(round(load / capacity_rps, 9))
+
+
+def per_million(replica_hour: float, output_tps: float) -> float:
+    """Cost of a million output tokens from one replica kept at its capacity."""
+    return replica_hour / (output_tps * 3600) * 1e6
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    """One trial's figures: its capacity at SLO and output tokens/s there, what a replica
+    costs an hour and per million output tokens, and with a load, the replicas and their
+    cost an hour. `missing` says why a figure is absent ("" when none is)."""
+
+    number: int
+    device: str
+    gpus: int
+    capacity_rps: float | None
+    output_tps: float | None
+    floor: bool  # every rate tried passed: the capacity is a lower bound
+    currency: str
+    replica_hour: float | None
+    per_million: float | None
+    load: float | None = None
+    replicas: int | None = None
+    load_hour: float | None = None
+    missing: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def line(self) -> str:
+        """One line for an export's comments: the replicas for the load and the cost."""
+        if self.capacity_rps is None:
+            return f"money and machines: {self.missing}"
+        text = f"replicas of {self.gpus} GPU(s), each serving at most its capacity at SLO " \
+            f"({self.capacity_rps:.3g} req/s)"
+        if self.replicas is not None:
+            text = f"{self.replicas} {text} for {self.load:g} req/s"
+        if self.per_million is not None:
+            text += f"; {money(self.per_million, self.currency)} per million output tokens"
+            if self.load_hour is not None:
+                text += f", {money(self.load_hour, self.currency)} an hour at that load"
+        elif self.missing:
+            text += f"; {self.missing}"
+        return "money and machines: " + text
+
+
+def trial_cost(rec: TrialRecord, price: Price, load: float | None = None) -> TrialCost:
+    """The cost figures of trial `rec` at `price`, with the replicas for `load` req/s."""
+    if load is not None:
+        check_load(load)
+    cap, rate = rec.capacity, capacity_rate(rec)
+    gpus = replica_gpus(rec, price)
+    device = rec.device_name or ("cpu" if on_cpu(rec) else "-")
+    if cap is None or rate is None:
+        why = "no capacity search: it cannot be sized (the scenario needs SLOs)" \
+            if cap is None else "no rate met the SLOs: it cannot serve at them"
+        return TrialCost(rec.number, device, gpus, None, None, False, price.currency,
+                         None, None, load, None, None, why)
+    out_tps = cap.output_throughput or None
+    hour = price.gpu_hour * gpus if price.gpu_hour is not None else None
+    count = replicas(load, rate) if load is not None else None
+    missing = NO_PRICE if hour is None else "" if out_tps else "no output tokens recorded"
+    return TrialCost(
+        rec.number, device, gpus, rate, out_tps, cap.high is None, price.currency, hour,
+        per_million(hour, out_tps) if hour is not None and out_tps else None, load, count,
+        hour * count if hour is not None and count is not None else None, missing)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """The winner and the reference (vLLM's defaults, or the trial standing in for them)
+    priced alike, and what choosing the winner saves."""
+
+    winner: TrialCost
+    reference: TrialCost | None
+    reference_name: str
+    price: Price
+    load: float | None
+
+    @property
+    def replicas_saved(self) -> int | None:
+        w, d = self.winner.replicas, self.reference.replicas if self.reference else None
+        return d - w if w is not None and d is not None else None
+
+    @property
+    def hour_saved(self) -> float | None:
+        w, d = self.winner.load_hour, self.reference.load_hour if self.reference else None
+        return d - w if w is not None and d is not None else None
+
+    @property
+    def per_million_saved(self) -> float | None:
+        """The share of the cost per million output tokens the winner saves."""
+        w, d = self.winner.per_million, self.reference.per_million if self.reference else None
+        return 1 - w / d if w is not None and d else None
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(figure, winner, reference) in words, for the terminal and the report."""
+        cur, load = self.price.currency, self.load
+
+        def row(name: str, get: Callable[[TrialCost], str]) -> tuple[str, str, str]:
+            return name, get(self.winner), get(self.reference) if self.reference else "-"
+
+        out = [row("trial", lambda c: f"#{c.number} on {c.device}"),
+               row("capacity at SLO req/s", lambda c: _num(c.capacity_rps, ".3g")
+                   + (" (a floor)" if c.floor else "")),
+               row("output tok/s at it", lambda c: _num(c.output_tps, ".0f")),
+               row("GPUs a replica", lambda c: str(c.gpus))]
+        if load is not None:
+            out.append(row(f"replicas for {load:g} req/s", lambda c: _num(c.replicas, "d")))
+        if self.price.known:
+            out.append(row("cost a replica-hour", lambda c: money(c.replica_hour, cur)))
+            if load is not None:
+                out.append(row(f"cost an hour at {load:g} req/s",
+                               lambda c: money(c.load_hour, cur)))
+            out.append(row("cost per M output tokens", lambda c: money(c.per_million, cur)))
+        return out
+
+    def saving(self) -> str:
+        """What the winner saves against the reference, in one line."""
+        parts = []
+        if self.replicas_saved is not None:
+            parts.append(f"{self.replicas_saved} replica(s)" + (
+                f", {money(self.hour_saved, self.price.currency)} an hour"
+                if self.hour_saved is not None else "") + f" at {self.load:g} req/s")
+        if self.per_million_saved is not None:
+            parts.append(f"{self.per_million_saved:.1%} of the cost per million output tokens")
+        if not parts:
+            return "saving: - (" + (self.winner.missing or "the reference cannot be sized") \
+                + ")"
+        return "saving over " + self.reference_name + ": " + "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data for `--json`, with the rows and the saving in words."""
+        return {"price": dataclasses.asdict(self.price), "load": self.load,
+                "winner": self.winner.as_dict(),
+                "reference": self.reference.as_dict() if self.reference else None,
+                "reference_name": self.reference_name,
+                "replicas_saved": self.replicas_saved, "hour_saved": self.hour_saved,
+                "per_million_saved": self.per_million_saved,
+                "rows": [list(r) for r in self.rows()], "saving": self.saving()}
+
+
+def side_by_side(winner: TrialRecord, reference: TrialRecord | None, reference_name: str,
+                 price: Price, load: float | None = None) -> SideBySide:
+    """The winner against the reference at one price and, with `load`, one load."""
+    return SideBySide(trial_cost(winner, price, load),
+                      trial_cost(reference, price, load) if reference else None,
+                      reference_name, price, load)
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def money(value: float | None, currency: str) -> str:
+    """`7.00 USD`, `0.109 USD` (three significant digits below 1), or `-`."""
+    if value is None:
+        return "-"
+    return f"{value:,.2f} {currency}" if value == 0 or abs(value) >= 1 \
+        else f"{value:#.3g} {currency}"
