@@ -303,3 +303,15 @@ def test_export_sizes_the_autoscaler_for_a_load(tmp_path, capsys):
         in capsys.readouterr().out
     assert main([*base, "--format", "json", "--load", "500"]) == 0
     assert json.loads(capsys.readouterr().out)["sizing"]["replicas"] == want
+
+
+def test_no_winner_is_said_not_sized(tmp_path, capsys):
+    path = tmp_path / "none.db"
+    st = optuna.create_study(study_name="none", direction="maximize",
+                             storage=f"sqlite:///{path}")
+    st.set_user_attr("scenario", {"engine": {"flags": {}}})
+    record.add(st, values=[0.0], constraints={"slo": 1.0}, flags={},
+               metrics={"capacity": _capacity(None, 0.5)})  # nothing met the SLOs
+    assert main(["show", str(path), "--load", "10", "--gpu-hour", "1"]) == 0
+    assert "money and machines: no single winner to size" in capsys.readouterr().out
+    assert "No single winner to size" in reportpage.build(st, load=10.0)

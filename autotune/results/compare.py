@@ -119,7 +119,8 @@ def _entry(name: str, study: Snapshot, scenario: Mapping[str, Any], gpu_hour: fl
     if (memory := (scenario.get("hardware") or {}).get("memory_gib")) is not None:
         device += f" as a {memory:g}-GiB card"  # emulated: the GPU's name alone misleads
     if figures is None:
-        return Entry(name, device, price, None, "no feasible trial: nothing met the SLOs")
+        return Entry(name, device, price, None, "no single feasible winner (none met the SLOs, "
+                     "or a Pareto study)")
     return Entry(name, device, price, figures, figures.missing)
 
 

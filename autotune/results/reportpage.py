@@ -306,7 +306,8 @@ def cost_section(study: Source, price: cost.Price, load: float) -> str:
     """The winner beside the defaults at `load` req/s: replicas, cost, the saving."""
     winner = ranking.feasible_best(study)
     if winner is None:
-        return "<p class='note'>No feasible trial to size.</p>"
+        return ("<p class='note'>No single winner to size: no feasible trial yet, or a "
+                "Pareto study (export --trial N --load R sizes one trial).</p>")
     side = cost.side_by_side(winner, ranking.reference_trial(study),
                              ranking.reference_name(study), price, load)
     head = "".join(f"<th>{_e(c)}</th>" for c in ("", "winner", side.reference_name))

@@ -166,7 +166,8 @@ def print_cost(data: dict[str, Any] | None, console: Console) -> None:
     """`show --load`: the winner beside the defaults, replicas and money
     (`autotune.results.cost.SideBySide`), then what the winner saves."""
     if data is None:
-        console.print("money and machines: no feasible trial to size")
+        console.print("money and machines: no single winner to size (no feasible trial yet, or "
+                      "a Pareto study: export --trial N --load R sizes one trial)")
         return
     price = data["price"]
     # Names and the currency are user data: Text, so that no `[...]` reads as markup.
