@@ -138,6 +138,22 @@ def test_the_ratio_and_its_interval_come_from_the_pairs():
         crosscheck.summarise(_runs([(1.0, 1.0)])[:1])
 
 
+def test_pairs_that_land_on_the_same_rates_keep_the_brackets_width():
+    """The H200 re-check of h200-guided-check #6 (2026-12-02): both pairs passed at 91.7
+    and 56.4 req/s and failed at 101.9 and 62.7, so the pairs agree exactly; the interval
+    is then the brackets', not a point."""
+    runs = [{"role": role, "pair": pair, "capacity": low, "low": low, "high": high}
+            for pair in (0, 1)
+            for role, low, high in (("baseline", 56.40, 62.67), ("candidate", 91.75, 101.94))]
+    out = crosscheck.summarise(runs)
+    assert out["ratio"] == pytest.approx(91.75 / 56.40)
+    assert out["ci_low"] == pytest.approx(91.75 / 62.67) == out["bracket_low"]
+    assert out["ci_high"] == pytest.approx(101.94 / 56.40) == out["bracket_high"]
+    assert crosscheck.verdict(out) == "gain"  # 1.46-1.81: still wholly above 1
+    floor = [dict(r, high=None) if r["role"] == "candidate" else r for r in runs]
+    assert crosscheck.summarise(floor)["ci_high"] is None  # open above: a floor
+
+
 def test_the_headline_sits_next_to_the_studys_ratio():
     v = {"ratio": 1.02, "ci_low": 0.97, "ci_high": 1.08, "study_ratio": 1.24, "against": 0,
          "repeats": 3, "step_s": 20.0}

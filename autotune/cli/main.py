@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -130,9 +131,24 @@ def tune_here(args: argparse.Namespace, *, run_tickets: Path | None = None,
 
     from autotune.results.show import summary
 
+    started = time.monotonic()  # the time budget covers the last phases too
+
+    def last_phases(st: optuna.Study) -> None:
+        """`budget.explain` and `budget.validate`, once per run (not per worker)."""
+        from autotune.verify import finish
+
+        if not (scenario.budget.explain or scenario.budget.validate_):
+            return
+        with views.live(console, "last phases; Ctrl-C stops cleanly"):
+            finish.run(st, scenario, study_dir, left_s=finish.deadline(timeout, started),
+                       say=lambda text: console.print(text, soft_wrap=True, markup=False,
+                                                      highlight=False))
+
     if gpus is not None:
         code, shared_study = _tune_on_gpus(args, scenario, url, root, timeout, gpus, console,
                                            on_progress)
+        if code == 0:
+            last_phases(shared_study)
         _print_summary(args, summary(shared_study), console)
         return code
     worker = shared.Worker.here(args.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES"))
@@ -143,6 +159,8 @@ def tune_here(args: argparse.Namespace, *, run_tickets: Path | None = None,
         result = study.tune(scenario, args.scenario, location=where, trials=args.trials,
                             timeout_s=timeout, on_progress=on_progress,
                             worker=worker, claim=claim)
+    if run_tickets is None and args.worker_id is None:  # one of several workers: not here
+        last_phases(result)
     _print_summary(args, summary(result), console)
     return 0
 
@@ -509,6 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from autotune.cli import compare
     compare.add_arguments(sub.add_parser("compare", help=compare.HELP))
+
+    from autotune.cli import explain
+    explain.add_arguments(sub.add_parser("explain", help=explain.HELP))
 
     p = sub.add_parser("validate", help="re-run a configuration and the baseline, alternating, "
                        "and report the gain with a 95%% confidence interval")

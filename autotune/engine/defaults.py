@@ -52,9 +52,17 @@ def platform_rules(m: Machine) -> dict[str, Any]:
         else:
             seqs, tokens = 256, 2048
     # V1 turns prefix caching on for every model that supports it; a model that does not
-    # says so at start-up, and that fact wins.
+    # says so at start-up, and that fact wins. One API server without data parallelism.
     return {"max-num-seqs": seqs, "max-num-batched-tokens": tokens,
-            "enable-prefix-caching": True}
+            "enable-prefix-caching": True, "api-server-count": 1}
+
+
+def machine_of(device: Mapping[str, Any], world_size: int = 1) -> Machine:
+    """The machine a trial record's `device` names (`{"name": "cpu"}` on the CPU build)."""
+    name = device.get("name")
+    if name == "cpu":
+        return Machine("cpu", world_size=world_size)
+    return Machine("cuda", name, device.get("memory_mib"), world_size)
 
 
 # Start-up figures that say which value an engine used for a flag it was not given.

@@ -52,6 +52,9 @@ from autotune.traffic import CapacitySpec, WorkloadSpec
 log = logging.getLogger("autotune")
 
 BELOW_BEST = reasons.BELOW_BEST
+# A search that starts at a capacity measured before moves by this factor from it: its
+# steps stay around that capacity (a re-check, an ablation of the winner).
+AROUND = 1.25
 UNREACHABLE = reasons.UNREACHABLE
 # Warm-up requests before the burst when the workload names none: a fresh engine's first
 # requests are slow, and a cold burst would cap the whole search below the engine's
@@ -427,9 +430,11 @@ async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
 def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
            slos: Mapping[str, float], pids: Callable[[], list[int]] | None = None,
            should_stop: StopRule | None = None,
-           alive: watch.Alive | None = None) -> dict[str, Any]:
+           alive: watch.Alive | None = None, start: float | None = None,
+           factor: float | None = None) -> dict[str, Any]:
     """Find the capacity of the engine behind `target`; the result is a bench summary
-    (of the step at capacity) with a `capacity` record.
+    (of the step at capacity) with a `capacity` record. `start` and `factor` are `plan`'s:
+    a search that starts at a capacity measured before, with no burst.
 
     `alive` watches the engine through every wait, the idle waits between steps
     included: once it names a reason the search ends with `Halted` within a poll,
@@ -461,7 +466,7 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
                  step.bottleneck.get("text", ""))
         return step
 
-    result = plan(measure, cap, should_stop)
+    result = plan(measure, cap, should_stop, start=start, factor=factor)
     summary = summary_of(result)
     summary["capacity"] = record(result, spec)
     return summary

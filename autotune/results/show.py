@@ -19,7 +19,7 @@ from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, whatif
 from autotune.slo import Slo
 from autotune.tuning import ranking as ranked
-from autotune.tuning import relief, storage
+from autotune.tuning import ablation, relief, storage
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import gain
 from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
@@ -226,6 +226,9 @@ def summary(study: optuna.Study, what_if: Sequence[Slo] = (), *, load: float | N
         front = {t.number for t in study.best_trials}  # feasible and non-dominated
         out["pareto"] = [trial_row(r, fixed) for r in feasible if r.number in front]
     out["ranking"] = ranking(trials, defaults, price)
+    explained = ablation.latest(snap)  # which of the winner's flags carry its gain
+    out["explanation"] = explained.as_dict() if explained else None
+    out["explanation_lines"] = explained.lines() if explained else []
     out["price"] = dataclasses.asdict(price)
     if load is not None:
         winner = ranked.feasible_best(snap)

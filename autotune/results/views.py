@@ -132,6 +132,8 @@ def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
     if "cost" in data:
         print_cost(data["cost"], console)
+    for line in data.get("explanation_lines") or []:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     if data.get("what_if"):
         print_what_if(data["what_if"], console)
     for r in data["trials"]:

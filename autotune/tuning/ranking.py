@@ -179,7 +179,19 @@ def choose(study: Source, *, trial: int | None = None, policy: str = "balanced",
         best = max(candidates, key=lambda r: math.log(measures_of(r).throughput)
                    - math.log(measures_of(r).latency_ms))
     assert best is not None  # pick answers None only when there are no candidates
-    return best
+    if policy == "min-latency" or len(study.directions) != 1:
+        return best
+    return smallest_tied(study, best, candidates)
+
+
+def smallest_tied(study: Source, best: TrialRecord, candidates: Sequence[TrialRecord]
+                  ) -> TrialRecord:
+    """The smallest configuration that `explain` found tied with `best` (kept with the
+    study as `explain:N`, `autotune.tuning.ablation`), when it is one of the candidates;
+    else `best`."""
+    found = _attrs(study).explanations.get(best.number)
+    minimal = found.get("minimal") if isinstance(found, Mapping) else None
+    return next((r for r in candidates if r.number == minimal), best)
 
 
 def state_text(rec: TrialRecord) -> str:

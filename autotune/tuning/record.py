@@ -53,9 +53,9 @@ VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
 # autotune itself failed (its reason is the exception's type, its detail the message).
 INTERRUPTED, ERROR = reasons.INTERRUPTED, reasons.ERROR
 # Why a trial was tried (`Origin.kind`): a baseline (vLLM's defaults or a named one), the
-# sampler's suggestion, or a relief move of another trial's bottleneck
-# (`autotune.tuning.relief`).
-BASELINE, SAMPLER, RELIEF = "baseline", "sampler", "relief"
+# sampler's suggestion, a relief move of another trial's bottleneck
+# (`autotune.tuning.relief`), or the ablation of a winner (`autotune.tuning.ablation`).
+BASELINE, SAMPLER, RELIEF, ABLATION = "baseline", "sampler", "relief", "ablation"
 
 
 @dataclass(frozen=True)
@@ -297,20 +297,42 @@ def write(trial: optuna.Trial, **values: Any) -> None:
     Typed values (`Measures`, `Quality`, `Startup`) are stored as their dicts, plain dicts
     as they are. The short scalars of `metrics` and `quality` are stored with them
     (`SCALARS`)."""
+    for key, value in user_attrs(**values).items():
+        trial.set_user_attr(key, value)
+
+
+def user_attrs(**values: Any) -> dict[str, Any]:
+    """The user attributes that store record fields (`write`'s), with their short scalars;
+    unknown names are a bug."""
     unknown = set(values) - WRITABLE
     if unknown:
         raise TypeError(f"not trial record fields: {', '.join(sorted(unknown))}")
-    trial.set_user_attr("record_version", VERSION)
-    values = {k: plain(v) for k, v in values.items()}
-    for key, value in values.items():
-        trial.set_user_attr(key, value)
-    quality = values.get("quality")
-    short = _scalars(values.get("metrics"),
+    out: dict[str, Any] = {"record_version": VERSION}
+    out.update((k, plain(v)) for k, v in values.items())
+    quality = out.get("quality")
+    short = _scalars(out.get("metrics"),
                      Quality.from_dict(quality) if quality is not None else None,
-                     values.get("speculation"), values.get("origin"))
-    for key, value in short.items():
-        if value is not None:
-            trial.set_user_attr(key, value)
+                     out.get("speculation"), out.get("origin"))
+    out.update((k, v) for k, v in short.items() if v is not None)
+    return out
+
+
+def append(study: optuna.Study, state: TrialState, values: Sequence[float] | None,
+           constraints: Mapping[str, float], started: dt.datetime | None = None,
+           **fields: Any) -> TrialRecord:
+    """Add a finished trial measured outside Optuna's queue (`autotune explain`'s): added
+    as it is (`Study.add_trial`), so that trials already queued keep their turn; `started`
+    is when its run began (default: now)."""
+    attrs = user_attrs(**fields)
+    if constraints:
+        attrs["feasible"] = all(float(v) <= 0 for v in constraints.values())
+    frozen = optuna.trial.create_trial(
+        state=state, values=list(values) if state == TrialState.COMPLETE and values else None,
+        user_attrs=attrs, constraints={k: float(v) for k, v in constraints.items()})
+    if started is not None:
+        frozen.datetime_start = started
+    study.add_trial(frozen)
+    return TrialRecord.of(study.get_trials(deepcopy=False)[-1], StudyRecord.of(study))
 
 
 def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -360,6 +382,7 @@ def records(study: optuna.Study | Snapshot, states: Sequence[TrialState] | None 
 # queued, and each worker that registered (`worker:<id>`).
 SCENARIO, ENGINE_DEFAULTS, REFERENCE, REFERENCE_DATA = \
     "scenario", "engine_defaults", "reference", "reference_data"
+EXPLANATION = "explain"  # `explain:<n>`: the ablation of trial n (`tuning.ablation`)
 BASELINES_QUEUED, WORKER = "baselines_enqueued", "worker:"
 
 
@@ -375,21 +398,25 @@ class StudyRecord:
     baselines_queued: bool = False
     workers: dict[str, dict[str, Any]] = field(default_factory=dict)
     validations: dict[tuple[str, int], Any] = field(default_factory=dict)
+    explanations: dict[int, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, study: optuna.Study) -> StudyRecord:
         a = study.user_attrs
         found: dict[tuple[str, int], Any] = {}
+        explained: dict[int, Any] = {}
         for k, v in a.items():
             key, _, number = k.partition(":")
             if key in (VALIDATION, VALIDATION_VLLM) and number.isdigit():
                 found[key, int(number)] = v
+            elif key == EXPLANATION and number.isdigit():
+                explained[int(number)] = v
         return cls(scenario=a.get(SCENARIO) or {}, engine_defaults=a.get(ENGINE_DEFAULTS),
                    reference=a.get(REFERENCE), reference_data=a.get(REFERENCE_DATA),
                    baselines_queued=bool(a.get(BASELINES_QUEUED)),
                    workers={k.removeprefix(WORKER): v for k, v in a.items()
                             if k.startswith(WORKER) and isinstance(v, dict)},
-                   validations=found)
+                   validations=found, explanations=explained)
 
     def validation(self, key: str, number: int) -> Any:
         """Trial `number`'s validation stored with the study (`store_validation`), or None."""
@@ -429,6 +456,11 @@ def store_validation(study: optuna.Study, number: int, key: str, value: Any) -> 
     if key not in (VALIDATION, VALIDATION_VLLM):
         raise ValueError(f"not a validation key: {key!r}")
     study.set_user_attr(f"{key}:{number}", value)
+
+
+def store_explanation(study: optuna.Study, number: int, value: Any) -> None:
+    """Keep the ablation of finished trial `number` (`autotune.tuning.ablation`)."""
+    study.set_user_attr(f"{EXPLANATION}:{number}", value)
 
 
 @dataclass(frozen=True)

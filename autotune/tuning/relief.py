@@ -47,6 +47,7 @@ from typing import Any
 from optuna.trial import FixedTrial, TrialState
 
 from autotune.config import Param, Scenario
+from autotune.engine import defaults as defaults_mod
 from autotune.flags import normalize
 from autotune.measure import bottleneck as bn
 from autotune.measure.bottleneck import Bottleneck
@@ -119,7 +120,6 @@ RELIEF: Mapping[str, tuple[Knob, ...]] = {
 # server, a token per streamed event, CUDA graphs on; max-num-seqs and batched tokens by
 # device (`platform_default`).
 _FIXED_DEFAULTS = {"api-server-count": 1, "stream-interval": 1, "enforce-eager": False}
-_BIG_GPU_MIB = 70 * 1024
 
 
 @dataclass(frozen=True)
@@ -184,19 +184,12 @@ def _family(key: str) -> str | None:
 
 
 def platform_default(name: str, device: Mapping[str, Any]) -> Any:
-    """vLLM's start-up default of a flag whose parser default is None, from the device:
-    max-num-seqs 1024 and max-num-batched-tokens 8192 on a GPU of 70 GiB or more (not an
-    A100), else 256 and 2048; on the CPU build 128 sequences."""
+    """vLLM's start-up default of a flag whose parser default is None, from the device
+    (`autotune.engine.defaults`: e.g. max-num-seqs 1024 on a GPU of 70 GiB or more that is
+    not an A100, else 256; 128 on the CPU build)."""
     if name in _FIXED_DEFAULTS:
         return _FIXED_DEFAULTS[name]
-    cpu = device.get("name") == "cpu"
-    big = not cpu and (device.get("memory_mib") or 0) >= _BIG_GPU_MIB \
-        and "A100" not in str(device.get("name"))
-    if name == "max-num-seqs":
-        return 128 if cpu else 1024 if big else 256
-    if name == "max-num-batched-tokens" and not cpu:
-        return 8192 if big else 2048
-    return None
+    return defaults_mod.platform_rules(defaults_mod.machine_of(device)).get(name)
 
 
 def current(name: str, rec: TrialRecord, defaults: Mapping[str, Any]) -> Any:

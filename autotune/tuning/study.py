@@ -71,7 +71,7 @@ def resolve_model(scenario: Scenario) -> str:
     return tinymodel.resolve(scenario.model.tiny, scenario.model.path)
 
 
-def _duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
+def duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
     """A finished trial that ran the engine these flags would start (`shared.same_engine`,
     vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
     defaults = record.StudyRecord.of(study).engine_defaults
@@ -156,8 +156,8 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                 return
             shared.wait_for_twin(study, flags, trial.number, me,
                                  defaults=record.StudyRecord.of(study).engine_defaults)
-            _sync_reference(study, guard, scenario, trials_root.parent)
-        dup = _duplicate(study, flags, trial.number)
+            sync_reference(study, guard, scenario, trials_root.parent)
+        dup = duplicate(study, flags, trial.number)
         if dup is not None:  # a rejected twin stays rejected
             outcome = trial_mod.Outcome(
                 trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
@@ -225,7 +225,7 @@ def _after_defaults(study: optuna.Study, me: shared.Worker) -> bool:
         shared.wait_for_defaults(study, me)
 
 
-def _sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario: Scenario,
+def sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario: Scenario,
                     study_dir: Path) -> None:
     """A worker without the guardrail's reference takes the study's, made meanwhile by the
     defaults trial on another worker or host: written where this host keeps it, and loaded
@@ -255,17 +255,28 @@ def _publish_reference(study: optuna.Study, guard: guardrail.Guard | None,
         record.set_reference_data(study, json.loads(path.read_text()))
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
-          outcome: trial_mod.Outcome, guard: guardrail.Guard | None, study_dir: Path) -> None:
-    """Write the outcome into the trial record and tell Optuna its state and values."""
+@dataclass(frozen=True)
+class Told:
+    """What a trial's outcome tells the study: its state, values, named constraints and
+    record fields (`told`); `_tell` gives them to a running trial, `record.append` to a
+    trial measured outside the queue."""
+
+    state: TrialState
+    values: list[float] | None
+    constraints: dict[str, float]
+    fields: dict[str, Any]
+
+
+def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
+         guard: guardrail.Guard | None, study_dir: Path, number: int) -> Told:
+    """The record fields, constraints and values of trial `number`'s outcome; a new
+    guardrail reference is kept with the study here, once."""
     fields = {**outcome.facts.fields(), "outcome": outcome.state, "reason": outcome.reason}
     if outcome.summary:  # pruned: e.g. what the probe phase saw before it stopped the trial
         fields["metrics"] = outcome.summary
-    record.set_constraints(trial, _constraints(scenario, outcome))
+    constraints = _constraints(scenario, outcome)
     if outcome.state == trial_mod.PRUNED:
-        record.write(trial, **fields)
-        study.tell(trial, state=TrialState.PRUNED)
-        return
+        return Told(TrialState.PRUNED, None, constraints, fields)
     m = obj.measures(outcome.summary, scenario.objective)
     values = obj.values(m, reference(study), scenario.objective)
     if outcome.quality is not None:
@@ -276,16 +287,27 @@ def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
             guard.reference = outcome.new_reference
             path = guardrail.reference_path(scenario, study_dir)
             outcome.new_reference.save(path)
-            record.set_reference(study, str(path), trial.number)
+            record.set_reference(study, str(path), number)
             record.set_reference_data(study, json.loads(path.read_text()))
         else:  # only where the defaults could not run and two trials raced to make one
             log.warning("trial %d made a guardrail reference, but trial %s's is the study's",
-                        trial.number, made.get("trial"))
+                        number, made.get("trial"))
     fields["measures"] = m.as_dict()
     if scenario.objective.mode == "weighted":
         fields["gain"] = obj.gain(values[0])
-    record.write(trial, **fields)
-    study.tell(trial, values)
+    return Told(TrialState.COMPLETE, list(values), constraints, fields)
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
+          outcome: trial_mod.Outcome, guard: guardrail.Guard | None, study_dir: Path) -> None:
+    """Write the outcome into the trial record and tell Optuna its state and values."""
+    t = told(study, scenario, outcome, guard, study_dir, trial.number)
+    record.set_constraints(trial, t.constraints)
+    record.write(trial, **t.fields)
+    if t.state == TrialState.PRUNED:
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, t.values)
 
 
 def _relieve(study: optuna.Study, scenario: Scenario, number: int) -> None:
@@ -379,11 +401,15 @@ def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None =
     study_dir = where.folder
     guard = guardrail.make_guard(scenario, study_dir)
     _publish_reference(study, guard, scenario, study_dir)
-    idle_mib = gpu.Monitor().used_mib()  # None without a GPU
-    # The previous engine must have handed its GPU memory back before the next launch.
     loop(study, scenario, resolve_model(scenario), study_dir,
          trials=trials if trials is not None else scenario.budget.trials, timeout_s=timeout_s,
          guard=guard, on_progress=on_progress, claim=claim,
-         runner=runner or trial_mod.run_trial,
-         between=lambda: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
+         runner=runner or trial_mod.run_trial, between=gpu_released(scenario))
     return study
+
+
+def gpu_released(scenario: Scenario) -> Callable[[], object]:
+    """What runs before each launch: the previous engine must have handed its GPU memory
+    back (to what is in use now, before any engine of this run; nothing without a GPU)."""
+    idle_mib = gpu.Monitor().used_mib()  # None without a GPU
+    return lambda: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)

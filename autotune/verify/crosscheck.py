@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,7 @@ from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
-from autotune.measure import vllmbench, watch
+from autotune.measure import capacity, vllmbench, watch
 from autotune.measure.capacity import CapacityRecord
 from autotune.stored import plain
 from autotune.tuning import prune, record
@@ -36,7 +37,7 @@ from autotune.tuning.record import TrialRecord
 from autotune.verify import paired, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
-START_FACTOR = 1.25
+START_FACTOR = capacity.AROUND
 CLIENT = "vllm bench serve"
 REPEATS = 3
 
@@ -48,6 +49,14 @@ def summarise(runs: list[dict[str, Any]], key: str = "capacity", better: str = "
 
     The ratio is None when a run has no figure (a capacity met at no rate: a ratio to 0
     means nothing).
+
+    A capacity is only known to lie in its run's bracket, from the highest passing rate to
+    the lowest failing one, and the searches of a re-check start at the same figure and
+    move by the same factor: two pairs can land on the same rates and agree exactly (on
+    the H200, 1.63x and 1.63x), which says nothing about how far the true ratio may be.
+    So the interval is never narrower than the brackets allow (`bracket_low`, the pairs'
+    geometric mean of candidate low over baseline high, and `bracket_high`, of candidate
+    high over baseline low).
     """
     base = sorted((r for r in runs if r["role"] == "baseline"), key=lambda r: r["pair"])
     cand = sorted((r for r in runs if r["role"] == "candidate"), key=lambda r: r["pair"])
@@ -60,6 +69,18 @@ def summarise(runs: list[dict[str, Any]], key: str = "capacity", better: str = "
     logs = paired.log_ratios([r[key] for r in cand], [r[key] for r in base])
     if logs is not None:
         out.update({k: v for k, v in paired.ratio(logs, better).items() if k != "better"})
+    if key == "capacity" and logs is not None and all(r.get("low") for r in runs):
+        # a run with no failing rate (a floor) leaves its side of the bracket open
+        lows = paired.log_ratios([r["low"] for r in cand], [r.get("high") for r in base])
+        highs = paired.log_ratios([r.get("high") for r in cand], [r["low"] for r in base])
+        out["bracket_low"] = math.exp(statistics.fmean(lows)) if lows else None
+        out["bracket_high"] = math.exp(statistics.fmean(highs)) if highs else None
+        if out["ci_low"] is not None:
+            out["ci_low"] = min(out["ci_low"], out["bracket_low"]) \
+                if out["bracket_low"] is not None else None
+        if out["ci_high"] is not None:
+            out["ci_high"] = max(out["ci_high"], out["bracket_high"]) \
+                if out["bracket_high"] is not None else None
     return out
 
 

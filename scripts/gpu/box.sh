@@ -138,7 +138,25 @@ fi
 # study with the options given (e.g. --client vllm --repeats 3)
 copy_margin=45  # autotune stops its engine within 20 s of SIGTERM; then the copies
 budget=$(( limit - ($(date +%s) - t0) - copy_margin ))
-if [ "${BOX_VERB:-tune}" = validate ]; then
+if [ "${BOX_VERB:-tune}" = job ]; then
+  # A job longer than one call (BOX_JOB: a Python script and its arguments, run from the
+  # repository root): started once under setsid from a copy outside the checkout, which
+  # every call replaces; this and later calls wait for it until their budget, and each
+  # copies its study back. Its exit code lands in $jobdir/rc.
+  jobdir=/tmp/at-job
+  if [ ! -f "$jobdir/pid" ]; then
+    mkdir -p "$jobdir/studies"
+    cp -r autotune scripts search_spaces "$jobdir"/
+    cp -f "$db" "$jobdir/studies/"
+    [ -d "studies/$name" ] && cp -r "studies/$name" "$jobdir/studies/"
+    read -ra job <<< "${BOX_JOB:?BOX_VERB=job needs BOX_JOB}"
+    ( cd "$jobdir" && PYTHONPATH=$site:$jobdir setsid nohup bash -c \
+        'python3 "$@"; echo $? > rc' job "${job[@]}" > "$jobdir/job.log" 2>&1 &
+      echo $! > "$jobdir/pid" )
+    say "job started (pid $(cat "$jobdir/pid")): ${job[*]}"
+  fi
+  cmd=(bash -c 'while [ ! -f "$1/rc" ]; do sleep 5; done; exit "$(cat "$1/rc")"' wait "$jobdir")
+elif [ "${BOX_VERB:-tune}" = validate ]; then
   cmd=(python3 -m autotune validate "$db" "${args[@]}")
 elif [ "${BOX_VERB:-tune}" = quality ]; then
   cmd=(python3 benchmarks/real_model.py guardrail --gpu
@@ -156,6 +174,11 @@ timeout -s TERM -k 40 "$budget" "${cmd[@]}" 2>&1 | tee -a "$log"
 tune_rc=${PIPESTATUS[0]}
 tune_s=$(( $(date +%s) - t ))
 say "tune exited with $tune_rc after $tune_s s"
+if [ "${BOX_VERB:-tune}" = job ]; then  # the job's study and log, not the checkout's
+  cp -f "$jobdir/job.log" "$outd/job.log"
+  [ -f "$jobdir/rc" ] && say "job finished with rc $(cat "$jobdir/rc")" || say "job still running"
+  cd "$jobdir" || exit 1
+fi
 
 # 4. what comes back ($OUT: at most 8 files of 16 MiB)
 t=$(date +%s)
