@@ -112,3 +112,35 @@ def test_more_boxes_than_gpus_is_refused(checkout: Path):
     run = subprocess.run(["bash", "scripts/gpu/boxes.sh", "a", "b"], cwd=checkout,
                          env={**os.environ, "BOX_NGPU": "1"}, capture_output=True, text=True)
     assert run.returncode == 2 and "2 boxes for 1 GPU(s)" in run.stderr
+
+
+def test_a_job_longer_than_a_call_runs_from_its_own_copy(checkout: Path, tmp_path: Path):
+    """`BOX_VERB=job`: the job starts once under setsid from a copy of the checkout; a call
+    that ends before it leaves it running, a later one waits for it and returns its study,
+    its log and its exit code. Here the job is the last phases of `tune`
+    (`scripts/gpu/lastphases.py`) on a study whose every trial was pruned: both phases are
+    skipped, saying why, and it exits 1."""
+    parts, site, out = tmp_path / "parts", tmp_path / "site", tmp_path / "out"
+    parts.mkdir()
+    site.mkdir()
+    (parts / "at-site.sha256").write_text("0" * 64 + "  at-site.tar.xz\n")
+    (parts / "at-site.nparts").write_text("1\n")
+    (site / ".at-site-ok").write_text((parts / "at-site.sha256").read_text())
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "BOX_MODEL": "none", "BOX_PARTS": str(parts), "BOX_SITE": str(site),
+           "BOX_BACKUP": str(tmp_path / "backup"), "BOX_CACHE": str(tmp_path / "cache"),
+           "OUT": str(out), "BOX_LIMIT_S": "300", "BOX_JOBDIR": str(tmp_path / "job")}
+    first = subprocess.run(["bash", "scripts/gpu/box.sh", "search_spaces/box-a.yaml",
+                            "--trials", "1"], cwd=checkout, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job = {**env, "BOX_VERB": "job", "BOX_JOB": "scripts/gpu/lastphases.py studies/box-a.db"}
+    run = subprocess.run(["bash", "scripts/gpu/box.sh", "search_spaces/box-a.yaml"],
+                         cwd=checkout, env=job, capture_output=True, text=True, timeout=300)
+    log = run.stdout + run.stderr
+    assert "job started (pid" in log and "job finished with rc 1" in log, log
+    assert run.returncode == 1
+    said = (out / "job.log").read_text()
+    assert "explain: skipped, no feasible trial to explain" in said
+    assert "re-check: skipped" in said
+    assert (out / "box-a.db").is_file() and (tmp_path / "job" / "rc").read_text().strip() == "1"

@@ -54,7 +54,7 @@ def test_pareto_notebook_as_committed(cwd, tmp_path, monkeypatch):
                                     else tmp_path))
     assert figures >= 5  # front, history, importances, parallel coordinates, guardrail
     assert "study qwen3-4b-h200: 16 trials" in text
-    assert "id='trials'" in text and "autotune export qwen3-4b-h200 --trial 7" in text
+    assert "id='trials'" in text and "autotune export qwen3-4b-h200 --trial 8" in text
 
 
 def test_compare_notebook_as_committed(tmp_path, monkeypatch):

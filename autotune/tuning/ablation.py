@@ -69,6 +69,9 @@ class Part(Stored):
     # Why the run without it cannot replace the winner although it completed (the
     # guardrail's verdict, a missed SLO); "" when it is feasible or was pruned.
     rejected: str = ""
+    # Why the run without it measured nothing (it was pruned before any rate passed or
+    # failed: the engine refused to start, ...); "" otherwise.
+    failed: str = ""
 
     def words(self) -> str:
         """`api-server-count 4 (default 1): 61 % of the gain (48-75 %)`."""
@@ -77,6 +80,8 @@ class Part(Stored):
         if self.tied:
             return head + "tied with the winner without it: carries none of the gain " \
                 "the study can see"
+        if self.failed:
+            return head + f"stays: without it nothing was measured ({self.failed})"
         if self.rejected:
             return head + f"stays: without it the run was rejected ({self.rejected}), at " \
                 f"{_rps(self.low)} ({_pct(self.share)} of the gain by capacity alone)"
@@ -241,7 +246,9 @@ def part(flag: str, value: Any, default: Any, ran: TrialRecord, bar: Bar,
              "low": ran.capacity.low if ran.capacity else None,
              "high": ran.capacity.high if ran.capacity else None,
              "tied": bar.tied(ran),
-             "rejected": "" if bar.acceptable(ran) or not complete else rejection(ran)}
+             "rejected": "" if bar.acceptable(ran) or not complete else rejection(ran),
+             "failed": "" if complete or ran_i is not None else
+             f"{ran.reason}: {ran.detail.splitlines()[0][:160]}" if ran.detail else ran.reason}
     if ran_i is None or won is None or not won.low or base is None or base.low is None:
         return Part(**facts)
     gain = won.low - base.low
@@ -392,7 +399,7 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     """Explain trial `trial` (default: the study's best feasible trial), keep the
     explanation with the study, and return it."""
     winner = ranking.choose(study, trial=trial, what="explain") if trial is not None \
-        else ranking.feasible_best(study)
+        else _to_explain(study)
     if winner is None:
         raise ConfigError("explain: the study has no feasible completed trial to explain")
     model = study_mod.resolve_model(scenario)
@@ -403,6 +410,19 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     found = ablate(study, winner, measure, room)
     record.store_explanation(study, winner.number, found.as_dict())
     return found
+
+
+def _to_explain(study: optuna.Study) -> TrialRecord | None:
+    """The best feasible trial, or the winner whose explanation found it (the smallest
+    configuration tied with a winner is the best by the tie-break: explaining it again
+    would start over)."""
+    best = ranking.feasible_best(study)
+    if best is None:
+        return None
+    for number, data in record.StudyRecord.of(study).explanations.items():
+        if isinstance(data, Mapping) and data.get("minimal") == best.number:
+            return record.records(study)[number]
+    return best
 
 
 def stored(study: ranking.Source, number: int) -> Explanation | None:

@@ -16,7 +16,9 @@
 # The study database travels to the device as part of the working tree
 # (studies/NAME.db is not git-ignored), so the next box resumes it.
 #
-# Env: BOX_VERB (tune; validate: `autotune validate studies/NAME.db OPTIONS`; startup:
+# Env: BOX_VERB (tune; job: BOX_JOB, a Python script and its arguments, run under setsid from
+# a copy in BOX_JOBDIR [/tmp/at-job] across calls, each call waiting for it and copying its
+# study back; validate: `autotune validate studies/NAME.db OPTIONS`; startup:
 # `benchmarks/startup.py --model THE-BUILT-MODEL OPTIONS`, cold against warm engine
 # starts, its engine logs returned as startup-logs.tar.gz; quality: `benchmarks/real_model.py
 # guardrail --gpu OPTIONS` on the built real model, quality.json and its engine logs
@@ -143,7 +145,7 @@ if [ "${BOX_VERB:-tune}" = job ]; then
   # repository root): started once under setsid from a copy outside the checkout, which
   # every call replaces; this and later calls wait for it until their budget, and each
   # copies its study back. Its exit code lands in $jobdir/rc.
-  jobdir=/tmp/at-job
+  jobdir=${BOX_JOBDIR:-/tmp/at-job}
   if [ ! -f "$jobdir/pid" ]; then
     mkdir -p "$jobdir/studies"
     cp -r autotune scripts search_spaces "$jobdir"/
