@@ -18,8 +18,8 @@ from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, whatif
 from autotune.slo import Slo
-from autotune.tuning import ranking as ranked
 from autotune.tuning import ablation, relief, storage
+from autotune.tuning import ranking as ranked
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import gain
 from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
