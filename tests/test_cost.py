@@ -1,4 +1,4 @@
-"""Money and machines (issue 36, item 3): capacity at SLO, replicas for a load and cost per
+"""Money and machines: capacity at SLO, replicas for a load and cost per
 million output tokens, checked against the recorded capacity steps of committed studies;
 `compare` ranks committed studies of one model; bad options are one line."""
 

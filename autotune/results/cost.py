@@ -2,8 +2,8 @@
 
 A capacity-mode trial measured the highest sustained request rate at which every SLO held
 (`CapacityRecord.low`): its capacity at SLO, the rate one replica can be trusted with (the
-"safe rate" of issue 36; `show` ranks by the same figure). Its output tokens/s at that rate
-is the record's `output_throughput`: the rate times the mean output tokens per request of
+figure `show` ranks by). Its output tokens/s at that rate is the record's
+`output_throughput`: the rate times the mean output tokens per request of
 the passing step at `low` (that step's own `output_throughput` covers the whole step, ramp
 and drain included, so it reads low). From those two figures:
 

@@ -18,7 +18,7 @@ from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, report, show, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
-from autotune.tuning import ranking, relief
+from autotune.tuning import ablation, ranking, relief
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import Measures
 from autotune.tuning.record import RELIEF, Snapshot, Source, TrialRecord, records
@@ -227,6 +227,8 @@ def _about(study: Source) -> str:
         items["limited by"] = f"#{ranked[0]['number']}: {ranked[0]['bottleneck']}"
     if ceiling := relief.ceiling(top):
         items["headroom"] = ceiling
+    if explained := ablation.latest(study):  # which of the winner's flags carry its gain
+        items["the gain rests on"] = " ".join(line.strip() for line in explained.lines())
     guided = [r for r in trials if r.origin_kind == RELIEF]
     if guided:
         items["relief moves"] = f"{len(guided)} of {len(trials)} trials relieved another " \

@@ -10,16 +10,16 @@ control: rates differ between machines and between a night's start and its end, 
 runs are compared with the winner as it measures beside them as well as with the study's
 figure (`Bar`). A flag whose removal leaves the capacity tied with either (overlapping
 intervals, `capacity.tied`) and the trial feasible carries none of the gain the study can
-see. The flags that can go are then taken away together;
-when that is still tied it is the smallest configuration that carries the gain. When it is
-not (two flags that can each go alone, not both), they go one after another instead, the
-least loss first, as long as the capacity stays tied.
+see. The flags that can go are then taken away together; when that is still tied it is the
+smallest configuration that carries the gain. When it is not (two flags that can each go
+alone, not both), they go one after another instead, the least loss first, as long as the
+capacity stays tied.
 
 Every run is a trial of the study, recorded with its origin ("ablation of #N") and added as
-it finished (`record.append`), so that trials already queued keep their turn. Ranking's
-rule (fewest overrides among ties) then makes the smallest tied configuration the default
-choice of `export` and `validate`. A configuration some trial already ran is not run again.
-The explanation is kept with the study (`explain:N`) for `show` and the report.
+it finished (`record.append`), so that trials already queued keep their turn; a
+configuration some trial already ran is not run again. The explanation is kept with the
+study (`explain:N`): `show` prints it, and `export` and `validate` choose its smallest tied
+configuration by default (`ranking.smallest_tied`).
 """
 
 from __future__ import annotations
