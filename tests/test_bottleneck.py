@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import optuna
 import pytest
 
 from autotune.engine import prometheus
-from autotune.measure import bottleneck, probes
+from autotune.measure import bottleneck, capacity, probes
 from autotune.measure.loadgen import LagMonitor, SseBuffer
+from autotune.tuning import record
 
 
 @pytest.mark.parametrize("figures, lag, kind", [
@@ -129,3 +132,40 @@ vllm:e2e_request_latency_seconds_sum{model_name="m"} 0.5
     assert prometheus.scrape(page, prometheus.PROBED) == {"vllm:num_requests_running": 3.0,
                                                   "vllm:num_preemptions_total": 7.0}
     assert len(prometheus.scrape(page)) == 5
+
+
+def _guided_steps(number: int):
+    """A trial's capacity record from the committed H200 study h200-guided-check."""
+    db = Path(__file__).resolve().parent.parent / "studies" / "h200-guided-check.db"
+    st = optuna.load_study(study_name="h200-guided-check", storage=f"sqlite:///{db}")
+    return record.records(st)[number].capacity
+
+
+def test_the_knee_names_what_rose_not_what_was_pegged_everywhere():
+    """vLLM's defaults on the H200 (h200-guided-check #0): the engine core read 94-98 % of a
+    core at every step, passing or failing, and its threshold named it; across the knee
+    (50.1 req/s passing, 54.7 failing) the API server rose 77 -> 88 %."""
+    cap = _guided_steps(0)
+    assert cap.limit is not None and cap.limit.kind == bottleneck.ENGINE_CORE  # as recorded then
+    limit = cap.steps[cap.bottleneck_step]
+    found = capacity.knee(cap.steps, cap.low, limit)
+    assert found is not None and found["kind"] == bottleneck.FRONT_END
+    assert "across the knee API server 77 -> 88 %" in found["text"]
+    assert "engine core 95-98 % on both sides, not what broke" in found["text"]
+    # the winner (#6): nothing rose into saturation; the failing step's reading stands
+    won = _guided_steps(6)
+    assert capacity.knee(won.steps, won.low, won.steps[won.bottleneck_step]) == \
+        won.steps[won.bottleneck_step].bottleneck
+
+
+def test_a_pegged_resource_is_not_named_when_another_rises():
+    passing = [{"api_server_cpu": 60.0, "engine_core_cpu": 97.0, "gpu_util_mean": 70.0}]
+    failing = {"api_server_cpu": 85.0, "engine_core_cpu": 99.0, "gpu_util_mean": 71.0}
+    assert bottleneck.attribute(failing).kind == bottleneck.ENGINE_CORE  # the threshold alone
+    found = bottleneck.across(passing, failing)
+    assert found is not None and found.kind == bottleneck.FRONT_END
+    # nothing rose: no contrast to read, the threshold reading stands
+    assert bottleneck.across(passing, {**failing, "api_server_cpu": 62.0}) is None
+    # a saturated client or a full KV cache is named as the failing step shows it
+    assert bottleneck.across(passing, {**failing, "client_cpu": 99.0}).kind == bottleneck.CLIENT
+    assert bottleneck.across(passing, {**failing, "preemptions": 3}).kind == bottleneck.KV_CACHE

@@ -16,11 +16,19 @@ and the client's event-loop lag) are read in this order, first match wins:
 6. a model worker process near a full core (on the CPU build the model computes there;
    on a GPU, a worker that cannot launch kernels fast enough);
 7. none of these: no resource saturated before the SLO broke.
+
+A threshold alone misleads where a resource is busy at every load: on the H200 the engine
+core read 90-102 % of a core at nearly every step of every trial, passing or failing, while
+the API server's CPU rose with the load (58, 75, 80 % passing; 88, 109 % failing), and the
+threshold named the engine core at every knee. So a search's limit is named by contrast
+(`across`): what rose into near saturation between the highest passing step and the lowest
+failing one, a resource pegged on both sides being no evidence; the threshold reading of the
+failing step stands only where nothing rose.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -49,6 +57,62 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} %"
 
 
+# Across a knee: a resource is a suspect when it reached this share of its busy level at the
+# failing step and rose by at least RISE points from the passing one.
+NEAR = 0.8
+RISE = 5.0
+# The resources compared across a knee: kind, probe figure, busy level, how it is named.
+_RESOURCES = ((FRONT_END, "api_server_cpu", BUSY_CORE, "API server"),
+              (ENGINE_CORE, "engine_core_cpu", BUSY_CORE, "engine core"),
+              (GPU, "gpu_util_mean", BUSY_GPU, "GPU busy"),
+              (WORKER, "worker_cpu", BUSY_CORE, "model worker"))
+
+
+def across(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]
+           ) -> Bottleneck | None:
+    """The limit by contrast between the steps that passed at capacity (`passing`: their
+    probe figures, averaged) and the gentlest failing step above it: the resource that rose
+    most into near saturation, with the evidence in words; None where nothing rose (a
+    client or a full KV cache at the failing step is named as `attribute` names it)."""
+    first = attribute(failing, failing)  # a step's probes carry its client's lag too
+    if first.kind in (CLIENT, KV_CACHE):
+        return first
+    rising: list[tuple[float, str, str, float, float]] = []
+    flat: list[str] = []
+    for kind, key, busy, name in _RESOURCES:
+        seen = [float(p[key]) for p in passing if p.get(key) is not None]
+        after = failing.get(key)
+        if not seen or after is None:
+            continue
+        before = sum(seen) / len(seen)
+        if min(before, after) >= busy:
+            flat.append(f"{name} {min(before, after):.0f}-{max(before, after):.0f} % on "
+                        "both sides, not what broke")
+        elif after >= NEAR * busy and after - before >= RISE:
+            rising.append((after - before, kind, name, before, after))
+    if not rising:
+        return None
+    _, kind, name, before, after = max(rising)
+    evidence = "; ".join([f"across the knee {name} {before:.0f} -> {after:.0f} %", *flat])
+    return Bottleneck(kind, f"{_words(kind, failing)} ({evidence})")
+
+
+def _words(kind: str, probes: Mapping[str, Any]) -> str:
+    """How `attribute` names a limit of this kind from a step's figures."""
+    gpu = probes.get("gpu_util_mean")
+    if kind == FRONT_END:
+        n = probes.get("api_servers") or 1
+        return (f"front end: API server {_pct(probes.get('api_server_cpu'))} of one core "
+                f"({n} API server{'s' if n != 1 else ''})")
+    if kind == ENGINE_CORE:
+        return (f"engine core: {_pct(probes.get('engine_core_cpu'))} of a core "
+                f"(GPU busy {_pct(gpu)})")
+    if kind == GPU:
+        return f"GPU busy {_pct(gpu)}"
+    where = "no GPU: the model runs on the CPU" if gpu is None else f"GPU busy {_pct(gpu)}"
+    return f"model worker: {_pct(probes.get('worker_cpu'))} of a core ({where})"
+
+
 def attribute(probes: Mapping[str, Any], lag: Mapping[str, float] | None = None
               ) -> Bottleneck:
     """The bottleneck of one step from its window's probe figures and client lag."""
@@ -63,23 +127,11 @@ def attribute(probes: Mapping[str, Any], lag: Mapping[str, float] | None = None
     if preempted > 0 or (kv_max >= 0.98 and (probes.get("requests_waiting_max") or 0) > 0):
         return Bottleneck(KV_CACHE, f"KV cache full: usage max {kv_max:.0%}, "
                           f"{preempted:g} preemptions")
-    api = probes.get("api_server_cpu")
-    if (api or 0) >= BUSY_CORE:
-        n = probes.get("api_servers") or 1
-        return Bottleneck(FRONT_END, f"front end: API server {_pct(api)} of one core "
-                          f"({n} API server{'s' if n != 1 else ''})")
-    core = probes.get("engine_core_cpu")
-    if (core or 0) >= BUSY_CORE:
-        return Bottleneck(ENGINE_CORE, f"engine core: {_pct(core)} of a core "
-                          f"(GPU busy {_pct(probes.get('gpu_util_mean'))})")
+    for kind, key, busy, _ in _RESOURCES:
+        if (probes.get(key) or 0) >= busy:
+            return Bottleneck(kind, _words(kind, probes))
+    api, core = probes.get("api_server_cpu"), probes.get("engine_core_cpu")
     gpu = probes.get("gpu_util_mean")
-    if (gpu or 0) >= BUSY_GPU:
-        return Bottleneck(GPU, f"GPU busy {_pct(gpu)}")
-    worker = probes.get("worker_cpu")
-    if (worker or 0) >= BUSY_CORE:
-        where = "no GPU: the model runs on the CPU" if gpu is None else \
-            f"GPU busy {_pct(gpu)}"
-        return Bottleneck(WORKER, f"model worker: {_pct(worker)} of a core ({where})")
     return Bottleneck(NONE, "no resource saturated (GPU busy "
                       f"{_pct(gpu)}, API server {_pct(api)}, engine core {_pct(core)}, "
                       f"KV max {kv_max:.0%}): the SLO binds first")

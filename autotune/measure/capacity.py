@@ -322,7 +322,7 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
         spread=result.spread, uncertainty=result.uncertainty, stopped=result.stopped,
         tolerance=spec.capacity.tolerance, step_s=spec.capacity.min_step_s,
         window=[spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
-        bottleneck=limiting(result).bottleneck or None,
+        bottleneck=knee(result.steps, result.low, limiting(result)),
         bottleneck_step=limiting(result).index,
         steps=tuple(s.record() for s in result.steps)).as_dict()
 
@@ -334,6 +334,19 @@ def limiting(result: Result) -> Step:
                                                          or s.load > result.low)]
     failing = min(above, key=lambda s: s.load, default=None)
     return failing or result.best or result.steps[0]  # a search always has a step
+
+
+def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
+         ) -> dict[str, Any] | None:
+    """What limited the capacity (`Bottleneck.as_dict`): by contrast between the steps that
+    passed at capacity and the gentlest failing step above it (`bottleneck.across`), else
+    that step's own reading."""
+    if not limit.passed and low:
+        found = bottleneck.across([s.probes for s in steps if s.passed and s.load == low],
+                                  limit.probes)
+        if found is not None:
+            return found.as_dict()
+    return limit.bottleneck or None
 
 
 def interval(cap: CapacityRecord) -> tuple[float, float]:
