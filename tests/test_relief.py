@@ -280,3 +280,64 @@ def test_the_live_progress_says_when_the_best_is_gpu_bound():
     calm = dataclasses.replace(measured(bn.FRONT_END), gain=0.1)
     assert "near full use" not in progress_line(study_mod.Progress(3, 10, 600.0, None, calm,
                                                                    calm))
+
+
+def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
+    """The committed H200 study h200-guided-check (no baselines, relief every 2), its
+    defaults' limit read again across their knee, as a study records it now."""
+    from pathlib import Path
+
+    from autotune.measure import capacity
+    from autotune.tuning import record
+
+    db = Path(__file__).resolve().parent.parent / "studies" / "h200-guided-check.db"
+    st = optuna.load_study(study_name="h200-guided-check", storage=f"sqlite:///{db}")
+    recs = record.records(st)
+    cap = recs[0].capacity
+    assert cap is not None and cap.limiting_step is not None
+    knee = capacity.knee(cap.steps, cap.low, cap.limiting_step)
+    metrics = {**recs[0].metrics, "capacity": {**recs[0].metrics["capacity"], "bottleneck": knee}}
+    scenario = Scenario.model_validate(record.StudyRecord.of(st).scenario)
+    return ([dataclasses.replace(recs[0], metrics=metrics)],
+            scenario, record.StudyRecord.of(st).engine_defaults or {})
+
+
+def test_replayed_the_first_move_from_the_defaults_is_more_api_servers():
+    """On the H200 the threshold named the engine core (pegged at 94-98 % at every load)
+    and relief moved max-num-batched-tokens, a tie; read across the knee the API server
+    rose 77 -> 88 %, and the first move is more API servers."""
+    recs, sc, defaults = _guided()
+    move = relief.propose(recs, sc, defaults, recs)
+    assert move is not None and move.limit.kind == bn.FRONT_END
+    assert move.knob.name == "api-server-count" and move.before == 1 and move.after == 2
+    # the engine core stays a suspect: it was saturated at the failing step
+    assert [s.kind for s in relief.suspected(recs[0])] == [bn.FRONT_END, bn.ENGINE_CORE]
+
+
+def test_a_tied_move_is_followed_by_the_next_suspects_move():
+    """More API servers tied with the defaults: the next move relieves the engine core (the
+    next suspect), not the front end's next knob (stream-interval)."""
+    recs, sc, defaults = _guided()
+    first = relief.propose(recs, sc, defaults, recs)
+    assert first is not None
+    tied = dataclasses.replace(
+        recs[0], number=1, baseline=None, flags=first.flags, origin=first.origin.as_dict())
+    assert capacity_tied(tied, recs[0])
+    move = relief.propose([*recs, tied], sc, defaults, recs)
+    assert move is not None and move.limit.kind == bn.ENGINE_CORE
+    assert move.knob.name != "stream-interval"
+    assert "the next suspect, relieving front_end tied" in move.limit.text
+    # a move that did not tie (it lost) leaves the suspect in place: its next knob follows
+    worse = {**recs[0].metrics["capacity"], "low": 30.0, "high": 33.0,
+             "request_throughput": 30.0}
+    lost = dataclasses.replace(tied, metrics={**recs[0].metrics, "capacity": worse})
+    again = relief.propose([*recs, lost], sc, defaults, recs)
+    assert again is not None and again.limit.kind == bn.FRONT_END
+    assert again.knob.name == "stream-interval"
+
+
+def capacity_tied(a: TrialRecord, b: TrialRecord) -> bool:
+    from autotune.measure import capacity
+
+    return a.capacity is not None and b.capacity is not None and \
+        capacity.tied(a.capacity, b.capacity)

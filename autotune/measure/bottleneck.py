@@ -94,10 +94,30 @@ def across(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]
         return None
     _, kind, name, before, after = max(rising)
     evidence = "; ".join([f"across the knee {name} {before:.0f} -> {after:.0f} %", *flat])
-    return Bottleneck(kind, f"{_words(kind, failing)} ({evidence})")
+    return Bottleneck(kind, f"{words(kind, failing)} ({evidence})")
 
 
-def _words(kind: str, probes: Mapping[str, Any]) -> str:
+def suspects(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]) -> list[str]:
+    """Every resource with evidence against it at a knee, best supported first: those that
+    rose into near saturation (by how much they rose), then those saturated at the failing
+    step though pegged on both sides. Relief tries the next one when a move ties."""
+    rising: list[tuple[float, str]] = []
+    pegged: list[str] = []
+    for kind, key, busy, _ in _RESOURCES:
+        seen = [float(p[key]) for p in passing if p.get(key) is not None]
+        after = failing.get(key)
+        if after is None:
+            continue
+        before = sum(seen) / len(seen) if seen else None
+        if before is not None and after >= NEAR * busy and after - before >= RISE \
+                and before < busy:
+            rising.append((after - before, kind))
+        elif after >= busy:
+            pegged.append(kind)
+    return [k for _, k in sorted(rising, reverse=True)] + pegged
+
+
+def words(kind: str, probes: Mapping[str, Any]) -> str:
     """How `attribute` names a limit of this kind from a step's figures."""
     gpu = probes.get("gpu_util_mean")
     if kind == FRONT_END:
@@ -129,7 +149,7 @@ def attribute(probes: Mapping[str, Any], lag: Mapping[str, float] | None = None
                           f"{preempted:g} preemptions")
     for kind, key, busy, _ in _RESOURCES:
         if (probes.get(key) or 0) >= busy:
-            return Bottleneck(kind, _words(kind, probes))
+            return Bottleneck(kind, words(kind, probes))
     api, core = probes.get("api_server_cpu"), probes.get("engine_core_cpu")
     gpu = probes.get("gpu_util_mean")
     return Bottleneck(NONE, "no resource saturated (GPU busy "

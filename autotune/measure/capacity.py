@@ -349,6 +349,18 @@ def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
     return limit.bottleneck or None
 
 
+def suspects(cap: CapacityRecord) -> list[str]:
+    """The resources with evidence against them at the record's knee, best supported
+    first (`bottleneck.suspects`); the recorded limit always first."""
+    limit = cap.limiting_step
+    named = [cap.limit.kind] if cap.limit is not None else []
+    if limit is None or limit.passed or not cap.low:
+        return named
+    found = bottleneck.suspects([s.probes for s in cap.steps if s.passed and s.load == cap.low],
+                                limit.probes)
+    return named + [k for k in found if k not in named]
+
+
 def interval(cap: CapacityRecord) -> tuple[float, float]:
     """Where the true capacity lies (requests/s): the bracket widened by the spread."""
     low = cap.low or 0.0

@@ -50,6 +50,7 @@ from autotune.config import Param, Scenario
 from autotune.engine import defaults as defaults_mod
 from autotune.flags import normalize
 from autotune.measure import bottleneck as bn
+from autotune.measure import capacity
 from autotune.measure.bottleneck import Bottleneck
 from autotune.tuning import prune, space
 from autotune.tuning.record import RELIEF as RELIEF_KIND
@@ -412,13 +413,41 @@ def flags_of(params: Mapping[str, Any], scenario: Scenario) -> dict[str, Any] | 
         return None
 
 
-def moves(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any]
-          ) -> list[Move]:
-    """Every relief move of one trial's limit that the space allows, in the table's order
-    (already-measured ones included: `propose` skips those)."""
+def suspected(rec: TrialRecord, tried: Sequence[TrialRecord] = ()) -> list[Bottleneck]:
+    """What may limit a finished trial, best supported first: its limit, then the other
+    resources with evidence at its knee (`capacity.suspects`); a suspect whose relief move
+    from this trial tied with it is spent and left out, so the next suspect's move follows
+    rather than the next knob of the same one."""
     found = limit(rec)
     if found is None:
         return []
+    spent = {r.tried_because.bottleneck for r in tried
+             if r.origin_kind == RELIEF_KIND and r.tried_because.source == rec.number
+             and r.state == TrialState.COMPLETE and r.capacity and r.capacity.low
+             and rec.capacity and capacity.tied(r.capacity, rec.capacity)}
+    out = [] if found.kind in spent else [found]
+    cap, step = rec.capacity, rec.capacity.limiting_step if rec.capacity else None
+    for kind in (capacity.suspects(cap) if cap is not None else []):
+        if kind != found.kind and kind not in spent and step is not None:
+            out.append(Bottleneck(kind, f"{bn.words(kind, step.probes)}: the next suspect, "
+                                  f"relieving {', '.join(sorted(s for s in spent if s))} "
+                                  "tied" if spent else bn.words(kind, step.probes)))
+    return out
+
+
+def moves(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any],
+          tried: Sequence[TrialRecord] = ()) -> list[Move]:
+    """Every relief move of one trial's suspects (`suspected`) that the space allows,
+    suspect by suspect, each in the table's order (already-measured ones included:
+    `propose` skips those)."""
+    out = []
+    for found in suspected(rec, tried):
+        out += _moves_of(rec, found, scenario, defaults)
+    return out
+
+
+def _moves_of(rec: TrialRecord, found: Bottleneck, scenario: Scenario,
+              defaults: Mapping[str, Any]) -> list[Move]:
     pressure = broken(rec, scenario)
     point = _point(rec, scenario, defaults)
     out = []
@@ -450,7 +479,7 @@ def propose(records: Sequence[TrialRecord], scenario: Scenario, defaults: Mappin
         if rec.number in seen:
             continue
         seen.add(rec.number)
-        for move in moves(rec, scenario, defaults):
+        for move in moves(rec, scenario, defaults, records):
             if move.flags not in taken and space.relation_violation(move.flags) is None:
                 return move
     return None
