@@ -189,3 +189,22 @@ def test_a_reference_that_rejects_the_winner_itself_is_not_held_against_the_runs
     assert found.quality_void and found.control_rejected.startswith("quality")
     assert found.minimal_flags == {"api-server-count": 4}
     assert any("its reference does not hold on this machine" in line for line in found.lines())
+
+
+def test_explain_refuses_bad_input_in_one_line(tmp_path):
+    """Before any engine: a missing study, a trial that does not exist."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    db = tmp_path / "guided.db"
+    shutil.copy(Path(__file__).resolve().parent.parent / "studies" / "h200-guided-check.db", db)
+    for argv, message in ((["nosuch"], "no study database 'nosuch'"),
+                          ([str(db), "--trial", "99"], "explain: no trial 99 (the study has")):
+        proc = subprocess.run([sys.executable, "-m", "autotune", "explain", *argv,
+                               "--studies-dir", str(tmp_path)], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -34,13 +34,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune.results import show
-    from autotune.tuning import ablation, storage
+    from autotune.tuning import ablation, ranking, storage
     from autotune.verify import validate
 
     root = Path(args.studies_dir)
     url, name = storage.locate(args.study_or_db, args.study, root)
     storage.check(url, create=False, write=True)  # the runs are stored in the study
     st = show.open_existing(url, name, root)
+    if args.trial is not None:  # a trial that cannot be explained is refused before a word
+        ranking.choose(st, trial=args.trial, what="explain")
     scenario = validate.scenario_of(st)
     folder = storage.folder(args.study_or_db, st.study_name, root)
     folder.mkdir(parents=True, exist_ok=True)
