@@ -47,6 +47,17 @@ objective: {{mode: weighted, latency: e2el_p95, slos: {{e2el_p95_ms: 800}}}}
     return root
 
 
+def _installed_pack(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(parts, site, out): a pack already installed on the machine, and the $OUT folder."""
+    parts, site, out = tmp_path / "parts", tmp_path / "site", tmp_path / "out"
+    parts.mkdir()
+    site.mkdir()
+    (parts / "at-site.sha256").write_text("0" * 64 + "  at-site.tar.xz\n")
+    (parts / "at-site.nparts").write_text("1\n")
+    (site / ".at-site-ok").write_text((parts / "at-site.sha256").read_text())
+    return parts, site, out
+
+
 @pytest.fixture
 def checkout(tmp_path: Path, tiny_model: Path) -> Path:
     """The checkout as the GPU machine gets it."""
@@ -55,12 +66,7 @@ def checkout(tmp_path: Path, tiny_model: Path) -> Path:
 
 def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
                                                 tiny_model: Path):
-    parts, site, out = tmp_path / "parts", tmp_path / "site", tmp_path / "out"
-    parts.mkdir()
-    site.mkdir()
-    (parts / "at-site.sha256").write_text("0" * 64 + "  at-site.tar.xz\n")
-    (parts / "at-site.nparts").write_text("1\n")
-    (site / ".at-site-ok").write_text((parts / "at-site.sha256").read_text())
+    parts, site, out = _installed_pack(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "BOX_NGPU": "2", "BOX_MODEL": "none", "BOX_PARTS": str(parts),
            "BOX_SITE": str(site), "BOX_BACKUP": str(tmp_path / "backup"),
@@ -120,12 +126,7 @@ def test_a_job_longer_than_a_call_runs_from_its_own_copy(checkout: Path, tmp_pat
     its log and its exit code. Here the job is the last phases of `tune`
     (`scripts/gpu/lastphases.py`) on a study whose every trial was pruned: both phases are
     skipped, saying why, and it exits 1."""
-    parts, site, out = tmp_path / "parts", tmp_path / "site", tmp_path / "out"
-    parts.mkdir()
-    site.mkdir()
-    (parts / "at-site.sha256").write_text("0" * 64 + "  at-site.tar.xz\n")
-    (parts / "at-site.nparts").write_text("1\n")
-    (site / ".at-site-ok").write_text((parts / "at-site.sha256").read_text())
+    parts, site, out = _installed_pack(tmp_path)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "BOX_MODEL": "none", "BOX_PARTS": str(parts), "BOX_SITE": str(site),
            "BOX_BACKUP": str(tmp_path / "backup"), "BOX_CACHE": str(tmp_path / "cache"),

@@ -116,17 +116,18 @@ def effective_defaults(study: Source) -> Effective:
     parser's (recorded when the study started), the platform's rules for its machine, and
     what its engines said at start-up about flags they were not given (vLLM's defaults'
     engine first). An emulated card's batch defaults are its own, not the real card's."""
-    found = machine(study)
+    snap = Snapshot.of(study)  # every trial read once, for the machine and the facts
+    found = machine(snap)
     rules = defaults_mod.platform_rules(found) if found else {}
     facts: dict[str, Any] = {}
-    rows = sorted(records(study), key=lambda r: (not r.is_defaults, r.number))
+    rows = sorted(records(snap), key=lambda r: (not r.is_defaults, r.number))
     for r in rows:
         if r.launched is not False and r.duplicate_of is None:
             for k, v in defaults_mod.startup_facts(r.flags, r.startup).items():
                 facts.setdefault(k, v)
-    if (stored_scenario(study).get("hardware") or {}).get("memory_gib"):
+    if (stored_scenario(snap).get("hardware") or {}).get("memory_gib"):
         facts.pop("max-num-batched-tokens", None)  # the real card's, not the emulated one's
-    return Effective.of(_attrs(study).engine_defaults or {}, rules, facts)
+    return Effective.of(snap.attrs.engine_defaults or {}, rules, facts)
 
 
 def not_overrides(study: Source) -> dict[str, Any]:
