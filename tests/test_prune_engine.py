@@ -1,107 +1,111 @@
-"""Pruning on the real CPU engine: before launch, at start-up, and in the probe phase; and
-the relief move the preempting trial's bottleneck gets (the `cpu-pressure` study's case)."""
+"""The shipped example `search_spaces/cpu-pressure.yaml`, end to end on the real CPU engine:
+within its 8 trials it shows every outcome the README names for it (completed trials, a
+configuration pruned before launch, preemption in the probe phase, a relief move for the
+preempting trial, a trial behind the median, a repeated configuration copied), and `show`
+explains each. One `tune` of about two and a half minutes: five engines, one at a time."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from autotune.tuning import record
+from autotune.tuning.record import TrialRecord
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
 
-SCENARIO = """
-name: pressure-test
-model: {tiny: tiny}
-engine:
-  flags: {enforce-eager: true, max-model-len: 2048}
-space:
-  max-num-seqs: {choices: [2, 16]}
-workload: {kind: random, num_requests: 32, input_len: 256, output_len: 256, max_concurrency: 16}
-guardrail: {enabled: false}
-prune: {probe_fraction: 0.5}
-baselines:
-  # 16 sequences of 512 tokens cannot share 3,840 tokens: vLLM preempts
-  - {name: preempting, flags: {kv-cache-memory-bytes: 2000000, max-num-seqs: 16}}
-  # 976 tokens cannot hold one 2,048-token sequence: the memory model says so
-  - {name: too-small, flags: {kv-cache-memory-bytes: 500000}}
-  # vLLM refuses 4 batched tokens with 8 sequences: pruned without launching too
-  - {name: refused, flags: {max-num-seqs: 8, max-num-batched-tokens: 4}}
-# The fifth trial is the relief move of the preempting baseline: fewer sequences.
-budget: {trials: 5, trial_timeout: 5m}
-sampler: {name: random, seed: 0}
-"""
+SHIPPED = Path(__file__).resolve().parent.parent / "search_spaces" / "cpu-pressure.yaml"
+# What the README says the example shows, as `show --json` words each trial's reason.
+OUTCOMES = {"", "preemption", "kv_too_small (not launched)", "behind"}
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("pressure")
-    path = root / "pressure-test.yaml"
-    path.write_text(SCENARIO)
+    path = root / SHIPPED.name
+    shutil.copy(SHIPPED, path)
     proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--studies-dir",
                            str(root)], capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return root, optuna.load_study(study_name="pressure-test",
-                                   storage=f"sqlite:///{root}/pressure-test.db")
+    st = optuna.load_study(study_name="cpu-pressure", storage=f"sqlite:///{root}/cpu-pressure.db")
+    return root, record.records(st)
+
+
+def _first(trials: list[TrialRecord], reason: str) -> TrialRecord:
+    found = [t for t in trials if t.reason == reason and t.duplicate_of is None]
+    assert found, (reason, [(t.number, t.reason) for t in trials])
+    return found[0]
+
+
+def test_every_documented_outcome_within_the_budget(study):
+    root, trials = study
+    assert len(trials) == 8
+    out = subprocess.run([sys.executable, "-m", "autotune", "show", "cpu-pressure",
+                          "--studies-dir", str(root), "--json"], capture_output=True, text=True,
+                         check=True).stdout
+    data = json.loads(out)
+    assert OUTCOMES <= {r["reason"] for r in data["trials"]}
+    assert any(t.origin_kind == record.RELIEF for t in trials)
+    assert any(t.duplicate_of is not None for t in trials)  # a repeat is copied, not launched
+    assert data["memory_model"]["not_launched"] >= 1
+    assert data["memory_model"]["max_abs_error"] < 0.01
+    text = subprocess.run([sys.executable, "-m", "autotune", "show", "cpu-pressure",
+                           "--studies-dir", str(root)], capture_output=True, text=True,
+                          check=True, env={"COLUMNS": "220", "PATH": ""}).stdout
+    for words in ("kv_too_small (not launched)", "preemption: the probe phase saw requests "
+                  "preempted", "behind: Optuna's pruner", "relief #"):
+        assert words in text, words
 
 
 def test_preempting_configuration_is_pruned_in_the_probe_phase(study):
-    _, st = study
-    t = record.records(st)[1]
-    assert t.baseline == "preempting"
-    assert t.state == TrialState.PRUNED and t.reason == "preemption"
+    _, trials = study
+    t = _first(trials, "preemption")
+    assert t.state == TrialState.PRUNED
+    assert t.flags["kv-cache-memory-bytes"] == 2000000 and t.flags["max-num-seqs"] == 16
     m = t.metrics
     assert m["probes"]["preemptions"] > 0
-    assert m["completed"] + m["failed"] == 16  # the probe only: the rest was never sent
+    assert m["completed"] + m["failed"] == 12  # the probe only: the rest was never sent
     assert t.kv_capacity_reported == 3840  # 30 blocks of 128 (CPU default)
     assert t.memory_estimate["kv_capacity_tokens"] == 3840
 
 
 def test_memory_model_prunes_before_launch(study):
-    root, st = study
-    t = record.records(st)[2]
-    assert t.state == TrialState.PRUNED and t.reason == "kv_too_small"
-    assert t.launched is False
+    root, trials = study
+    t = _first(trials, "kv_too_small")
+    assert t.state == TrialState.PRUNED and t.launched is False
+    assert t.flags["kv-cache-memory-bytes"] == 500000
     assert "max-model-len is 2048" in t.detail
-    assert not (root / "pressure-test" / "trials" / "2" / "engine.log").exists()
-    refused = record.records(st)[3]
-    assert refused.reason == "invalid_combination"
-
-
-def test_show_explains_every_pruned_trial(study):
-    root, _ = study
-    out = subprocess.run([sys.executable, "-m", "autotune", "show", "pressure-test",
-                          "--studies-dir", str(root), "--json"], capture_output=True, text=True,
-                         check=True).stdout
-    data = json.loads(out)
-    reasons = [r["reason"] for r in data["trials"]]
-    assert reasons == ["", "preemption", "kv_too_small (not launched)", "invalid_combination",
-                       ""]
-    assert data["memory_model"]["trials"] == 3  # defaults, the preempting one, its relief
-    assert data["memory_model"]["max_abs_error"] < 0.01
-    assert data["memory_model"]["not_launched"] == 1
+    assert not (root / "cpu-pressure" / "trials" / str(t.number) / "engine.log").exists()
 
 
 def test_the_preempting_trial_gets_a_relief_move_with_its_reason(study):
-    root, st = study
-    trials = record.records(st)
-    assert [t.origin_kind for t in trials] == ["baseline"] * 4 + [record.RELIEF]
-    relieved = trials[4]
+    root, trials = study
+    preempting = _first(trials, "preemption")
+    relieved = trials[preempting.number + 1]
     why = relieved.tried_because
-    assert why.source == 1 and why.bottleneck == "kv_cache" and why.knob == "max-num-seqs"
-    assert why.text.startswith("relieves kv_cache of #1 (pruned for preemption")
-    # The baseline's flags with one move (16 -> 2 sequences), run as flags: the space cannot
-    # express a KV size it does not search. It no longer preempts.
-    assert relieved.flags == {"enforce-eager": True, "max-model-len": 2048,
-                              "kv-cache-memory-bytes": 2000000, "max-num-seqs": 2}
+    assert relieved.origin_kind == record.RELIEF and why.source == preempting.number
+    assert why.bottleneck == "kv_cache"
+    assert why.text.startswith(f"relieves kv_cache of #{preempting.number} (pruned for "
+                               "preemption")
+    # One move from the preempting configuration; it no longer preempts.
+    moved = {k for k in relieved.flags if relieved.flags[k] != preempting.flags.get(k)}
+    assert moved == {why.knob}
     assert relieved.state == TrialState.COMPLETE
     assert relieved.metrics["probes"]["preemptions"] == 0
-    text = subprocess.run([sys.executable, "-m", "autotune", "show", "pressure-test",
-                           "--studies-dir", str(root)], capture_output=True, text=True,
-                          check=True, env={"COLUMNS": "220", "PATH": ""}).stdout
-    assert "relief #1 kv_cache: max-num-seqs 16->2" in text
+
+
+def test_a_trial_behind_the_median_is_stopped_after_its_probe(study):
+    _, trials = study
+    t = _first(trials, "behind")
+    assert t.state == TrialState.PRUNED
+    assert t.metrics["completed"] + t.metrics["failed"] == 12
+    # only once three trials had completed (the median pruner's start-up)
+    done = [r for r in trials[:t.number] if r.state == TrialState.COMPLETE]
+    assert len(done) >= 3

@@ -341,3 +341,32 @@ def capacity_tied(a: TrialRecord, b: TrialRecord) -> bool:
 
     return a.capacity is not None and b.capacity is not None and \
         capacity.tied(a.capacity, b.capacity)
+
+
+def test_the_study_loop_follows_a_tied_move_with_the_next_suspects_move(tmp_path):
+    """Through the loop on a real SQLite study: the H200 defaults' measured capacity comes
+    back for every configuration, so the first relief move (more API servers) ties; the
+    loop's next relief move relieves the engine core, the next suspect."""
+    recs, sc, defaults = _guided()
+    measured_defaults = recs[0].metrics
+    sc = sc.model_copy(update={"name": "tied-loop", "budget": sc.budget.model_copy(
+        update={"trials": 4}), "sampler": sc.sampler.model_copy(update={"name": "random"})})
+
+    def same_capacity(scenario: Scenario, model: str, flags: dict[str, Any],
+                      **_: Any) -> trial_mod.Outcome:
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(measured_defaults),
+                                 trial_mod.Facts(flags, device=H200))
+
+    url = f"sqlite:///{tmp_path}/tied-loop.db"
+    st = study_mod.open_study(sc, url)
+    st.set_user_attr("engine_defaults", defaults)
+    study_mod.loop(st, sc, "model", tmp_path, trials=4, runner=same_capacity)
+    trials = records(optuna.load_study(study_name="tied-loop", storage=url))
+    moves = [r for r in trials if r.origin_kind == RELIEF]
+    assert [r.number for r in moves] == [1, 3]  # relief every 2: sampler trial #2 between
+    assert moves[0].tried_because.bottleneck == bn.FRONT_END
+    assert moves[0].flags["api-server-count"] == 2 and moves[0].tried_because.source == 0
+    assert capacity_tied(moves[0], trials[0])
+    nxt = moves[1].tried_because
+    assert nxt.bottleneck == bn.ENGINE_CORE and nxt.knob != "stream-interval"
+    assert "the next suspect, relieving front_end tied" in nxt.text

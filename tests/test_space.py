@@ -294,3 +294,17 @@ def test_installed_engine_accepts_fp8_kv_cache(installed_engine):
                   space={"kv-cache-dtype": {"choices": ["auto", "fp8"]},
                          "max-num-seqs": {"choices": [1, 4]}})
     check_against_engine(sc, installed_engine, "scn.yaml")
+
+
+def test_a_trial_with_a_refused_combination_is_pruned_without_launching(tmp_path):
+    """What vLLM would refuse (8 sequences, 4 batched tokens) ends the trial before any
+    engine starts: pruned `invalid_combination`, with the relation in its detail."""
+    from autotune.config import Scenario
+    from autotune.tuning import trial
+
+    sc = Scenario.model_validate({"model": {"tiny": "tiny"}, "guardrail": {"enabled": False}})
+    out = trial.run_trial(sc, "/no/such/model", {"max-num-seqs": 8, "max-num-batched-tokens": 4},
+                          tmp_path / "0")
+    assert out.state == trial.PRUNED and out.reason == "invalid_combination"
+    assert "max-num-batched-tokens 4 <" in out.facts.detail
+    assert not (tmp_path / "0" / "engine.log").exists()
