@@ -4,11 +4,11 @@ The real study loop (`autotune.tuning.study.loop`: Optuna's sampler, the relief 
 ranking with its tie rule, a SQLite study) runs against response surfaces instead of an
 engine, so thousands of studies take minutes. A surface is a roofline: each resource (the
 API-server front end, the engine core, the GPU, the KV cache, the sequence cap) carries
-some request rate given the flags, the capacity is the smallest, and the step above it
-shows each resource's use (rate over what it carries), which the real attribution
-(`autotune.measure.bottleneck.attribute`) reads; measured capacities get 4 % noise
-(lognormal, the repeat spread the H200 studies saw) and a 10 % bracket, as a capacity
-search records them.
+some request rate given the flags, the capacity is the smallest; a trial records a passing
+step at its capacity and a failing one 10 % above, each with every resource's use, and the
+real attribution reads the knee between them by contrast (`autotune.measure.capacity.knee`),
+as a capacity search records it; measured capacities get 4 % noise (lognormal, the repeat
+spread the H200 studies saw).
 
 Surfaces, and the measurements their constants reproduce:
 
@@ -30,16 +30,32 @@ Surfaces, and the measurements their constants reproduce:
   relief for a TTFT-bound trial (larger prefill chunks) barely matters. Guidance should
   lose here: half its trials go to a move that does not pay.
 
-These are models, not measurements: they say how the search behaves on landscapes shaped
-like the measured ones, not what a GPU will do. For each surface and method the benchmark
-reports trials until the study's pick (the ranking's best, ties to fewest overrides) is
-within 5 % of the surface's best point, over many seeds: the median with a bootstrap 95 %
-interval, the share of studies that got there within the budget (the others count as
-budget + 1), and the paired difference against TPE alone. Run:
+- `h200-replay`: the measured H200 study `studies/h200-guided-check.db` replayed. A
+  configuration that study measured to the end (vLLM's defaults, the engine-core relief
+  move, #5, the winner #6 and the winner's two ablations that tied) returns its measured
+  record as it is: its steps, the probes' figures at each and its capacity interval, read by
+  today's attribution. Every other point of its 32,400 comes from a roofline fitted to the
+  study's steps: one API server carries 52 req/s (the defaults passed 50.1 and failed 54.7
+  with the API server at 80 -> 88 %), the GPU 88 (#6's ablations held 86.6, failed 91.7)
+  and 0.8 of that with 2,048-token prefill chunks (#5: 67.7), prefix caching off leaves 35 %
+  (three trials failed their bursts at 31.4-34.5), 64 sequences carry 36.6 (#4's burst
+  failed at 38.9); the engine core reads 94-100 % of a core at every load, as measured, so
+  a threshold would name it at every knee.
+
+The other surfaces are models, not measurements: they say how the search behaves on
+landscapes shaped like the measured ones, not what a GPU will do. For each surface and
+method the benchmark reports trials until the study's pick (the ranking's best, ties to
+fewest overrides) is within 5 % of the surface's best point, over many seeds: the median
+with a bootstrap 95 % interval, the share of studies that got there within the budget (the
+others count as budget + 1), and the paired difference against TPE alone. Run:
 
     .venv/bin/python benchmarks/relief.py [--seeds 40] [--budget 20] [--surface NAME]
 
-About 20 minutes for the four surfaces at 40 seeds on 2 cores.
+The replay says how the methods rank on one measured landscape (one model, workload, GPU
+and vLLM version), with the attribution reading real steps where they exist; it cannot
+say what a configuration nobody measured would do (the roofline stands in), nor give a
+measured configuration the run-to-run spread it would show if run again (it returns the
+one record it has). About 25 minutes for the five surfaces at 40 seeds on 2 cores.
 """
 
 from __future__ import annotations
@@ -52,7 +68,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -63,12 +79,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune.config import Scenario  # noqa: E402
 from autotune.measure import bottleneck as bn  # noqa: E402
+from autotune.measure import capacity  # noqa: E402
+from autotune.measure.capacity import CapacityRecord, StepRecord  # noqa: E402
 from autotune.tuning import ranking  # noqa: E402
 from autotune.tuning import study as study_mod  # noqa: E402
 from autotune.tuning import trial as trial_mod  # noqa: E402
 
 NOISE = 0.04  # relative spread of a measured capacity
 WITHIN = 0.05
+# The limiting resource's use at capacity, as a share of full use: on the H200 the API
+# server read 80 % of a core at the defaults' capacity and 88 % just above it.
+KNEE_USE = 0.8
+ABOVE = 1.1  # the failing step's rate over the capacity (a 10 % bracket)
+GUIDED = Path(__file__).resolve().parent.parent / "studies" / "h200-guided-check.db"
 
 
 @dataclass(frozen=True)
@@ -83,6 +106,8 @@ class Load:
     preempts: bool = False
     slo: float | None = None  # the rate at which latency alone breaks the SLO
     kv_tokens: float | None = None  # what the engine reports as its KV cache size
+    servers: int = 1  # API-server processes (the front end's figure is per process)
+    pegged_core: bool = False  # the engine core reads near a full core at every load
 
     def capacity(self) -> float:
         rates = [self.front, self.core, self.gpu, *(r for r in (self.kv, self.seqs, self.slo)
@@ -90,11 +115,13 @@ class Load:
         return min(rates) * (0.75 if self.preempts else 1.0)
 
     def probes(self, rate: float) -> dict[str, float]:
-        """What the probes would read at `rate` (each resource's share of its limit)."""
-        use = lambda limit: min(100.0, 100.0 * rate / limit)  # noqa: E731
+        """What the probes would read at `rate`: each resource's use grows with the rate and
+        reaches `KNEE_USE` of full use where it alone would break the SLO."""
+        use = lambda limit: min(100.0, 100.0 * KNEE_USE * rate / limit)  # noqa: E731
         kv_full = self.preempts or (self.kv is not None and rate >= self.kv)
-        return {"api_server_cpu": use(self.front), "api_servers": 1,
-                "engine_core_cpu": use(self.core), "gpu_util_mean": use(self.gpu),
+        core = max(95.0, use(self.core)) if self.pegged_core else use(self.core)
+        return {"api_server_cpu": use(self.front), "api_servers": self.servers,
+                "engine_core_cpu": core, "gpu_util_mean": use(self.gpu),
                 "kv_cache_usage_max": 1.0 if kv_full else 0.5,
                 "preemptions": 12.0 if self.preempts else 0.0,
                 "requests_waiting_max": 3.0 if kv_full else 0.0}
@@ -108,6 +135,12 @@ class Surface:
     load: Callable[[Mapping[str, Any]], Load]
     slos: dict[str, float]
     broken: str  # the SLO a failing step breaks: "ttft_p95_ms" or "tpot_p95_ms"
+    # Measured trials replayed as they are, by their flags over `defaults` (`key`).
+    measured: Mapping[tuple[tuple[str, Any], ...], Mapping[str, Any]] = field(
+        default_factory=dict)
+
+    def key(self, flags: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        return tuple(sorted({**self.defaults, **flags}.items()))
 
     def scenario(self, sampler: str, relief: bool, every: int, seed: int) -> Scenario:
         return Scenario.model_validate({
@@ -122,12 +155,16 @@ class Surface:
             "relief": {"enabled": relief, "every": every}})
 
     def truth(self, flags: Mapping[str, Any]) -> float:
+        replayed = self.measured.get(self.key(flags))
+        if replayed is not None:
+            return float(replayed["capacity"]["request_throughput"])
         return self.load({**self.defaults, **flags}).capacity()
 
     def best(self) -> float:
         names = list(self.space)
-        return max(self.truth(dict(zip(names, values, strict=True)))
-                   for values in product(*self.space.values()))
+        points = max(self.truth(dict(zip(names, values, strict=True)))
+                     for values in product(*self.space.values()))
+        return max([points, *(self.truth(dict(k)) for k in self.measured)])
 
 
 def _chat(f: Mapping[str, Any]) -> Load:
@@ -211,33 +248,85 @@ LATENCY = Surface(
      "kv-cache-dtype": "auto", "api-server-count": 1},
     _latency, {"ttft_p95_ms": 200}, "ttft_p95_ms")
 
-SURFACES = {s.name: s for s in (CHAT, KV, GPU, LATENCY)}
+
+
+def _h200(f: Mapping[str, Any]) -> Load:
+    """The roofline fitted to the steps of `studies/h200-guided-check.db` (module docstring)."""
+    mbt = {2048: 0.8, 4096: 0.96, 8192: 1.0, 16384: 1.0, 32768: 0.97}[f["max-num-batched-tokens"]]
+    gpu = 88.0 * mbt * (1.0 if f["enable-prefix-caching"] else 0.35) \
+        * {16: 1.0, 32: 0.99, 64: 0.98}[f["block-size"]] \
+        * (0.97 if f["kv-cache-dtype"] == "fp8" else 1.0)
+    servers = int(f["api-server-count"])
+    front = 52.0 * servers ** 0.75 * (1 + 0.1 * math.log2(f["stream-interval"]))
+    core = 100.0 * (1.0 if f["async-scheduling"] else 0.82)
+    return Load(front, core, gpu, seqs=f["max-num-seqs"] / 1.75, servers=servers,
+                pegged_core=True)
+
+
+def _replayed(db: Path, defaults: Mapping[str, Any]
+              ) -> dict[tuple[tuple[str, Any], ...], Mapping[str, Any]]:
+    """The measured records of the study in `db` that searched to the end, by their flags
+    over `defaults`, each with its limit read again by today's attribution."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from autotune.measure import capacity
+    from autotune.tuning import record
+
+    st = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+    out: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
+    for rec in record.records(st, (TrialState.COMPLETE,)):
+        cap = rec.capacity
+        if cap is None or not cap.low or cap.limiting_step is None:
+            continue
+        knee = capacity.knee(cap.steps, cap.low, cap.limiting_step)
+        metrics = {**rec.metrics, "capacity": {**rec.metrics["capacity"], "bottleneck": knee}}
+        out[tuple(sorted({**defaults, **rec.flags}.items()))] = metrics
+    return out
+
+
+_H200_DEFAULTS = {"max-num-seqs": 1024, "max-num-batched-tokens": 8192, "kv-cache-dtype": "auto",
+                  "enable-prefix-caching": True, "block-size": 16,
+                  "gpu-memory-utilization": 0.92, "api-server-count": 1,
+                  "async-scheduling": True, "stream-interval": 1}
+REPLAY = Surface(
+    "h200-replay", dict(CHAT.space), _H200_DEFAULTS, _h200,
+    {"ttft_p95_ms": 500, "tpot_p95_ms": 75}, "ttft_p95_ms",
+    _replayed(GUIDED, _H200_DEFAULTS) if GUIDED.exists() else {})
+
+SURFACES = {s.name: s for s in (CHAT, KV, GPU, LATENCY, REPLAY)}
 
 
 def runner(surface: Surface, rng: random.Random) -> study_mod.Runner:
-    """`trial.run_trial`'s stand-in: the surface's capacity, measured with noise, as a capacity
-    search records it (the limiting step just above it, with the probes' figures)."""
+    """`trial.run_trial`'s stand-in: a measured record where the surface replays one, else
+    the surface's capacity measured with noise, as a capacity search records it (a passing
+    step at the capacity, a failing one just above, the probes' figures at each, the limit
+    read across that knee)."""
 
     def run(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any
             ) -> trial_mod.Outcome:
+        replayed = surface.measured.get(surface.key(flags))
+        if replayed is not None:
+            return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(replayed),
+                                     trial_mod.Facts(flags))
         load = surface.load({**surface.defaults, **flags})
         cap = load.capacity() * math.exp(rng.gauss(0, NOISE))
-        probes = load.probes(cap * 1.1)
-        limit = bn.attribute(probes)
-        step = {"index": 1, "kind": "bisect", "rate": cap * 1.1, "passed": False,
-                "violations": [f"{surface.broken} {surface.slos[surface.broken] * 1.3:.1f}>"
-                               f"{surface.slos[surface.broken]:g}"], "probes": probes,
-                "bottleneck": limit.as_dict()}
-        record = {"request_throughput": cap, "output_throughput": cap * 128,
-                  "total_token_throughput": cap * 384, "low": cap, "high": cap * 1.1,
-                  "saturated": False, "bracket": 0.1, "spread": None, "uncertainty": 0.1,
-                  "stopped": None, "bottleneck": limit.as_dict(), "bottleneck_step": 1,
-                  "steps": [{"index": 0, "kind": "burst", "passed": True, "violations": []},
-                            step]}
+        limit = surface.slos[surface.broken]
+        steps = [StepRecord(0, "ceiling", cap, True, cap, cap * 128, [], 100,
+                            probes=load.probes(cap)),
+                 StepRecord(1, "bisect", cap * ABOVE, False, cap * ABOVE, cap * ABOVE * 128,
+                            [f"{surface.broken} {limit * 1.3:.1f}>{limit:g}"], 100,
+                            probes=load.probes(cap * ABOVE))]
+        steps[1] = replace(steps[1], bottleneck=bn.attribute(steps[1].probes).as_dict())
+        knee = capacity.knee(steps, cap, steps[1])
+        record = CapacityRecord(
+            request_throughput=cap, output_throughput=cap * 128,
+            total_token_throughput=cap * 384, low=cap, high=cap * ABOVE, bracket=0.1,
+            uncertainty=0.1, bottleneck=knee, bottleneck_step=1, steps=tuple(steps))
         summary = {"completed": 100, "failed": 0, "request_throughput": cap,
                    "total_input_tokens": 204_800, "total_output_tokens": 25_600,
-                   "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0, "probes": probes,
-                   "capacity": record}
+                   "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0, "probes": steps[0].probes,
+                   "capacity": record.as_dict()}
         facts = trial_mod.Facts(flags, kv_capacity_reported=int(load.kv_tokens)
                                 if load.kv_tokens is not None else None)
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)

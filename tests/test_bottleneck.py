@@ -169,3 +169,17 @@ def test_a_pegged_resource_is_not_named_when_another_rises():
     # a saturated client or a full KV cache is named as the failing step shows it
     assert bottleneck.across(passing, {**failing, "client_cpu": 99.0}).kind == bottleneck.CLIENT
     assert bottleneck.across(passing, {**failing, "preemptions": 3}).kind == bottleneck.KV_CACHE
+
+
+def test_a_busy_resource_that_still_rose_across_the_knee_is_named():
+    """The GPU at 91 % passing and 100 % failing rose across the knee; the engine core at
+    95 % on both sides did not: the GPU is named, not the first busy resource in order."""
+    found = bottleneck.across([{"engine_core_cpu": 95.0, "gpu_util_mean": 91.0,
+                                "api_server_cpu": 40.0}],
+                              {"engine_core_cpu": 95.0, "gpu_util_mean": 100.0,
+                               "api_server_cpu": 44.0})
+    assert found is not None and found.kind == bottleneck.GPU
+    assert "GPU busy 91 -> 100 %" in found.text and "engine core 95-95 %" in found.text
+    assert bottleneck.suspects([{"engine_core_cpu": 95.0, "gpu_util_mean": 91.0}],
+                               {"engine_core_cpu": 95.0, "gpu_util_mean": 100.0}) == \
+        [bottleneck.GPU, bottleneck.ENGINE_CORE]

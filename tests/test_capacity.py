@@ -176,23 +176,26 @@ def test_early_stop_right_after_the_burst():
     assert _below(None) is None and _below(7.5)(None, 8.0) is None
 
 
-@pytest.mark.parametrize("cap, calls, stopped", [
-    # a loser: its first sustained step, at the best's lower bound, fails: pruned at once
-    (6.0, [("ceiling", 8.0)], capacity.BELOW_BEST),
+@pytest.mark.parametrize("cap, peak, calls, stopped", [
+    # a clear loser: its burst already fails below the best's lower bound
+    (3.0, 6.0, [("burst", None)], capacity.BELOW_BEST),
+    # a loser whose burst drains faster: its first sustained step, at the best's lower
+    # bound, fails, and it is pruned at once (no bisection from the burst's rate)
+    (6.0, 20.0, [("burst", None), ("ceiling", 8.0)], capacity.BELOW_BEST),
     # a contender passes there and searches upward from it, never below it
-    (11.0, [("ceiling", 8.0), ("expand", 10.0), ("expand", 12.5), ("bisect", 11.25),
-            ("bisect", 10.625)], None),
+    (11.0, 20.0, [("burst", None), ("ceiling", 8.0), ("expand", 10.0), ("expand", 12.5),
+                  ("bisect", 11.25), ("bisect", 10.625)], None),
 ])
-def test_a_study_trial_starts_at_the_best_rate(cap, calls, stopped):
-    """As the study runs a searched trial once it has a complete one: no burst, the first
-    sustained step at the best's lower bound, which is also the early-stop floor."""
+def test_a_study_trial_starts_at_the_best_rate(cap, peak, calls, stopped):
+    """As the study runs a searched trial once it has a complete one: the burst, then the
+    first sustained step at the best's lower bound, which is also the early-stop floor."""
     from autotune.tuning.trial import _below
 
-    engine = Engine(cap, peak=20.0)
+    engine = Engine(cap, peak=peak)
     r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=1),
-                      _below(8.0), start=8.0)
+                      _below(8.0), start=8.0, burst=True)
     assert engine.calls == calls and r.stopped == stopped
-    assert all(rate >= 8.0 for _, rate in engine.calls)
+    assert all(rate is None or rate >= 8.0 for _, rate in engine.calls)
 
 
 def test_a_burst_that_queues_does_not_cap_the_search():

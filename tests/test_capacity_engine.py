@@ -66,11 +66,11 @@ def eight(engines) -> Server:
     return engines[8]
 
 
-def _search(srv: Server, model, slos, should_stop=None) -> dict:
+def _search(srv: Server, model, slos, should_stop=None, **start) -> dict:
     return capacity.search(Target(srv.url, str(model), srv.headers), SPEC,
                            tokenizer_model=str(model), slos=slos,
                            pids=lambda: [p.pid for p in srv.processes()],
-                           should_stop=should_stop)["capacity"]
+                           should_stop=should_stop, **start)["capacity"]
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +181,13 @@ def test_one_sequence_at_a_time_carries_less_and_stops_early(one_seq, tiny_model
     assert one["max_request_throughput"] < floor
     # burst against burst: one sequence at a time drains less than eight
     assert one["max_request_throughput"] < loose["max_request_throughput"]
+    # Without the burst's verdict, the first sustained step, offered at the best's rate as
+    # a study offers it, fails and ends the search: one step, no bisection below it.
+    at = _search(one_seq, tiny_model, loose_slos, should_stop=_below(floor), start=floor,
+                 burst=False)
+    assert at["stopped"] == capacity.BELOW_BEST
+    assert [(s["kind"], s["rate"], s["passed"]) for s in at["steps"]] == \
+        [("ceiling", floor, False)]
 
 
 def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> capacity.Step:

@@ -130,6 +130,38 @@ def test_a_sampled_default_is_the_defaults_engine_copied_not_launched(tmp_path):
     assert searched.params == {"max-num-seqs": 16}
 
 
+def test_a_searched_trial_starts_at_the_best_trials_rate(tmp_path):
+    """In capacity mode every searched trial gets the best feasible trial's lower bound at
+    that moment as its first sustained rate and its early-stop floor, after its burst;
+    baselines search in full."""
+    seen: list[dict[str, Any]] = []
+
+    def measured(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
+                 **kw: Any) -> trial_mod.Outcome:
+        seen.append({"seqs": flags.get("max-num-seqs"), **kw})
+        rate = {2: 3.0, 8: 6.0, 32: 12.0}.get(flags.get("max-num-seqs"), 5.0)
+        cap = {"request_throughput": rate, "output_throughput": rate * 16, "low": rate,
+               "high": rate * 1.1, "bracket": 0.09, "uncertainty": 0.09,
+               "steps": [{"index": 0, "kind": "burst", "passed": False}]}
+        summary = {"completed": 16, "failed": 0, "request_throughput": rate,
+                   "output_throughput": rate * 16, "p95_ttft_ms": 10.0, "capacity": cap}
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", summary,
+                                 trial_mod.Facts(flags, trial_mod.command_line(model, flags)))
+
+    scenario = _scenario(baselines=[{"name": "eight", "flags": {"max-num-seqs": 8}}],
+                         workload={"kind": "random", "num_requests": 16, "mode": "capacity"})
+    _run(tmp_path, scenario, measured, trials=5)
+    floors = [(c["seqs"], c["capacity_start"], c["capacity_floor"]) for c in seen]
+    # the defaults (5 req/s) and the baseline in full; then the grid 2, 8 (a copy), 32
+    assert floors[:2] == [(None, None, None), (8, None, None)]
+    searched = floors[2:]
+    assert {f[0] for f in searched} == {2, 32}
+    assert all(start == floor for _, start, floor in searched)
+    assert all(c["capacity_burst"] for c in seen)  # a burst first: it stops clear losers
+    # the best's lower bound when each ran: 6 req/s (the baseline), 12 once 32 had run
+    assert all(start in (6.0, 12.0) for _, start, _ in searched)
+
+
 def test_a_trials_facts_are_record_fields():
     names = {f.name for f in dataclasses.fields(trial_mod.Facts)}
     assert names <= record.WRITABLE, names - record.WRITABLE

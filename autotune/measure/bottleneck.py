@@ -22,8 +22,9 @@ core read 90-102 % of a core at nearly every step of every trial, passing or fai
 the API server's CPU rose with the load (58, 75, 80 % passing; 88, 109 % failing), and the
 threshold named the engine core at every knee. So a search's limit is named by contrast
 (`across`): what rose into near saturation between the highest passing step and the lowest
-failing one, a resource pegged on both sides being no evidence; the threshold reading of the
-failing step stands only where nothing rose.
+failing one (by at least `RISE` points, even from a busy reading: a GPU going from 91 to
+100 % rose), a resource pegged on both sides without rising being no evidence; the
+threshold reading of the failing step stands only where nothing rose.
 """
 
 from __future__ import annotations
@@ -85,11 +86,11 @@ def across(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]
         if not seen or after is None:
             continue
         before = sum(seen) / len(seen)
-        if min(before, after) >= busy:
+        if after >= NEAR * busy and after - before >= RISE:
+            rising.append((after - before, kind, name, before, after))
+        elif min(before, after) >= busy:
             flat.append(f"{name} {min(before, after):.0f}-{max(before, after):.0f} % on "
                         "both sides, not what broke")
-        elif after >= NEAR * busy and after - before >= RISE:
-            rising.append((after - before, kind, name, before, after))
     if not rising:
         return None
     _, kind, name, before, after = max(rising)
@@ -109,8 +110,7 @@ def suspects(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]) -
         if after is None:
             continue
         before = sum(seen) / len(seen) if seen else None
-        if before is not None and after >= NEAR * busy and after - before >= RISE \
-                and before < busy:
+        if before is not None and after >= NEAR * busy and after - before >= RISE:
             rising.append((after - before, kind))
         elif after >= busy:
             pegged.append(kind)

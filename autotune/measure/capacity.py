@@ -200,7 +200,8 @@ def next_rate(burst: float, low: float | None, high: float | None,
 
 
 def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None, *,
-         start: float | None = None, factor: float | None = None) -> Result:
+         start: float | None = None, factor: float | None = None,
+         burst: bool | None = None) -> Result:
     """Burst, then sustained steps from the burst's rate: up by `expand_factor` while they
     pass, halving while they fail, then bisect; then repeat the capacity; at most
     `spec.max_steps` steps.
@@ -214,24 +215,25 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
     below it while steps remain.
 
     Rates grow by `spec.expand_factor` from a passing burst rate and halve from a failing
-    one. With `start` (a capacity measured before, e.g. by the study) there is no burst:
-    the first sustained step offers `start`, and `factor` (default: the expand factor)
-    grows or shrinks the rate from there, so a re-check spends its steps around the
-    capacity it re-measures.
+    one. With `start` (a capacity measured before) the first sustained step offers `start`
+    instead, and `factor` (default: the expand factor) grows or shrinks the rate from
+    there. A re-check spends its steps around the capacity it re-measures, with no burst;
+    a study's trial (`burst=True`) keeps its burst, which stops a clear loser within
+    seconds, and then runs its first sustained step at the best's lower bound.
     """
-    if start is None:
+    steps: list[Step] = []
+    if start is None or burst:
         steps = [measure("burst", None, 0)]
-        burst = steps[0].achieved_rps
-        if burst <= 0:
+        if steps[0].achieved_rps <= 0:
             return Result(0.0, None, None, steps, None, reasons.NO_SUCCESSFUL_REQUESTS)
-    else:
-        steps, burst = [], start
+    base = start if start is not None else steps[0].achieved_rps
+    burst_rate = steps[0].achieved_rps if steps else None
     best: Step | None = None
     high: float | None = None
     reserve = spec.repeats - 1
     # A burst that misses the SLOs under the best trial's capacity cannot win (the
     # sustained rate of an engine rarely beats what it drains at full load).
-    stopped = should_stop(None, burst) if should_stop is not None and steps and \
+    stopped = should_stop(None, burst_rate) if should_stop is not None and steps and \
         not steps[0].passed else None
     spread: float | None = None
     shrink = 2.0  # from a failing rate down, until a rate passes
@@ -240,11 +242,11 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
             low = best.load if best else None
             if low is not None and high is not None and (high - low) / high <= spec.tolerance:
                 break
-            if low is not None and high is None and low >= burst * spec.max_expand:
+            if low is not None and high is None and low >= base * spec.max_expand:
                 break  # the SLOs hold far above the burst's rate: report it as a floor
-            kind, rate = next_rate(burst, low, high,
+            kind, rate = next_rate(base, low, high,
                                    factor or (spec.expand_factor if high is None else shrink))
-            if low is None and rate < burst * spec.min_rate_fraction:
+            if low is None and rate < base * spec.min_rate_fraction:
                 stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
                 break
             step = measure(kind, rate, len(steps))
@@ -456,10 +458,10 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
            slos: Mapping[str, float], pids: Callable[[], list[int]] | None = None,
            should_stop: StopRule | None = None,
            alive: watch.Alive | None = None, start: float | None = None,
-           factor: float | None = None) -> dict[str, Any]:
+           factor: float | None = None, burst: bool | None = None) -> dict[str, Any]:
     """Find the capacity of the engine behind `target`; the result is a bench summary
-    (of the step at capacity) with a `capacity` record. `start` and `factor` are `plan`'s:
-    a search that starts at a capacity measured before, with no burst.
+    (of the step at capacity) with a `capacity` record. `start`, `factor` and `burst` are
+    `plan`'s: a search whose first sustained step offers a capacity measured before.
 
     `alive` watches the engine through every wait, the idle waits between steps
     included: once it names a reason the search ends with `Halted` within a poll,
@@ -491,7 +493,7 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
                  step.bottleneck.get("text", ""))
         return step
 
-    result = plan(measure, cap, should_stop, start=start, factor=factor)
+    result = plan(measure, cap, should_stop, start=start, factor=factor, burst=burst)
     summary = summary_of(result)
     summary["capacity"] = record(result, spec)
     return summary

@@ -168,12 +168,13 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
             floor = capacity_floor(study, scenario) if searched else None
-            # A searched trial's first sustained step runs at the best's lower bound: a
-            # loser fails there and is pruned at once, a contender searches upward from it.
+            # A searched trial's burst stops a clear loser within seconds; its first
+            # sustained step then runs at the best's lower bound: a loser fails there and is
+            # pruned at once, a contender searches upward from it.
             outcome = runner(scenario, model, flags, trial_dir=trials_root / str(trial.number),
                              guard=guard,
                              intermediate=_pruner_hook(study, trial, scenario, searched),
-                             capacity_floor=floor, capacity_start=floor)
+                             capacity_floor=floor, capacity_start=floor, capacity_burst=True)
     except KeyboardInterrupt:
         with no_interrupts():  # a further Ctrl-C must not leave the study half-written
             if flags is None and base is None:  # its point, so that the same one runs again

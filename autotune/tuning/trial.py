@@ -106,19 +106,21 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
               capacity_floor: float | None = None,
               capacity_start: float | None = None,
-              capacity_factor: float | None = None) -> Outcome:
+              capacity_factor: float | None = None,
+              capacity_burst: bool | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
     timings in the outcome's facts.
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
     In capacity mode the search stops once the capacity is known to lie below
-    `capacity_floor` (the best trial's lower bound, requests/s); with `capacity_start` it
-    starts at that rate, with no burst, moving by `capacity_factor` (default: the
-    workload's expand factor) from there: the study starts a searched trial at its floor,
-    so that a loser fails its first sustained step and is pruned at once
-    (`autotune.tuning.study`), and an ablation starts at the winner's capacity
-    (`autotune.tuning.ablation`). The trial's clock (`budget.trial_timeout`) starts here.
+    `capacity_floor` (the best trial's lower bound, requests/s); with `capacity_start` its
+    first sustained step offers that rate, moving by `capacity_factor` (default: the
+    workload's expand factor) from there, after a burst only with `capacity_burst`. The
+    study runs a searched trial's first sustained step at its floor, after the burst, so
+    that a loser fails there and is pruned at once (`autotune.tuning.study`); an ablation
+    starts at the winner's capacity with no burst (`autotune.tuning.ablation`). The
+    trial's clock (`budget.trial_timeout`) starts here.
     """
     deadline = Deadline(parse_duration(scenario.budget.trial_timeout),
                         scenario.budget.trial_timeout)
@@ -166,7 +168,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                 t1 = time.monotonic()
                 before = speculation.Counters.parse(srv.get_text("/metrics") or "")
                 summary = _measure(srv, scenario, workload, model, watch, intermediate,
-                                   capacity_floor, capacity_start, capacity_factor)
+                                   capacity_floor, capacity_start, capacity_factor,
+                                   capacity_burst)
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
@@ -214,7 +217,8 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
 def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
              intermediate: Callable[[dict[str, Any]], str | None] | None,
              capacity_floor: float | None, capacity_start: float | None = None,
-             capacity_factor: float | None = None) -> dict[str, Any]:
+             capacity_factor: float | None = None, capacity_burst: bool | None = None
+             ) -> dict[str, Any]:
     """The workload against the running engine: a capacity search, or the fixed workload
     with its probe phase; every wait watched by `alive`."""
     spec = scenario.prune
@@ -224,7 +228,8 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
         summary = capacity.search(target, workload, tokenizer_model=model,
                                   slos=scenario.objective.slos, pids=pids,
                                   should_stop=_below(capacity_floor), alive=alive,
-                                  start=capacity_start, factor=capacity_factor)
+                                  start=capacity_start, factor=capacity_factor,
+                                  burst=capacity_burst)
         if summary["capacity"]["stopped"] == capacity.BELOW_BEST:
             summary["stopped_after_probe"] = capacity.BELOW_BEST
         return summary
