@@ -6,7 +6,7 @@ once with `prune.enabled: false`. Prints wall time, outcomes, and the time per u
 trial with the ratio. A useful trial is a new configuration measured in full that is safe
 to deploy: completed, feasible, and free of preemptions (a preempting configuration
 completes without pruning, but it is exactly what pruning exists to reject).
-Takes about 10 minutes on 2 cores.
+Takes about 5 minutes on 2 cores.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ The replay says how the methods rank on one measured landscape (one model, workl
 and vLLM version), with the attribution reading real steps where they exist; it cannot
 say what a configuration nobody measured would do (the roofline stands in), nor give a
 measured configuration the run-to-run spread it would show if run again (it returns the
-one record it has). About 25 minutes for the five surfaces at 40 seeds on 2 cores.
+one record it has). About 10 minutes for the five surfaces at 40 seeds on 2 cores.
 """
 
 from __future__ import annotations
@@ -297,15 +297,18 @@ REPLAY = Surface(
 SURFACES = {s.name: s for s in (CHAT, KV, GPU, LATENCY, REPLAY)}
 
 
-def runner(surface: Surface, rng: random.Random) -> study_mod.Runner:
+def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = None
+           ) -> study_mod.Runner:
     """`trial.run_trial`'s stand-in: a measured record where the surface replays one, else
     the surface's capacity measured with noise, as a capacity search records it (a passing
     step at the capacity, a failing one just above, the probes' figures at each, the limit
-    read across that knee)."""
+    read across that knee). `replays` gets, per launch, whether it was a measured record."""
 
     def run(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any
             ) -> trial_mod.Outcome:
         replayed = surface.measured.get(surface.key(flags))
+        if replays is not None:
+            replays.append(replayed is not None)
         if replayed is not None:
             return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(replayed),
                                      trial_mod.Facts(flags))
@@ -335,9 +338,9 @@ def runner(surface: Surface, rng: random.Random) -> study_mod.Runner:
 
 
 def trials_to_best(surface: Surface, method: str, seed: int, budget: int, best: float,
-                   root: Path) -> int:
+                   root: Path, replays: list[bool] | None = None) -> int:
     """Trials until the study's pick is within 5 % of the surface's best (budget + 1 if
-    never)."""
+    never); `replays` as `runner`'s."""
     sampler, relief, every = {"random": ("random", False, 2), "tpe": ("tpe", False, 2),
                               "tpe+relief": ("tpe", True, 2),
                               "tpe+relief-every": ("tpe", True, 1)}[method]
@@ -345,7 +348,7 @@ def trials_to_best(surface: Surface, method: str, seed: int, budget: int, best: 
     url = f"sqlite:///{root}/{surface.name}-{method}-{seed}.db"
     study = study_mod.open_study(scenario, url)
     study.set_user_attr("engine_defaults", surface.defaults)
-    run = runner(surface, random.Random(seed * 7919 + 1))
+    run = runner(surface, random.Random(seed * 7919 + 1), replays)
     for n in range(1, budget + 1):
         study_mod.loop(study, scenario, "model", root / "trials", trials=1, runner=run)
         pick = ranking.feasible_best(study)
@@ -380,12 +383,14 @@ def main() -> None:
         print(f"\n{name}: best {best:.3g} req/s, vLLM defaults {defaults:.3g} "
               f"({defaults / best:.0%} of best)")
         found: dict[str, list[int]] = {}
+        replays: dict[str, list[bool]] = {m: [] for m in methods}
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir()
                                          else None) as tmp:
             for method in methods:
                 found[method] = [trials_to_best(surface, method, seed, args.budget, best,
-                                                Path(tmp)) for seed in range(args.seeds)]
+                                                Path(tmp), replays[method])
+                                 for seed in range(args.seeds)]
         for method in methods:
             got = found[method]
             lo, hi = bootstrap(got, statistics.median)
@@ -397,6 +402,9 @@ def main() -> None:
                 dlo, dhi = bootstrap(diff, statistics.fmean)
                 line += (f"; vs TPE {statistics.fmean(diff):+.1f} trials ({dlo:+.1f} to "
                          f"{dhi:+.1f})")
+            if surface.measured:
+                line += (f"; {sum(replays[method])} of {len(replays[method])} launches "
+                         "replayed a measured record")
             print(line)
         print(f"  ({time.monotonic() - t0:.0f} s)")
 
