@@ -181,12 +181,18 @@ def test_one_sequence_at_a_time_carries_less_and_stops_early(one_seq, tiny_model
     assert one["max_request_throughput"] < floor
     # burst against burst: one sequence at a time drains less than eight
     assert one["max_request_throughput"] < loose["max_request_throughput"]
-    # Without the burst's verdict, the first sustained step, offered at the best's rate as
-    # a study offers it, fails and ends the search: one step, no bisection below it.
-    at = _search(one_seq, tiny_model, loose_slos, should_stop=_below(floor), start=floor,
-                 burst=False)
-    assert at["stopped"] == capacity.BELOW_BEST
-    assert [(s["kind"], s["rate"], s["passed"]) for s in at["steps"]] == \
+    # Without the burst's verdict, the trial's first sustained step, offered at the best's
+    # rate as the study offers it, fails: the trial is pruned there, with no bisection below
+    # it (`trial._measure`, what `run_trial` runs on its engine).
+    from autotune.config import Scenario
+    from autotune.tuning import trial
+
+    scenario = Scenario.model_validate({"model": {"path": str(tiny_model)},
+                                        "objective": {"slos": loose_slos}, "workload": SPEC})
+    summary = trial._measure(one_seq, scenario, SPEC, str(tiny_model), None, None, floor,
+                             capacity_start=floor, capacity_burst=False)
+    assert summary["stopped_after_probe"] == capacity.BELOW_BEST
+    assert [(s["kind"], s["rate"], s["passed"]) for s in summary["capacity"]["steps"]] == \
         [("ceiling", floor, False)]
 
 

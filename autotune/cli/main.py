@@ -74,6 +74,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    from autotune.cli import init
+
+    if (args.scenario is None) == (args.model is None):
+        raise ConfigError("tune: give a scenario file or --model with --slo (not both)")
+    if args.model is None and (args.slo or args.memory_gib is not None
+                               or args.workload != "random"):
+        raise ConfigError("tune: --slo, --workload and --memory-gib go with --model; a "
+                          "scenario file sets them itself")
+    if args.model is not None:  # the scenario from the command line, written for next time
+        args.scenario = str(init.started(args)[0])
     return tune_here(args)
 
 
@@ -430,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+    from autotune.cli import init
 
     p = sub.add_parser("tiny-model", help="write a small model vLLM can serve, offline")
     p.add_argument("dir", nargs="?", default=None,
@@ -459,7 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("tune", help="run (or resume) the study of a scenario")
-    p.add_argument("scenario", help="scenario YAML, e.g. search_spaces/cpu-smoke.yaml")
+    p.add_argument("scenario", nargs="?", help="scenario YAML, e.g. "
+                   "search_spaces/cpu-smoke.yaml (or --model and --slo instead)")
+    init.model_arguments(p, required=False)
     p.add_argument("--trials", type=whole(1),
                    help="trials to run now (default: budget.trials)")
     p.add_argument("--timeout", type=duration,
@@ -525,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write here instead of stdout")
     p.set_defaults(func=_cmd_export)
 
+    init.add_arguments(sub.add_parser("init", help=init.HELP))
     from autotune.cli import compare
     compare.add_arguments(sub.add_parser("compare", help=compare.HELP))
 
@@ -579,8 +593,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(words)
         args.engine_args = engine_args
         if args.command == "tune":  # reading the engine's flags can take a while
-            print(f"autotune tune: checking {args.scenario} against the installed engine",
-                  file=sys.stderr if args.json else sys.stdout, flush=True)
+            print(f"autotune tune: checking {args.scenario or args.model} against the "
+                  "installed engine", file=sys.stderr if args.json else sys.stdout, flush=True)
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
 
