@@ -269,6 +269,11 @@ def test_storage_check_passes_a_new_or_an_existing_study(tmp_path):
     for typed in (str(db), f"sqlite:///{db}"):
         assert storage.folder(typed, "s", elsewhere) == tmp_path / "s"
     assert storage.folder("postgresql+psycopg://u@h/db", "s", elsewhere) == elsewhere / "s"
+    # One rule for `tune` and for the commands that read the files after it: a study tuned
+    # with `--storage sqlite:///x/s.db` keeps them in x/s/, where `validate` looks.
+    where = storage.StudyLocation.resolve("s", f"sqlite:///{db}", elsewhere)
+    assert where.folder == storage.folder(str(db), "s", elsewhere) == tmp_path / "s"
+    assert storage.StudyLocation.resolve("s", None, elsewhere).folder == elsewhere / "s"
 
 
 ENGINE = EngineInfo("vllm", "9.9.9", "cuda", {

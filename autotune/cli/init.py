@@ -2,9 +2,10 @@
 
 Reads the card (NVML: name and memory; none on the CPU build), the model's config.json and
 the installed vLLM's flags, builds the scenario (`autotune.tuning.starter`), checks it
-against the engine, and writes it as `STUDIES/NAME/scenario.yaml`, commented, so that the
-next run can start from it (`autotune tune STUDIES/NAME/scenario.yaml`, or the same
-command again, which finds the file and resumes). Prints one line per choice.
+against the engine, and writes it into the study's folder as `scenario.yaml`
+(`STUDIES/NAME/`, or beside the SQLite file of `--storage`), commented, so that the next
+run can start from it (`autotune tune STUDIES/NAME/scenario.yaml`, or the same command
+again, which finds the file and resumes). Prints one line per choice.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
     from autotune import config, slo
     from autotune.engine import gpu
     from autotune.engine.info import engine_info
-    from autotune.tuning import memory, space, starter, workers
+    from autotune.tuning import memory, space, starter, storage, workers
 
     if not args.slo:
         raise ConfigError("--model needs at least one --slo KEY=MS (e.g. ttft_p95_ms=500): "
@@ -90,8 +91,11 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
     start = starter.build(model, slos, card=card, engine=info, shape=shape, workload=workload,
                           name=args.study, trials=trials, timeout=timeout,
                           memory_gib=args.memory_gib)
-    name = str(start.scenario.name)
-    path = Path(args.studies_dir) / name / "scenario.yaml"
+    name, root = str(start.scenario.name), Path(args.studies_dir)
+    # the study's own folder (`tune --model --storage ...` keeps it beside that database)
+    url = getattr(args, "storage", None) or os.environ.get(workers.STORAGE_ENV) \
+        or f"sqlite:///{storage.database(name, root)}"
+    path = storage.folder_of(url, name, root) / "scenario.yaml"
     config.check_files(start.scenario, path)
     space.check_against_engine(start.scenario, info, path)
     if path.exists():

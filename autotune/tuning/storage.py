@@ -43,7 +43,7 @@ def database(name: str, root: Path) -> Path:
 @dataclass(frozen=True)
 class StudyLocation:
     """Where a study lives: its storage `url`, its `name` in that storage, and the `folder`
-    for its log, its trials' files and the guardrail reference (`root/NAME`)."""
+    for its log, its trials' files and the guardrail reference (`folder_of`)."""
 
     url: str
     name: str
@@ -56,16 +56,23 @@ class StudyLocation:
         name = name or "study"
         if not storage:
             root.mkdir(parents=True, exist_ok=True)
-        return cls(storage or f"sqlite:///{database(name, root)}", name, root / name)
+        url = storage or f"sqlite:///{database(name, root)}"
+        return cls(url, name, folder_of(url, name, root))
+
+
+def folder_of(url: str, study_name: str, root: Path) -> Path:
+    """The one rule for where a study's logs and files live, for `tune` and for every
+    command that reads or adds to them (`validate`, `explain`): beside its SQLite file
+    (`x/y.db` keeps `x/NAME/`), else, for a server's storage, `root/NAME`."""
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///")).parent / study_name
+    return root / study_name
 
 
 def folder(target: str, study_name: str, root: Path) -> Path:
-    """Where `tune` keeps a study's logs and files, for what a user typed (`locate`): next
-    to its SQLite file, else `root/NAME`."""
-    path = Path(target.removeprefix("sqlite:///"))
-    if "://" not in str(path) and path.is_file():
-        return path.parent / study_name
-    return root / study_name
+    """`folder_of` for what a user typed: a .db file, a study name under `root` or a URL
+    (`locate`)."""
+    return folder_of(locate(target, study_name, root)[0], study_name, root)
 
 
 def locate(target: str, study_name: str | None, root: Path) -> tuple[str, str | None]:
