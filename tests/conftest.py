@@ -20,6 +20,9 @@ import pytest
 from autotune import tinymodel
 from autotune.engine import cpuplace
 
+# The report of tests over a minute at the end of every run (hooks, found by name here).
+from tests.budget import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
+
 # A run started in the background of a script (`make test &`, nohup) inherits SIGINT
 # ignored, and so would every tuner and engine the tests start, which then ignore the
 # SIGINT (and the SIGTERM autotune turns into one) that the signal tests send.

@@ -1,0 +1,83 @@
+"""The suite's time, seen as it grows: at the end of a run, every test that took more than
+`LIMIT_S` (set-up, call and tear-down together, as pytest-xdist reports them to the
+controller) is named with the reason recorded for it here, and a test with no reason is
+flagged as new. A report, not a failing test: timings on two shared cores vary by tens of
+per cent, and a test's set-up carries the module's shared engines, so the first test of a
+module pays for the others."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+LIMIT_S = 60.0
+
+# Why each test over the limit is worth its time (the name without xdist's `@group`).
+REASONS = {
+    "tests/test_init_engine.py::test_tune_with_no_yaml_writes_the_scenario_that_resumes_it":
+        "the one-command form end to end: a study from no YAML, resumed from the file it "
+        "wrote (two engines)",
+    "tests/test_prune_engine.py::test_every_documented_outcome_within_the_budget":
+        "its set-up runs the shipped cpu-pressure study, whose every outcome the README "
+        "promises (five engines)",
+    "tests/test_validate_engine.py::test_validate_reruns_both_and_stores_the_interval":
+        "validate's pairs: four fresh engines, each with a capacity search",
+    "tests/test_dashboard.py::test_dashboard_serves_the_study":
+        "its set-up runs the session's shared CPU study (three trials) for every test "
+        "that reads it",
+    "tests/test_realmodel_engine.py::test_a_real_model_answers_and_measures_its_noise_floor":
+        "its set-up serves the real SmolLM2 and makes the guardrail's reference",
+    "tests/test_realmodel_engine.py::test_a_speculative_rescheduled_trial_records_its_"
+    "acceptance_and_passes_the_guardrail":
+        "a speculating trial of the real model, checked by the guardrail",
+    "tests/test_crosscheck_engine.py::test_validate_with_vllms_client[side-by-side]":
+        "vLLM's own client on two engines side by side",
+    "tests/test_crosscheck_engine.py::test_validate_with_vllms_client[alternating]":
+        "vLLM's own client on engines one after the other",
+    "tests/test_workers.py::test_tune_gpus_on_the_cpu_engine":
+        "tune --gpus: two workers, each with engines of its own",
+    "tests/test_warm_engine.py::test_a_warm_start_is_the_same_engine":
+        "a warm start against a cold one, on the same flags",
+    "tests/test_study_engine.py::test_rerun_resumes_without_repeating":
+        "two more trials of the shared study, resumed",
+    "tests/test_study_engine.py::test_ctrl_c_cleans_up_and_the_study_resumes":
+        "Ctrl-C in the middle of a trial, then the study resumed",
+    "tests/test_explain_engine.py::test_the_flag_that_carries_the_gain_is_all_that_stays":
+        "its set-up runs tune with both last phases: explain's runs and the re-check",
+    "tests/test_capacity_engine.py::test_search_holds_its_slos_within_the_step_budget":
+        "its set-up starts the module's two engines and runs the loose search the other "
+        "capacity tests compare against",
+}
+
+_seconds: dict[str, float] = defaultdict(float)
+
+
+def name(nodeid: str) -> str:
+    """A report's node id without the `@group` pytest-xdist appends to grouped tests."""
+    base, _, group = nodeid.rpartition("@")
+    return base if "::" in base and "]" not in group else nodeid
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _seconds[name(report.nodeid)] += report.duration
+
+
+def over(seconds: dict[str, float], limit: float | None = None
+         ) -> list[tuple[str, float, str]]:
+    """(test, seconds, reason) for every test over `limit` (default `LIMIT_S`), slowest
+    first; a test without a recorded reason reads `NEW: no reason recorded ...`."""
+    limit = LIMIT_S if limit is None else limit
+    return [(t, s, REASONS.get(t, "NEW: no reason recorded in tests/budget.py"))
+            for t, s in sorted(seconds.items(), key=lambda kv: -kv[1]) if s > limit]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
+        return
+    slow = over(_seconds)
+    if not slow:
+        return
+    terminalreporter.section(f"tests over {LIMIT_S:.0f} s (tests/budget.py)")
+    for test, seconds, why in slow:
+        terminalreporter.write_line(f"{seconds:6.0f} s  {test}: {why}")
