@@ -21,7 +21,7 @@ PG_INITDB := $(firstword $(wildcard /usr/lib/postgresql/*/bin/initdb) \
 # The study `make report-screenshot` renders: a name under studies/, a .db file or a URL.
 STUDY ?= cpu-smoke
 
-.PHONY: setup test lint clean report-screenshot postgres-server
+.PHONY: setup test check lint clean report-screenshot postgres-server
 setup: $(VENV)/.stamp-deps $(CHROMIUM) postgres-server
 	@# A no-op in a fraction of a second when the cached model is there.
 	$(BIN)/autotune tiny-model
@@ -83,6 +83,13 @@ report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)
 
 lint:
 	$(BIN)/ruff check autotune tests
+
+# The inner loop: lint, types and every test that starts no engine (docs/testing.md).
+check: $(VENV)/.stamp-deps
+	$(BIN)/ruff check autotune tests benchmarks scripts
+	$(BIN)/mypy
+	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m "not engine" \
+	    -n $(TEST_JOBS) --durations=15
 
 clean:
 	rm -rf $(VENV)

@@ -44,7 +44,12 @@ def url(request, tmp_path):
 
 
 def _threads(n: int, target, *args: Any) -> list[Any]:
-    """Run `target(i, *args)` in n threads started together; their results (or errors)."""
+    """Run `target(i, *args)` in n threads started together; their results (or errors).
+
+    transformers resolves its names lazily, and two threads resolving `AutoTokenizer` at
+    once can make one of them fail with an ImportError (seen here): the names are
+    resolved once first. Workers are processes in autotune, so only these threads race."""
+    from transformers import AutoTokenizer  # noqa: F401
     results: list[Any] = [None] * n
     start = threading.Barrier(n)
 
@@ -151,7 +156,11 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
     (defaults,) = [r for r in recs if r.is_defaults]
     assert launches[0]["trial"] == defaults.number == 0
     assert all(c["start"] >= ends[defaults.number] for c in launches[1:])
-    assert [r.number for r in recs if r.baseline == "half"] == [1]
+    # The named baseline once, queued when the defaults ended: it is #1 unless the other
+    # worker asked its first trial while the defaults ran (then that trial is #1 and ran
+    # after them, and the baseline is #2; about half the runs here, on both storages).
+    half = [r.number for r in recs if r.baseline == "half"]
+    assert len(half) == 1 and half[0] in (1, 2), half
     # The reference is the defaults', and every other trial was checked against it.
     assert st.user_attrs["reference"]["trial"] == defaults.number
     assert [c["trial"] for c in launches if c["made_reference"]] == [defaults.number]
