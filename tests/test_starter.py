@@ -18,8 +18,8 @@ from autotune.tinymodel import PRESETS
 from autotune.tuning import memory, space, starter
 
 # GPU facts as the committed studies recorded them (NVML's name and total memory).
-H200 = starter.Card("NVIDIA H200", 143771 / 1024, 1, 16)
-RTX_4090D = starter.Card("NVIDIA GeForce RTX 4090 D", 24564 / 1024, 1, 16)
+H200 = starter.Card("NVIDIA H200", 143771 / 1024, cores=16)
+RTX_4090D = starter.Card("NVIDIA GeForce RTX 4090 D", 24564 / 1024, cores=16)
 QWEN3_4B = memory.ModelShape.from_config(PRESETS["qwen3-4b"])
 TINY = memory.ModelShape.from_config(PRESETS["tiny"])
 
@@ -64,7 +64,7 @@ def test_an_emulated_card_is_sized_as_the_small_card(cuda):
     assert 32768 not in emulated.scenario.space["max-num-batched-tokens"].choices
 
 
-@pytest.mark.parametrize("card", [H200, RTX_4090D, starter.Card("cpu", None, 0, 2)])
+@pytest.mark.parametrize("card", [H200, RTX_4090D, starter.Card("cpu", None, cores=2)])
 @pytest.mark.parametrize("workload", ["random", "chat", "text"])
 def test_the_installed_vllm_takes_every_value_chosen(card, workload, cuda, tmp_path):
     info = engine_info() if card.memory_gib is None else cuda

@@ -82,9 +82,9 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
         raise ConfigError(f"--model {args.model}: {err}") from None
     info = engine_info()
     device = gpu.device() if info.device != "cpu" else None
-    count = len(workers.parse_gpus("all")) if device is not None else 0
-    card = starter.Card(device.name, device.memory_mib / 1024, count, os.cpu_count() or 1) \
-        if device is not None else starter.Card("cpu", None, 0, os.cpu_count() or 1)
+    cores = os.cpu_count() or 1
+    card = starter.Card(device.name, device.memory_mib / 1024, cores) \
+        if device is not None else starter.Card("cpu", None, cores)
     if args.memory_gib is not None and device is None:
         raise ConfigError("--memory-gib emulates a smaller card on a GPU; this machine runs "
                           "the CPU build")

@@ -3,7 +3,7 @@
 Writing a scenario means knowing which flags the installed vLLM has, what ranges fit the
 card (a 24 GB card and a 141 GB one want different max-num-seqs, memory fractions and
 context lengths) and how to describe the traffic. Most of that can be read: the card
-(`Card`: name, memory, count, cores), the model's config.json (KV bytes per token, its
+(`Card`: name, memory, cores), the model's config.json (KV bytes per token, its
 context), the installed engine's flags and choices, the workload. `build` turns those facts
 into a `Scenario` and says why in one line per choice (`Choice`), e.g. "max-num-seqs
 16-256: a 24 GiB card holds about 180 of these requests in fp8"; `Start.yaml` writes it
@@ -33,6 +33,7 @@ import yaml
 from autotune.config import Scenario
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
+from autotune.traffic import WorkloadSpec
 from autotune.tuning import memory, prune
 
 GiB = 1 << 30
@@ -45,12 +46,11 @@ CPU_KV_GIB = 1
 
 @dataclass(frozen=True)
 class Card:
-    """The machine the study will run on: a GPU's name and memory (None: the CPU build),
-    how many of them, and the host's cores."""
+    """The machine the study will run on: a GPU's name and memory (None: the CPU build) and
+    the host's cores. One engine per GPU: the space sets no parallelism."""
 
     name: str
     memory_gib: float | None
-    count: int = 1
     cores: int = 1
 
     @property
@@ -147,8 +147,7 @@ def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineIn
                       "weights": {"throughput": 1.0, "latency": 0.5, "memory": 0.1},
                       "slos": dict(slos)},
     }
-    longest = prune.longest_request(Scenario.model_validate(
-        {"model": {"path": model}, "workload": raw["workload"]}).workload)
+    longest = prune.longest_request(WorkloadSpec.model_validate(raw["workload"]))
     request = longest or 2048  # chat histories and files: measured by the engine itself
     flags: dict[str, Any] = {}
     context = shape.max_position_embeddings if shape else None
