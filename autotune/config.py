@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from autotune import traces
 from autotune.errors import ConfigError
 from autotune.flags import flag_name, normalize
 from autotune.slo import check_key, latency_key
@@ -478,6 +479,12 @@ def check_files(scenario: Scenario, path: str | Path) -> None:
                       ("guardrail.prompts", scenario.guardrail.prompts)):
         if name is not None and not os.path.isfile(name):
             raise ConfigError(f"{path}: {key}: no such file {name!r}")
+    work = scenario.workload
+    if work.kind == "trace":  # read now: a bad line otherwise fails every trial
+        try:
+            traces.of(work)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: workload.path: {err}") from None
 
 
 def _model_problem(name: str) -> str | None:

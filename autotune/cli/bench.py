@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from autotune import slo
+from autotune import slo, traces
 from autotune.cli.options import positive
 from autotune.engine import gpu
 from autotune.engine.info import installed
@@ -19,7 +19,7 @@ from autotune.errors import ConfigError
 from autotune.measure import capacity, metrics
 from autotune.measure.bench import benchmark, summary_rows
 from autotune.measure.loadgen import Target
-from autotune.traffic import DATASETS, CapacitySpec, WorkloadSpec
+from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,11 +31,18 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", help="API key of a running server")
     p.add_argument("--tokenizer", help="tokenizer for building prompts (default: the model)")
     p.add_argument("--workload", default="random",
-                   choices=["random", "jsonl", "sharegpt", "chat", "text"])
-    p.add_argument("--path", help="prompt file for jsonl and sharegpt workloads")
-    p.add_argument("--dataset", choices=list(DATASETS),
+                   choices=["random", "jsonl", "sharegpt", "chat", "text", "trace"])
+    p.add_argument("--path", help="prompt file for jsonl and sharegpt workloads; the trace "
+                   "file (CSV or JSONL) for a trace")
+    p.add_argument("--dataset", choices=[*DATASETS, *TRACES],
                    help="text workload: the shipped real text (edit: answers copy the prompt; "
-                   "chat: open requests)")
+                   "chat: open requests); trace: the shipped trace (day)")
+    p.add_argument("--time-scale", type=positive, default=1.0,
+                   help="trace: replay this many times faster than recorded (with "
+                   "--capacity the search finds the largest that meets the SLOs)")
+    p.add_argument("--block-tokens", type=int, default=None,
+                   help="trace: prompt tokens per hash id (default 512, the Mooncake "
+                   "traces'; 64 for the shipped trace)")
     p.add_argument("--api", choices=["completions", "chat"], default="completions")
     p.add_argument("--input-len", type=int, default=256)
     p.add_argument("--output-len", type=int, default=128)
@@ -89,6 +96,8 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
             turns=args.turns, system_len=args.system_len, request_rate=args.request_rate,
             burstiness=args.burstiness, max_concurrency=args.concurrency,
             warmup_requests=args.warmup, max_duration_s=args.max_duration, seed=args.seed,
+            time_scale=args.time_scale,
+            **({"block_tokens": args.block_tokens} if args.block_tokens else {}),
             mode="capacity" if args.capacity else "fixed",
             capacity=CapacitySpec(tolerance=args.tolerance, max_steps=args.max_steps,
                                   repeats=args.repeats, min_success_rate=args.min_success_rate,
@@ -101,6 +110,16 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
         where = ".".join(str(x) for x in first["loc"]) or "workload"
         raise ConfigError(f"bench: {where}: {first['msg'].removeprefix('Value error, ')}"
                           ) from None
+
+
+def _checked(spec: WorkloadSpec) -> WorkloadSpec:
+    """The spec, its trace read before any engine starts (a bad line is one error line)."""
+    if spec.kind == "trace":
+        try:
+            traces.of(spec)
+        except ConfigError as err:
+            raise ConfigError(f"bench: --path: {err}") from None
+    return spec
 
 
 def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
@@ -137,7 +156,7 @@ def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[s
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    spec = _spec(args)
+    spec = _checked(_spec(args))
     if args.output is not None and not args.output.parent.is_dir():
         # Found out now, not after the benchmark, whose result would then be lost.
         raise ConfigError(f"bench: --output {args.output}: directory {args.output.parent} "

@@ -17,11 +17,13 @@ from autotune.traffic import WorkloadSpec
 
 def prepare(spec: WorkloadSpec, tokenizer_model: str, *, offset: int = 0,
             tokenizer: Tokenizer | None = None) -> tuple[list[Session], list[Session]]:
-    """(measured, warm-up) sessions; warm-up prompts differ from the measured ones."""
-    if tokenizer is None and spec.kind in ("random", "chat"):
+    """(measured, warm-up) sessions; warm-up prompts differ from the measured ones, and
+    are all due at once (a trace's too)."""
+    if tokenizer is None and spec.kind in ("random", "chat", "trace"):
         tokenizer = Tokenizer.of(tokenizer_model)
     measured = build_sessions(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
-    warmup = build_sessions(spec, tokenizer_model, count=spec.warmup_requests,
+    warm = spec.model_copy(update={"time_scale": float("inf")})
+    warmup = build_sessions(warm, tokenizer_model, count=spec.warmup_requests,
                             offset=offset + 1_000_003, tokenizer=tokenizer) \
         if spec.warmup_requests else []
     return measured, warmup

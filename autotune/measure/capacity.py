@@ -42,7 +42,7 @@ import aiohttp
 
 from autotune import reasons, slo
 from autotune.engine import prometheus
-from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch
+from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady, watch, workloads
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
@@ -138,6 +138,9 @@ class CapacityRecord(Stored):
     window: list[float] | None = None
     bottleneck: dict[str, Any] | None = None
     bottleneck_step: int | None = None
+    # A trace's capacity as a pace: how many times faster than recorded it was served
+    # (`request_throughput` is this times the trace's mean rate). None for other workloads.
+    time_scale: float | None = None
     steps: tuple[StepRecord, ...] = ()
     NESTED = {"steps": StepRecord}
 
@@ -315,6 +318,7 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
     out_per = (best.get("total_output_tokens") or 0) / done if done else 0.0
     in_per = (best.get("total_input_tokens") or 0) / done if done else 0.0
     rate = result.request_rate
+    pace = workloads.pace(spec)
     return CapacityRecord(
         request_throughput=rate, output_throughput=rate * out_per,
         total_token_throughput=rate * (in_per + out_per), low=result.low, high=result.high,
@@ -326,6 +330,7 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
         window=[spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
         bottleneck=knee(result.steps, result.low, limiting(result)),
         bottleneck_step=limiting(result).index,
+        time_scale=rate / pace if pace else None,
         steps=tuple(s.record() for s in result.steps)).as_dict()
 
 
@@ -467,7 +472,9 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
     included: once it names a reason the search ends with `Halted` within a poll,
     instead of waiting `idle_timeout_s` per step for an engine that is gone."""
     cap = spec.capacity
-    tokenizer = Tokenizer.of(tokenizer_model) if spec.kind in ("random", "chat") else None
+    tokenizer = Tokenizer.of(tokenizer_model) \
+        if spec.kind in ("random", "chat", "trace") else None
+    pace = workloads.pace(spec)  # a trace's rates are its pace times a time-scale factor
     count = "conversations" if spec.kind == "chat" else "num_requests"
     base_n = getattr(spec, count)
 
@@ -479,7 +486,8 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
             n = min(n, max(4, math.floor(rate * cap.max_step_s)))
         step_spec = spec.model_copy(update={
             "request_rate": math.inf if rate is None else rate, count: n,
-            "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0})
+            "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0,
+            **({"time_scale": math.inf if rate is None else rate / pace} if pace else {})})
         t0 = time.monotonic()
         whole, run, sampler = bench.step(target, step_spec, tokenizer_model=tokenizer_model,
                                          pids=pids, offset=7919 * index, tokenizer=tokenizer,
@@ -540,6 +548,8 @@ def describe(cap: CapacityRecord) -> str:
     lo, hi = interval(cap)
     text = f"{cap.request_throughput:.3g} req/s ({lo:.3g}-{hi:.3g}"
     text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
+    if cap.time_scale:
+        text += f", {cap.time_scale:.3g}x the trace's recorded pace"
     if cap.saturated:
         text += ", a floor: the SLOs held at every rate tried"
     if cap.stopped:

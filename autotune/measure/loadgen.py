@@ -60,7 +60,7 @@ async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, 
         body["messages"] = messages
         path = "/v1/chat/completions"
     else:
-        body["prompt"] = turn.content
+        body["prompt"] = list(turn.token_ids) if turn.token_ids is not None else turn.content
         path = "/v1/completions"
     result = RequestResult(success=False, prompt_len=turn.prompt_len or 0, output_tokens=0,
                            ttft=0.0, latency=0.0, start_time=time.perf_counter())
@@ -192,6 +192,15 @@ def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[f
     return [float(x) for x in offsets]
 
 
+def due_times(sessions: Sequence[Session], spec: WorkloadSpec) -> list[float]:
+    """When each session is due (s from the start): its recorded time where every session
+    has one (a trace), else `arrival_offsets` at the spec's rate."""
+    recorded = [s.at for s in sessions if s.at is not None]
+    if sessions and len(recorded) == len(sessions):
+        return recorded
+    return arrival_offsets(len(sessions), spec.request_rate, spec.burstiness, spec.seed)
+
+
 def engine_connector(limit: int = 0) -> aiohttp.TCPConnector:
     """Connections for talking to a vLLM server, up to `limit` at once (0: no limit).
 
@@ -216,7 +225,7 @@ async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[S
             await asyncio.gather(*(_session(http, target, spec, s, sem, [], None, None)
                                    for s in warmup))
         results: list[RequestResult] = []
-        offsets = arrival_offsets(len(sessions), spec.request_rate, spec.burstiness, spec.seed)
+        offsets = due_times(sessions, spec)
         lag = LagMonitor()
         lag.start()
         t0 = time.perf_counter()

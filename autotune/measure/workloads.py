@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune import traces
 from autotune.traffic import WorkloadSpec
 
 
@@ -28,6 +30,7 @@ class Turn:
     content: str
     max_tokens: int
     prompt_len: int | None = None  # tokens, where known before sending
+    token_ids: tuple[int, ...] | None = None  # the prompt as token ids (a trace's), sent as is
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Session:
     turns: list[Turn]
     system: str | None = None
     history: list[dict[str, str]] = field(default_factory=list)
+    at: float | None = None  # send time (s from the start) where recorded (a trace)
 
 
 class Tokenizer:
@@ -63,6 +67,14 @@ class Tokenizer:
     def _random_ids(self, rng: np.random.Generator, n: int) -> list[int]:
         return [int(i) for i in rng.integers(0, self.vocab, size=n * 2)
                 if int(i) not in self.specials][:n]
+
+    def random_ids(self, rng: np.random.Generator, n: int) -> tuple[int, ...]:
+        """`n` random token ids, none of them special (a prompt sent as ids, as vLLM's
+        `timed_trace` dataset sends them)."""
+        ids: list[int] = []
+        while len(ids) < n:
+            ids += self._random_ids(rng, n - len(ids))
+        return tuple(ids)
 
     def random_text(self, rng: np.random.Generator, n: int) -> str:
         """Text of exactly `n` tokens when re-encoded.
@@ -115,6 +127,9 @@ def build_sessions(spec: WorkloadSpec, model: str, *, count: int | None = None,
             turns = [Turn(tok.random_text(rng, i), o) for i, o in zip(ins, outs, strict=True)]
             sessions.append(Session(turns, system=shared or None))
         return sessions
+    if spec.kind == "trace":
+        n = count if count is not None else spec.num_requests
+        return trace_sessions(spec, tokenizer or Tokenizer.of(model), n, offset)
     if spec.kind == "text":
         items = _read_jsonl(spec, dataset_path(spec.dataset or ""))
     else:
@@ -125,6 +140,38 @@ def build_sessions(spec: WorkloadSpec, model: str, *, count: int | None = None,
     n = count if count is not None else spec.num_requests
     order = rng.permutation(len(items)) if n <= len(items) else rng.integers(0, len(items), n)
     return [items[int(i)] for i in order[:n]]
+
+
+def trace_sessions(spec: WorkloadSpec, tok: Tokenizer, n: int, offset: int) -> list[Session]:
+    """`n` requests of the trace (`traces.Trace.sample`), due at their recorded offsets
+    divided by `time_scale` (all at once when it is infinite), their prompts made of token
+    blocks: the same block id gives the same tokens, so shared ids are shared prefixes.
+    `offset` seeds the blocks' tokens, so each capacity step brings its own prefixes and is
+    not flattered by the previous step's cache."""
+    trace = traces.of(spec)
+    blocks: dict[int, tuple[int, ...]] = {}
+
+    def block(key: int) -> tuple[int, ...]:
+        if key not in blocks:
+            rng = np.random.default_rng([spec.seed, offset, key])
+            blocks[key] = tok.random_ids(rng, spec.block_tokens)
+        return blocks[key]
+
+    sessions = []
+    for at, req in trace.sample(n):
+        ids = tuple(t for key in req.blocks for t in block(key))[:req.input_tokens]
+        due = 0.0 if math.isinf(spec.time_scale) else at / spec.time_scale
+        sessions.append(Session([Turn("", max(1, req.output_tokens), req.input_tokens, ids)],
+                                at=due))
+    return sessions
+
+
+def pace(spec: WorkloadSpec) -> float | None:
+    """A trace's requests per second at its recorded pace (None for other workloads): a
+    capacity search offers rates of this times a time-scale factor."""
+    if spec.kind != "trace":
+        return None
+    return traces.of(spec).mean_rate
 
 
 def dataset_path(name: str) -> Path:

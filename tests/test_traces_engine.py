@@ -1,0 +1,57 @@
+"""A trace replayed on the real CPU engine: `autotune bench --workload trace --capacity`
+finds the largest time-scale factor that meets the SLO, on the shared engine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.measure import capacity
+from autotune.measure.bench import benchmark
+from autotune.measure.loadgen import Target
+from autotune.traffic import WorkloadSpec
+
+pytestmark = [pytest.mark.engine]
+
+
+def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_model,
+                                                           tmp_path):
+    model = str(tiny_model)
+    # The SLO from this machine's own unloaded figure: the trace at its recorded pace
+    # (1.5 req/s) barely loads the engine; three times its E2EL p95 leaves room for
+    # batching and none for queueing.
+    day = WorkloadSpec(kind="trace", dataset="day", num_requests=12, warmup_requests=4)
+    calm = benchmark(Target(eager_server.url, model, eager_server.headers), day,
+                     tokenizer_model=model)
+    assert calm["completed"] >= 8 and calm["failed"] == 0
+    slo_ms = round(3 * calm["p95_e2el_ms"], 1)
+    out = tmp_path / "trace.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "bench", "--url", eager_server.url, "--api-key",
+         eager_server.api_key, "--workload", "trace", "--dataset", "day", "--capacity",
+         "--slo", f"e2el_p95_ms={slo_ms}", "--num-requests", "24", "--warmup", "4",
+         "--max-steps", "5", "--repeats", "1", "--tolerance", "0.25", "--min-step-s", "5",
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=400, env={"COLUMNS": "200", "PATH": ""},
+        check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "the trace's recorded pace" in proc.stdout
+    result = json.loads(out.read_text())
+    cap = capacity.CapacityRecord.from_dict(result["capacity"])
+    assert cap.low and cap.time_scale, capacity.describe(cap)
+    pace = cap.low / cap.time_scale
+    assert pace == pytest.approx(2229 / 1439.61, rel=1e-3)  # the shipped trace's mean rate
+    assert cap.time_scale > 1  # the tiny model serves the day faster than recorded
+    sustained = [s for s in cap.steps if s.rate is not None]
+    assert sustained and cap.steps[0].kind == "burst"
+    # Each passing step replayed the trace at its own pace: the requests it completed per
+    # second follow the offered rate (stretches of the day, bursts and lulls kept).
+    for step in (s for s in sustained if s.passed):
+        assert 0.6 < step.achieved_rps / step.rate < 1.5, (step.kind, step.rate,
+                                                          step.achieved_rps)
+    at = [s for s in sustained if s.rate == cap.low]
+    assert at and all(s.passed for s in at)
+    assert all(s.figures["e2el_p95_ms"] <= slo_ms for s in at)
