@@ -109,6 +109,19 @@ def of(spec: WorkloadSpec) -> Trace:
     return load(spec.path or shipped(spec.dataset or ""), spec.block_tokens)
 
 
+def is_trace(path: str | os.PathLike[str]) -> bool:
+    """Whether a file reads as a trace rather than a file of prompts: a CSV, or JSONL whose
+    first line has a `timestamp` (`autotune init --workload FILE` tells them apart)."""
+    if Path(path).suffix.lower() == ".csv":
+        return True
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            first = next((line for line in f if line.strip()), "")
+        return "timestamp" in json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
+        return False
+
+
 def load(path: str | os.PathLike[str], block_tokens: int) -> Trace:
     """The trace in `path` (read once per process while the file is unchanged); every
     problem is one ConfigError line naming the file, the line and what is allowed."""

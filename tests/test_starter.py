@@ -65,7 +65,7 @@ def test_an_emulated_card_is_sized_as_the_small_card(cuda):
 
 
 @pytest.mark.parametrize("card", [H200, RTX_4090D, starter.Card("cpu", None, cores=2)])
-@pytest.mark.parametrize("workload", ["random", "chat", "text"])
+@pytest.mark.parametrize("workload", ["random", "chat", "text", "trace"])
 def test_the_installed_vllm_takes_every_value_chosen(card, workload, cuda, tmp_path):
     info = engine_info() if card.memory_gib is None else cuda
     start = starter.build("/models/Qwen3-4B-Instruct-2507", {"ttft_p95_ms": 500}, card=card,
@@ -140,3 +140,18 @@ def test_tune_takes_a_file_or_a_model(args, words, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "autotune", "tune", *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+
+
+def test_a_trace_file_is_told_from_a_file_of_prompts(tmp_path):
+    csv = tmp_path / "azure.csv"
+    csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n2,3,4\n")
+    timed = tmp_path / "mooncake.jsonl"
+    timed.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n')
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "hello", "max_tokens": 4}\n')
+    assert starter.workload_of(str(csv), cpu=True) == {"kind": "trace", "path": str(csv)}
+    assert starter.workload_of(str(timed), cpu=False) == {"kind": "trace", "path": str(timed)}
+    assert starter.workload_of(str(prompts), cpu=True) == {"kind": "jsonl",
+                                                           "path": str(prompts)}
+    shipped = starter.workload_of("trace", cpu=True)
+    assert (shipped["kind"], shipped["dataset"]) == ("trace", "day")

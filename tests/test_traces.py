@@ -205,3 +205,30 @@ def test_a_trace_burst_and_its_warm_up_are_sent_at_once(tok):
     assert max(s.at or 0 for s in paced) > 0 and {s.at for s in warm} == {0.0}
     assert workloads.pace(spec) == pytest.approx(traces.of(spec).mean_rate)
     assert workloads.pace(WorkloadSpec()) is None
+
+
+def test_a_trace_step_for_vllms_timed_trace_dataset(tmp_path):
+    from autotune.measure import vllmbench
+
+    path = _write(tmp_path, "mooncake.jsonl", MOONCAKE)
+    spec = WorkloadSpec(kind="trace", path=path, block_tokens=64)
+    first, second = tmp_path / "0.jsonl", tmp_path / "1.jsonl"
+    assert vllmbench.write_trace(spec, 10, 2.0, 0, first) == 10  # the trace twice over
+    assert vllmbench.write_trace(spec, 10, math.inf, 1, second) == 10
+    rows = [json.loads(line) for line in first.read_text().splitlines()]
+    assert [r["timestamp"] for r in rows[:4]] == [0, 750, 750, 2000]  # ms, twice as fast
+    assert rows[0]["hash_ids"] == [0, 1] and rows[2]["hash_ids"] == [0, 3]
+    assert [r["output_length"] for r in rows[:4]] == [10, 20, 5, 8]
+    burst = [json.loads(line) for line in second.read_text().splitlines()]
+    assert {r["timestamp"] for r in burst} == {0}
+    # the next step's blocks are other ids: its prefixes are not in the cache already
+    assert not {b for r in burst for b in r["hash_ids"]} & {b for r in rows
+                                                          for b in r["hash_ids"]}
+    argv = vllmbench.step_args(spec, base_url="http://h:1", model="m", tokenizer="m",
+                               rate=None, num_prompts=10, seed=0, trace_file=first)
+    at = argv.index("--dataset-name")
+    assert argv[at:at + 8] == ["--dataset-name", "timed_trace", "--dataset-path", str(first),
+                               "--timed-trace-chunk-hash-size", "64",
+                               "--timed-trace-sec-multiplier", "0.001"]
+    assert "--backend" in argv and argv[argv.index("--backend") + 1] == "openai"
+    assert "timed_trace" in (vllmbench.dataset_args(spec)[1] or "")

@@ -55,3 +55,24 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     at = [s for s in sustained if s.rate == cap.low]
     assert at and all(s.passed for s in at)
     assert all(s.figures["e2el_p95_ms"] <= slo_ms for s in at)
+
+
+def test_vllm_bench_serve_replays_the_same_step(eager_server, tiny_model, tmp_path):
+    """The re-check's client: vLLM's `timed_trace` dataset, fed the file of one step, sends
+    the requests autotune's step sends, at the same pace."""
+    from autotune.measure import vllmbench
+
+    model, srv = str(tiny_model), eager_server
+    spec = WorkloadSpec(kind="trace", dataset="day", num_requests=24, time_scale=4.0)
+    ours = benchmark(Target(srv.url, model, srv.headers), spec, tokenizer_model=model)
+    path = tmp_path / "step.jsonl"
+    n = vllmbench.write_trace(spec, 24, spec.time_scale, 1, path)
+    with vllmbench.Helper(tmp_path / "helper.log") as helper:
+        argv = vllmbench.step_args(spec, base_url=srv.url, model=model, tokenizer=model,
+                                   rate=None, num_prompts=n, seed=0, trace_file=path)
+        theirs = helper.step(argv, api_key=srv.api_key, timeout_s=300)
+    assert ours["completed"] == theirs["completed"] == n and not theirs["failed"]
+    for key in ("total_input_tokens", "total_output_tokens"):
+        assert ours[key] == theirs[key], key
+    # Both keep the step's timestamps: the same span of arrivals, so the same throughput.
+    assert ours["request_throughput"] == pytest.approx(theirs["request_throughput"], rel=0.15)

@@ -28,10 +28,12 @@ def model_arguments(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--slo", action="append", metavar="KEY=MS",
                    help="an SLO the capacity is measured under, e.g. ttft_p95_ms=500 "
                    "(repeatable; at least one with --model)")
-    p.add_argument("--workload", default="random", metavar="random|chat|text|FILE",
+    p.add_argument("--workload", default="random", metavar="random|chat|text|trace|FILE",
                    help="the traffic: random (token counts, shared prefix on a GPU), chat "
-                   "(conversations sharing a system prompt), text (shipped real text) or a "
-                   "JSONL file of prompts (default random)")
+                   "(conversations sharing a system prompt), text (shipped real text), trace "
+                   "(the shipped day: bursts, a daily shape, shared prefixes), a trace file "
+                   "(CSV or timestamped JSONL: your own traffic) or a JSONL file of prompts "
+                   "(default random)")
     p.add_argument("--memory-gib", type=positive, metavar="GIB",
                    help="emulate a smaller card on this GPU (hardware.memory_gib)")
 

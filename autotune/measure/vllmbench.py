@@ -21,16 +21,18 @@ import math
 import numbers
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from autotune import slo
+from autotune import slo, traces
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import capacity, watch, workloads
 from autotune.traffic import WorkloadSpec
@@ -49,13 +51,21 @@ class VllmBenchError(AutotuneError):
     """The `vllm bench serve` helper failed, hung or died."""
 
 
-def dataset_args(spec: WorkloadSpec) -> tuple[list[str], str | None]:
+def dataset_args(spec: WorkloadSpec, trace_file: Path | None = None
+                 ) -> tuple[list[str], str | None]:
     """vLLM's dataset options for the workload, and a note when they only approximate it.
 
     A chat workload (conversations with growing history under a shared system prompt)
     has no equivalent in vLLM's client; its random dataset with the system prompt as a
-    shared prefix and one turn per request is the closest.
+    shared prefix and one turn per request is the closest. A trace step is a file of its
+    own (`write_trace`), read by vLLM's `timed_trace` dataset.
     """
+    if spec.kind == "trace":
+        return ["--dataset-name", "timed_trace", "--dataset-path", str(trace_file),
+                "--timed-trace-chunk-hash-size", str(spec.block_tokens),
+                "--timed-trace-sec-multiplier", "0.001"], (
+            "trace replayed by vLLM's timed_trace dataset: the same stretches at the same "
+            "pace and the same shared blocks, filled with tokens of its own")
     if spec.kind in ("random", "chat"):
         prefix = spec.prefix_len if spec.kind == "random" else spec.system_len
         args = ["--dataset-name", "random", "--random-input-len", str(spec.input_len),
@@ -89,6 +99,26 @@ def prompts(spec: WorkloadSpec, rate: float | None, step_s: float = STEP_S) -> i
     return max(math.ceil(rate * step_s), MIN_PROMPTS)
 
 
+def write_trace(spec: WorkloadSpec, n: int, time_scale: float, index: int, path: Path) -> int:
+    """One step of a trace as vLLM's `timed_trace` dataset reads it (timestamps in ms at
+    the step's pace, the blocks as hash ids); the number of requests written.
+
+    The requests are those autotune's own step sends (`traces.Trace.sample`). Block ids
+    are shifted per step: vLLM's client fills a block from its id alone, and the same ids
+    in the next step would find the previous step's prefixes in the engine's cache.
+    """
+    trace = traces.of(spec)
+    shift = (max(b for r in trace.requests for b in r.blocks) + 1) * index
+    picked = trace.sample(n)
+    lines = [json.dumps({"timestamp": 0.0 if math.isinf(time_scale) else at / time_scale * 1000,
+                         "input_length": req.input_tokens,
+                         "output_length": max(1, req.output_tokens),
+                         "hash_ids": [b + shift for b in req.blocks]})
+             for at, req in picked]
+    path.write_text("".join(line + "\n" for line in lines))
+    return len(lines)
+
+
 def percentiles(slos: Mapping[str, float]) -> list[int]:
     """50/95/99 plus any percentile an SLO names (e.g. p90 for `ttft_p90_ms`)."""
     out = set(PERCENTILES)
@@ -102,13 +132,14 @@ def percentiles(slos: Mapping[str, float]) -> list[int]:
 def step_args(spec: WorkloadSpec, *, base_url: str, model: str, tokenizer: str,
               rate: float | None, num_prompts: int, seed: int,
               metric_percentiles: Sequence[int] = PERCENTILES, warmups: int = 0,
-              result_dir: Path | None = None, result_filename: str | None = None
-              ) -> list[str]:
-    """The `vllm bench serve` arguments of one step (pure; rate None is a burst)."""
+              result_dir: Path | None = None, result_filename: str | None = None,
+              trace_file: Path | None = None) -> list[str]:
+    """The `vllm bench serve` arguments of one step (pure; rate None is a burst). A trace
+    step's pace is in its file (`write_trace`): vLLM's client times it by its timestamps."""
     chat = spec.api == "chat"
     args = ["--backend", "openai-chat" if chat else "openai", "--base-url", base_url,
             "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
-            "--model", model, "--tokenizer", tokenizer, *dataset_args(spec)[0],
+            "--model", model, "--tokenizer", tokenizer, *dataset_args(spec, trace_file)[0],
             "--num-prompts", str(num_prompts), "--seed", str(seed),
             "--request-rate", "inf" if rate is None else repr(float(rate)),
             "--burstiness", repr(spec.burstiness), "--temperature", repr(spec.temperature),
@@ -269,15 +300,24 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
         raise ConfigError(f"--step-seconds must be positive (got {step_s:g})")
     cap = spec.capacity
     pct = percentiles(slos)
+    pace = workloads.pace(spec)
+    files = Path(tempfile.mkdtemp(prefix="autotune-trace-")) if result_dir is None \
+        else result_dir
 
     def measure(kind: str, rate: float | None, index: int) -> capacity.Step:
         waited = watch.run(capacity.wait_idle(base_url, cap.idle_timeout_s), alive)
         n = prompts(spec, rate, step_s)
+        trace_file = None
+        if pace:  # a trace: this step's stretches at this step's pace
+            trace_file = files / f"step-{index:02d}-{kind}.jsonl"
+            n = write_trace(spec, n, math.inf if rate is None else rate / pace, index,
+                            trace_file)
         argv = step_args(spec, base_url=base_url, model=model, tokenizer=tokenizer,
                          rate=rate, num_prompts=n, seed=spec.seed + index,
                          metric_percentiles=pct,
                          warmups=(spec.warmup_requests or capacity.WARMUP) if index == 0 else 0,
-                         result_dir=result_dir, result_filename=f"step-{index:02d}-{kind}.json")
+                         result_dir=result_dir, result_filename=f"step-{index:02d}-{kind}.json",
+                         trace_file=trace_file)
         # A step that falls behind drains its backlog: allow the requests' own timeout.
         expected = n / rate if rate else n
         t0 = time.monotonic()
@@ -291,7 +331,11 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
                              round(waited, 3), round(time.monotonic() - t0, 3),
                              summary=result)
 
-    record = capacity.record(capacity.plan(measure, cap, start=start, factor=factor), spec)
+    try:
+        record = capacity.record(capacity.plan(measure, cap, start=start, factor=factor), spec)
+    finally:
+        if result_dir is None:
+            shutil.rmtree(files, ignore_errors=True)
     # vLLM's client judges every request of a step (no steady window) and samples nothing
     return {**record, "client": "vllm bench serve", "step_s": step_s, "window": None,
             "bottleneck": None, "min_prompts": MIN_PROMPTS, "note": dataset_args(spec)[1]}

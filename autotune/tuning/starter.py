@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from autotune import traces
 from autotune.config import Scenario
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
@@ -37,7 +38,7 @@ from autotune.traffic import WorkloadSpec
 from autotune.tuning import memory, prune
 
 GiB = 1 << 30
-WORKLOADS = ("random", "chat", "text")
+WORKLOADS = ("random", "chat", "text", "trace")
 # The memory fractions the search tries on a GPU (the mission's 0.85-0.95).
 FRACTIONS = (0.85, 0.9, 0.95)
 # On the CPU build (autotune sets VLLM_CPU_KVCACHE_SPACE to this many GiB).
@@ -106,7 +107,8 @@ def study_name(model: str, card: Card) -> str:
 
 
 def workload_of(kind_or_file: str, cpu: bool) -> dict[str, Any]:
-    """The `workload` section for `--workload`: a shipped kind or a JSONL file of prompts."""
+    """The `workload` section for `--workload`: a shipped kind (`trace`: the shipped day),
+    a trace file (CSV, or JSONL with timestamps) or a JSONL file of prompts."""
     if kind_or_file == "random":
         return ({"kind": "random", "num_requests": 32, "input_len": 64, "output_len": 128,
                  "warmup_requests": 4} if cpu else
@@ -116,6 +118,11 @@ def workload_of(kind_or_file: str, cpu: bool) -> dict[str, Any]:
         return {"kind": "chat"}
     if kind_or_file == "text":
         return {"kind": "text", "dataset": "chat"}
+    if kind_or_file == "trace":
+        return {"kind": "trace", "dataset": "day", "num_requests": 32 if cpu else 200,
+                "warmup_requests": 4 if cpu else 16}
+    if traces.is_trace(kind_or_file):
+        return {"kind": "trace", "path": kind_or_file}
     return {"kind": "jsonl", "path": kind_or_file}
 
 

@@ -247,10 +247,14 @@ def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server
     spec = scenario.workload
     key = latency_key(scenario.objective.latency)
     rate = None if math.isinf(spec.request_rate) else spec.request_rate
+    count, trace_file = spec.num_requests, None
+    if spec.kind == "trace":  # at the workload's own pace
+        trace_file = run_dir / "fixed-trace.jsonl"
+        count = vllmbench.write_trace(spec, count, spec.time_scale, 0, trace_file)
     argv = vllmbench.step_args(spec, base_url=srv.url, model=model, tokenizer=model,
-                               rate=rate, num_prompts=spec.num_requests, seed=spec.seed,
+                               rate=rate, num_prompts=count, seed=spec.seed,
                                warmups=spec.warmup_requests, result_dir=run_dir,
-                               result_filename="fixed.json")
+                               result_filename="fixed.json", trace_file=trace_file)
     result = helper.step(argv, api_key=srv.api_key,
                          timeout_s=spec.timeout_s * 2 + spec.num_requests)
     watch.check(srv.death)
