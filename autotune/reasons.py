@@ -28,6 +28,7 @@ FAILURES = "failures"
 BEHIND = "behind"
 # The capacity search (`autotune.measure.capacity`).
 BELOW_BEST = "below_best_capacity"
+TIED_WITH_BEST = "tied_inside_best"
 UNREACHABLE = "slos_missed_at_low_load"
 # After the workload.
 NO_SUCCESSFUL_REQUESTS = "no_successful_requests"
@@ -57,6 +58,8 @@ REASONS: dict[str, str] = {
     BEHIND: "Optuna's pruner: the probe phase scored below earlier trials at that point",
     BELOW_BEST: "the capacity search stopped: this trial cannot beat the best capacity so "
                 "far",
+    TIED_WITH_BEST: "the capacity search stopped: it passed at the best's lower bound and "
+                    "failed at its upper bound (a tie)",
     UNREACHABLE: "the SLOs are missed even at a nearly idle load",
     NO_SUCCESSFUL_REQUESTS: "no request of the workload succeeded",
     GUARDRAIL_ERROR: "the quality check against the reference outputs could not run",

@@ -168,12 +168,12 @@ def test_halving_gives_up_when_even_low_load_misses_the_slos():
 
 
 def test_early_stop_right_after_the_burst():
-    from autotune.tuning.trial import _below
-
     engine = Engine(3.0, peak=6.0)
-    r = capacity.plan(engine, CapacitySpec(), _below(7.5))  # the burst peaks under 7.5
+    below = capacity.Anchor(floor=7.5).stop_rule()
+    r = capacity.plan(engine, CapacitySpec(), below)  # the burst peaks under 7.5
     assert r.stopped == capacity.BELOW_BEST and len(r.steps) == 1
-    assert _below(None) is None and _below(7.5)(None, 8.0) is None
+    assert capacity.Anchor().stop_rule() is None and below is not None
+    assert below(None, 8.0) is None
 
 
 @pytest.mark.parametrize("cap, peak, calls, stopped", [
@@ -189,13 +189,40 @@ def test_early_stop_right_after_the_burst():
 def test_a_study_trial_starts_at_the_best_rate(cap, peak, calls, stopped):
     """As the study runs a searched trial once it has a complete one: the burst, then the
     first sustained step at the best's lower bound, which is also the early-stop floor."""
-    from autotune.tuning.trial import _below
-
     engine = Engine(cap, peak=peak)
+    anchor = capacity.Anchor(floor=8.0, start=8.0, burst=True)
     r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=1),
-                      _below(8.0), start=8.0, burst=True)
+                      anchor.stop_rule(), start=8.0, burst=True)
     assert engine.calls == calls and r.stopped == stopped
     assert all(rate is None or rate >= 8.0 for _, rate in engine.calls)
+
+
+@pytest.mark.parametrize("cap, calls, stopped, low, high", [
+    # inside the best's interval (8-9.5): passes at its lower bound, fails at its upper
+    # bound; no step could tell the two apart, so the search ends there (no bisection, no
+    # repeat): two sustained steps in all
+    (9.0, [("burst", None), ("ceiling", 8.0), ("expand", 9.5)], capacity.TIED, 8.0, 9.5),
+    # beats the best's interval: passes at its upper bound and searches on from it
+    (12.0, [("burst", None), ("ceiling", 8.0), ("expand", 9.5), ("expand", 11.875),
+            ("expand", 14.84375), ("bisect", 13.359375), ("repeat", 11.875)], None, 11.875,
+     13.359375),
+    # below the best: pruned at its lower bound, as without a ceiling
+    (7.0, [("burst", None), ("ceiling", 8.0)], capacity.BELOW_BEST, None, 8.0),
+])
+def test_a_tie_with_the_best_is_proven_in_two_sustained_steps(cap, calls, stopped, low, high):
+    """The study's anchor: the best's interval 8-9.5 req/s. A trial that passes at 8 runs
+    its next step at 9.5, not at 8 x 1.25 = 10."""
+    engine = Engine(cap, peak=20.0)
+    anchor = capacity.Anchor(floor=8.0, start=8.0, burst=True, ceiling=9.5)
+    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2),
+                      anchor.stop_rule(), start=anchor.start, burst=anchor.burst,
+                      ceiling=anchor.ceiling)
+    assert engine.calls == calls
+    assert (r.stopped, r.low, r.high) == (stopped, low, high)
+    if stopped == capacity.TIED:  # a feasible trial, tied with the best by its record
+        rec = CapacityRecord.from_dict(capacity.record(r, WorkloadSpec()))
+        best = CapacityRecord(low=8.0, high=9.5, request_throughput=8.0)
+        assert capacity.tied(rec, best) and "stopped: tied_inside_best" in capacity.describe(rec)
 
 
 def test_a_burst_that_queues_does_not_cap_the_search():

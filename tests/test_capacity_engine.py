@@ -171,13 +171,12 @@ def test_one_sequence_at_a_time_stops_below_the_best(one_seq, tiny_model, loose,
     """No burst-against-burst comparison with `eight`: on one CI machine both bursts drained
     4.2-4.3 req/s (one sequence 4.27, eight 4.23), so whatever limited them there was not
     the batch; what a study needs is that a trial below the best's bound stops early."""
-    from autotune.tuning.trial import _below
-
     # As a study passes the best trial's lower bound; at least 50 req/s, far above what one
     # sequence at a time drains here (its 32-request burst: ~5-8 req/s), so that a noisy
     # `loose` cannot make the early stop depend on luck.
     floor = max(capacity.interval(_rec(loose))[0], 50.0)
-    one = _search(one_seq, tiny_model, loose_slos, should_stop=_below(floor))
+    one = _search(one_seq, tiny_model, loose_slos,
+                  should_stop=capacity.Anchor(floor=floor).stop_rule())
     # Its burst misses the SLO and peaks below the floor: the search stops there.
     assert one["stopped"] == capacity.BELOW_BEST and len(one["steps"]) == 1
     assert one["max_request_throughput"] < floor
@@ -189,8 +188,8 @@ def test_one_sequence_at_a_time_stops_below_the_best(one_seq, tiny_model, loose,
 
     scenario = Scenario.model_validate({"model": {"path": str(tiny_model)},
                                         "objective": {"slos": loose_slos}, "workload": SPEC})
-    summary = trial._measure(one_seq, scenario, SPEC, str(tiny_model), None, None, floor,
-                             capacity_start=floor, capacity_burst=False)
+    summary = trial._measure(one_seq, scenario, SPEC, str(tiny_model), None, None,
+                             capacity.Anchor(floor=floor, start=floor, burst=False))
     assert summary["stopped_after_probe"] == capacity.BELOW_BEST
     assert [(s["kind"], s["rate"], s["passed"]) for s in summary["capacity"]["steps"]] == \
         [("ceiling", floor, False)]

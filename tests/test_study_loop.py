@@ -151,15 +151,17 @@ def test_a_searched_trial_starts_at_the_best_trials_rate(tmp_path):
     scenario = _scenario(baselines=[{"name": "eight", "flags": {"max-num-seqs": 8}}],
                          workload={"kind": "random", "num_requests": 16, "mode": "capacity"})
     _run(tmp_path, scenario, measured, trials=5)
-    floors = [(c["seqs"], c["capacity_start"], c["capacity_floor"]) for c in seen]
+    floors = [(c["seqs"], c["anchor"].start, c["anchor"].floor, c["anchor"].ceiling)
+              for c in seen]
     # the defaults (5 req/s) and the baseline in full; then the grid 2, 8 (a copy), 32
-    assert floors[:2] == [(None, None, None), (8, None, None)]
+    assert floors[:2] == [(None, None, None, None), (8, None, None, None)]
     searched = floors[2:]
     assert {f[0] for f in searched} == {2, 32}
-    assert all(start == floor for _, start, floor in searched)
-    assert all(c["capacity_burst"] for c in seen)  # a burst first: it stops clear losers
-    # the best's lower bound when each ran: 6 req/s (the baseline), 12 once 32 had run
-    assert all(start in (6.0, 12.0) for _, start, _ in searched)
+    assert all(start == floor for _, start, floor, _ in searched)
+    assert all(c["anchor"].burst for c in seen)  # a burst first: it stops clear losers
+    # the best's interval when each ran: 6-6.6 req/s (the baseline), 12-13.2 once 32 had run
+    assert all((start, ceiling) in ((6.0, pytest.approx(6.6)), (12.0, pytest.approx(13.2)))
+               for _, start, _, ceiling in searched)
 
 
 def test_a_trials_facts_are_record_fields():

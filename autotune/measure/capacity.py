@@ -52,6 +52,7 @@ from autotune.traffic import CapacitySpec, WorkloadSpec
 log = logging.getLogger("autotune")
 
 BELOW_BEST = reasons.BELOW_BEST
+TIED = reasons.TIED_WITH_BEST
 # A search that starts at a capacity measured before moves by this factor from it: its
 # steps stay around that capacity (a re-check, an ablation of the winner).
 AROUND = 1.25
@@ -188,6 +189,37 @@ class Result:
         return max(self.bracket, self.spread or 0.0)
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A trial's search tied to capacities measured before: it stops once its capacity
+    lies below `floor` (the best trial's lower bound, `BELOW_BEST`) or its bracket inside
+    [`floor`, `ceiling`] (the best's interval, `TIED`), and `start`, `factor`, `burst` and
+    `ceiling` shape its steps as `plan`'s arguments of those names. The empty anchor is a
+    search from its burst with no early stop."""
+
+    floor: float | None = None
+    start: float | None = None
+    factor: float | None = None
+    burst: bool | None = None
+    ceiling: float | None = None
+
+    def stop_rule(self) -> StopRule | None:
+        """`plan`'s `should_stop` for this anchor (None without a floor)."""
+        floor, ceiling = self.floor, self.ceiling
+        if not floor:
+            return None
+
+        def rule(low: float | None, high: float | None) -> str | None:
+            if high is not None and high <= floor:
+                return BELOW_BEST
+            if ceiling is not None and low is not None and high is not None \
+                    and low >= floor and high <= ceiling:
+                return TIED
+            return None
+
+        return rule
+
+
 Measure = Callable[[str, "float | None", int], Step]
 StopRule = Callable[["float | None", "float | None"], "str | None"]
 
@@ -204,7 +236,7 @@ def next_rate(burst: float, low: float | None, high: float | None,
 
 def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = None, *,
          start: float | None = None, factor: float | None = None,
-         burst: bool | None = None) -> Result:
+         burst: bool | None = None, ceiling: float | None = None) -> Result:
     """Burst, then sustained steps from the burst's rate: up by `expand_factor` while they
     pass, halving while they fail, then bisect; then repeat the capacity; at most
     `spec.max_steps` steps.
@@ -222,7 +254,11 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
     instead, and `factor` (default: the expand factor) grows or shrinks the rate from
     there. A re-check spends its steps around the capacity it re-measures, with no burst;
     a study's trial (`burst=True`) keeps its burst, which stops a clear loser within
-    seconds, and then runs its first sustained step at the best's lower bound.
+    seconds, and then runs its first sustained step at the best's lower bound. With
+    `ceiling` (the best's upper bound) a rate that passes below it is followed by a step
+    at `ceiling`: a fail there brackets the trial inside the best's interval (a tie that
+    `should_stop` may end the search on: no further step could tell the two apart), a
+    pass searches upward from it.
     """
     steps: list[Step] = []
     if start is None or burst:
@@ -249,6 +285,8 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
                 break  # the SLOs hold far above the burst's rate: report it as a floor
             kind, rate = next_rate(base, low, high,
                                    factor or (spec.expand_factor if high is None else shrink))
+            if ceiling is not None and kind == "expand" and low is not None and low < ceiling:
+                rate = ceiling  # beat the best's interval, or be proven tied with it
             if low is None and rate < base * spec.min_rate_fraction:
                 stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
                 break
@@ -463,10 +501,12 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
            slos: Mapping[str, float], pids: Callable[[], list[int]] | None = None,
            should_stop: StopRule | None = None,
            alive: watch.Alive | None = None, start: float | None = None,
-           factor: float | None = None, burst: bool | None = None) -> dict[str, Any]:
+           factor: float | None = None, burst: bool | None = None,
+           ceiling: float | None = None) -> dict[str, Any]:
     """Find the capacity of the engine behind `target`; the result is a bench summary
-    (of the step at capacity) with a `capacity` record. `start`, `factor` and `burst` are
-    `plan`'s: a search whose first sustained step offers a capacity measured before.
+    (of the step at capacity) with a `capacity` record. `start`, `factor`, `burst` and
+    `ceiling` are `plan`'s: a search whose first sustained step offers a capacity measured
+    before.
 
     `alive` watches the engine through every wait, the idle waits between steps
     included: once it names a reason the search ends with `Halted` within a poll,
@@ -501,7 +541,8 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
                  step.bottleneck.get("text", ""))
         return step
 
-    result = plan(measure, cap, should_stop, start=start, factor=factor, burst=burst)
+    result = plan(measure, cap, should_stop, start=start, factor=factor, burst=burst,
+                  ceiling=ceiling)
     summary = summary_of(result)
     summary["capacity"] = record(result, spec)
     return summary

@@ -372,8 +372,9 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
         log.info("%s: %s", origin.text, " ".join(trial_mod.command_line(model, flags)))
         outcome = runner(scenario, model, flags,
                          trial_dir=study_dir / "trials" / f"ablation-{winner.number}-{n}",
-                         guard=guard, intermediate=None, capacity_floor=floor(),
-                         capacity_start=start, capacity_factor=capacity.AROUND)
+                         guard=guard, intermediate=None,
+                         anchor=capacity.Anchor(floor=floor(), start=start,
+                                                factor=capacity.AROUND))
         t = study_mod.told(study, scenario, outcome, guard, study_dir, n)
         rec = record.append(study, t.state, t.values, t.constraints, started,
                             **{**t.fields, "origin": origin.as_dict()})

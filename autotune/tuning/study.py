@@ -167,14 +167,17 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                 quality=dup.quality)
         else:
             log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
-            floor = capacity_floor(study, scenario) if searched else None
+            best = best_interval(study, scenario) if searched else None
             # A searched trial's burst stops a clear loser within seconds; its first
             # sustained step then runs at the best's lower bound: a loser fails there and is
-            # pruned at once, a contender searches upward from it.
+            # pruned at once. A pass is followed by a step at the best's upper bound: a fail
+            # there is a proven tie and ends the search; a pass searches upward from it.
+            anchor = capacity.Anchor(burst=True) if best is None else capacity.Anchor(
+                floor=best[0], start=best[0], burst=True, ceiling=best[1])
             outcome = runner(scenario, model, flags, trial_dir=trials_root / str(trial.number),
                              guard=guard,
                              intermediate=_pruner_hook(study, trial, scenario, searched),
-                             capacity_floor=floor, capacity_start=floor, capacity_burst=True)
+                             anchor=anchor)
     except KeyboardInterrupt:
         with no_interrupts():  # a further Ctrl-C must not leave the study half-written
             if flags is None and base is None:  # its point, so that the same one runs again
@@ -333,15 +336,17 @@ def _relieve(study: optuna.Study, scenario: Scenario, number: int) -> None:
     log.info("queued a relief move: %s", move.describe())
 
 
-def capacity_floor(study: optuna.Study, scenario: Scenario) -> float | None:
-    """The best feasible trial's capacity lower bound (requests/s), below which a capacity
-    search can stop: only where the objective is weighted and throughput counts."""
+def best_interval(study: optuna.Study, scenario: Scenario) -> tuple[float, float] | None:
+    """The interval (requests/s) of the feasible trial with the highest capacity lower
+    bound, which a capacity search can stop below or be tied inside: only where the
+    objective is weighted and throughput counts."""
     if scenario.workload.mode != "capacity" or not scenario.prune.enabled \
             or not scenario.prune.capacity_early_stop or scenario.objective.mode != "weighted" \
             or not scenario.objective.weights.get("throughput"):
         return None
-    lows = [capacity.interval(r.capacity)[0] for r in ranking.feasible(study) if r.capacity]
-    return max(lows, default=None) or None
+    found = [capacity.interval(r.capacity) for r in ranking.feasible(study) if r.capacity]
+    best = max(found, key=lambda bounds: bounds[0], default=None)
+    return best if best is not None and best[0] > 0 else None
 
 
 def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *,

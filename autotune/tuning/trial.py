@@ -104,23 +104,18 @@ def command_line(model: str, flags: dict[str, Any]) -> list[str]:
 def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
               guard: guardrail.Guard | None = None,
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
-              capacity_floor: float | None = None,
-              capacity_start: float | None = None,
-              capacity_factor: float | None = None,
-              capacity_burst: bool | None = None) -> Outcome:
+              anchor: capacity.Anchor | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
     timings in the outcome's facts.
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
-    In capacity mode the search stops once the capacity is known to lie below
-    `capacity_floor` (the best trial's lower bound, requests/s); with `capacity_start` its
-    first sustained step offers that rate, moving by `capacity_factor` (default: the
-    workload's expand factor) from there, after a burst only with `capacity_burst`. The
-    study runs a searched trial's first sustained step at its floor, after the burst, so
-    that a loser fails there and is pruned at once (`autotune.tuning.study`); an ablation
-    starts at the winner's capacity with no burst (`autotune.tuning.ablation`). The
-    trial's clock (`budget.trial_timeout`) starts here.
+    In capacity mode `anchor` ties the search to capacities measured before
+    (`capacity.Anchor`). The study runs a searched trial's first sustained step at the
+    best's lower bound, after the burst, so that a loser fails there and is pruned at once,
+    and its next at the best's upper bound, so that a tie is proven there and stops
+    (`autotune.tuning.study`); an ablation starts at the winner's capacity with no burst
+    (`autotune.tuning.ablation`). The trial's clock (`budget.trial_timeout`) starts here.
     """
     deadline = Deadline(parse_duration(scenario.budget.trial_timeout),
                         scenario.budget.trial_timeout)
@@ -168,8 +163,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                 t1 = time.monotonic()
                 before = speculation.Counters.parse(srv.get_text("/metrics") or "")
                 summary = _measure(srv, scenario, workload, model, watch, intermediate,
-                                   capacity_floor, capacity_start, capacity_factor,
-                                   capacity_burst)
+                                   anchor or capacity.Anchor())
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
@@ -216,9 +210,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
 
 def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
              intermediate: Callable[[dict[str, Any]], str | None] | None,
-             capacity_floor: float | None, capacity_start: float | None = None,
-             capacity_factor: float | None = None, capacity_burst: bool | None = None
-             ) -> dict[str, Any]:
+             anchor: capacity.Anchor) -> dict[str, Any]:
     """The workload against the running engine: a capacity search, or the fixed workload
     with its probe phase; every wait watched by `alive`."""
     spec = scenario.prune
@@ -227,9 +219,9 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
     if workload.mode == "capacity":
         summary = capacity.search(target, workload, tokenizer_model=model,
                                   slos=scenario.objective.slos, pids=pids,
-                                  should_stop=_below(capacity_floor), alive=alive,
-                                  start=capacity_start, factor=capacity_factor,
-                                  burst=capacity_burst)
+                                  should_stop=anchor.stop_rule(), alive=alive,
+                                  start=anchor.start, factor=anchor.factor,
+                                  burst=anchor.burst, ceiling=anchor.ceiling)
         if summary["capacity"]["stopped"] == capacity.BELOW_BEST:
             summary["stopped_after_probe"] = capacity.BELOW_BEST
         return summary
@@ -242,17 +234,6 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
 
     return benchmark(target, workload, tokenizer_model=model, pids=pids,
                      probe_sessions=probe_n, on_probe=on_probe, alive=alive)
-
-
-def _below(floor: float | None) -> capacity.StopRule | None:
-    """Stop a capacity search whose failing rate is already at or under `floor`."""
-    if not floor:
-        return None
-
-    def rule(low: float | None, high: float | None) -> str | None:
-        return capacity.BELOW_BEST if high is not None and high <= floor else None
-
-    return rule
 
 
 def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, alive: Alive
