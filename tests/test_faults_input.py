@@ -322,9 +322,9 @@ def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch):
 
     calls = {}
 
-    def fake_tune(scenario, path, **kwargs):
-        calls.update(kwargs, name=scenario.name)
-        return optuna.create_study(study_name=scenario.name)
+    def fake_tune(request, **kwargs):
+        calls.update(request=request)
+        return optuna.create_study(study_name=request.scenario.name)
 
     monkeypatch.setattr(study, "tune", fake_tune)
     monkeypatch.chdir(tmp_path)
@@ -340,7 +340,10 @@ def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch):
         for h in set(logger.handlers) - set(handlers):
             logger.removeHandler(h)
             h.close()
-    assert calls["trials"] == 3 and calls["timeout_s"] == 5400 and calls["name"] == "other"
+    request = calls["request"]  # one resolved request: study.tune resolves nothing itself
+    assert (request.trials, request.timeout_s, request.scenario.name) == (3, 5400, "other")
+    assert request.location.folder.resolve() == tmp_path / "studies" / "other"
+    assert request.claim is None
     assert (tmp_path / "studies" / "other" / "tune.log").exists()
 
 

@@ -21,8 +21,12 @@ from autotune.measure.bench import benchmark, summary_rows
 from autotune.measure.loadgen import Target
 from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
 
+HELP = "benchmark a running server or one it launches"
+DESCRIPTION = ("Benchmark a vLLM server like `vllm bench serve`. Pass vLLM flags for a "
+               "launched server after `--`.")
 
-def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:8000")
     where.add_argument("--model", help="model path or id: launch a server for it")
@@ -84,6 +88,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=Path, help="also write the result (JSON) here")
     p.add_argument("--startup-timeout", type=positive, default=900.0, help="seconds")
     p.add_argument("--log", type=Path, default=None, help="engine log (with --model)")
+    p.set_defaults(func=run)
 
 
 def _spec(args: argparse.Namespace) -> WorkloadSpec:
@@ -155,7 +160,7 @@ def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[s
                      alive=alive)
 
 
-def run_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     spec = _checked(_spec(args))
     if args.output is not None and not args.output.parent.is_dir():
         # Found out now, not after the benchmark, whose result would then be lost.

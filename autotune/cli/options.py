@@ -1,4 +1,5 @@
-"""Argument types for the command line: numbers and durations checked as they are parsed.
+"""What the subcommands share: argument types checked as they are parsed, the argument
+groups that name a study or a price, and opening the study a read command names.
 
 argparse reports a type's ArgumentTypeError as `argument --x: <message>`, which the CLI
 prints as its one-line error (exit 2). Checking here, rather than where a value is used,
@@ -12,8 +13,15 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from autotune.config import check_study_name, parse_duration
+from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.slo import Slo
 
 
 def whole(minimum: int) -> Callable[[str], int]:
@@ -60,3 +68,55 @@ def study_name(text: str) -> str:
         return check_study_name(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one line, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def study_arguments(p: argparse.ArgumentParser) -> None:
+    """How `show`, `report`, `dashboard`, `export` and `validate` name an existing study."""
+    p.add_argument("study_or_db", help="a .db file, a study name under studies/, or a URL")
+    p.add_argument("--study", help="study name inside the storage")
+    p.add_argument("--studies-dir", default="studies")
+
+
+def cost_arguments(p: argparse.ArgumentParser) -> None:
+    """Money and machines (`autotune.results.cost`) for `show`, `report` and `export`."""
+    p.add_argument("--load", type=positive, metavar="REQ/S", help="size for this load: the "
+                   "replicas it needs at the capacity at SLO, and their cost (show, report: "
+                   "the winner beside the defaults)")
+    p.add_argument("--gpu-hour", type=positive, metavar="PRICE",
+                   help="price of one GPU for an hour (default: the scenario's cost.gpu_hour)")
+    p.add_argument("--gpus", type=whole(1), metavar="N", help="GPUs one replica holds "
+                   "(default: cost.gpus, else tensor x pipeline x data parallel size)")
+
+
+def open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study:
+    """The existing study a read command (or `validate`, which stores its result) names.
+
+    The storage is checked first, so that a missing SQLite file is reported, not created
+    empty by Optuna, and a read-only or corrupt one is one line.
+    """
+    from pathlib import Path
+
+    from autotune.results import show
+    from autotune.tuning import storage
+
+    root = Path(args.studies_dir)
+    url, name = storage.locate(args.study_or_db, args.study, root)
+    storage.check(url, create=False, write=write)
+    return show.open_existing(url, name, root)
+
+
+def what_if(specs: list[str], command: str) -> list[Slo]:
+    """`--slo` of show and report: the SLOs to re-rank the study under."""
+    from autotune import slo
+
+    try:
+        return [slo.parse(s) for s in specs]
+    except ValueError as err:
+        raise ConfigError(f"{command}: --slo: {err}") from None

@@ -5,7 +5,8 @@ is `autotune tune` for one worker of a run: the study is the parent's (its stora
 through `AUTOTUNE_STORAGE` in the environment, never the command line), the run's trials
 are taken from the parent's counter file (`--tickets`), and once the parent is gone
 (`--parent-pid`) the worker stops as on SIGTERM. Its own small parser keeps these options
-out of the user's `autotune tune`; everything else is `tune`'s own code (`main.tune_here`),
+out of the user's `autotune tune`; everything else is `tune`'s own code (`tune.tune_here`,
+given the `TuneCommand` this worker's options make),
 so a worker tunes exactly as a single tuner does, with its lines in `tune.log` tagged with
 its id and its progress lines in its own log only.
 """
@@ -18,11 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.cli import main as cli
-from autotune.cli.options import duration, study_name, whole
+from autotune.cli.options import Parser, duration, study_name, whole
+from autotune.cli.tune import TuneCommand, tune_here
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = cli._ArgumentParser(prog="autotune worker", description=(
+    p = Parser(prog="autotune worker", description=(
         "One worker of `autotune tune --gpus` (started by it, one per GPU)."))
     p.add_argument("scenario", help="the scenario YAML of the run")
     p.add_argument("--study", type=study_name, required=True, help="the run's study name")
@@ -35,8 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tickets", required=True, help="the run's shared trial counter file")
     p.add_argument("--parent-pid", type=int, required=True,
                    help="the `tune --gpus` process: once it is gone, stop")
-    # What `tune_here` reads of a `tune` command line that a worker never sets.
-    p.set_defaults(storage=None, json=False, gpus=None, engine_args=[])
     return p
 
 
@@ -45,7 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         print(f"autotune tune: checking {args.scenario} against the installed engine",
               flush=True)
-        return cli.tune_here(args, run_tickets=Path(args.tickets), parent_pid=args.parent_pid)
+        command = TuneCommand(args.scenario, study=args.study, studies_dir=args.studies_dir,
+                              trials=args.trials, timeout=args.timeout,
+                              worker_id=args.worker_id)
+        return tune_here(command, run_tickets=Path(args.tickets), parent_pid=args.parent_pid)
 
     return cli.guarded(work)
 

@@ -389,30 +389,37 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
                                  ranking.feasible_best(study)))
 
 
-def tune(scenario: Scenario, scenario_path: str | Path, *, storage: str | None = None,
-         trials: int | None = None, timeout_s: float | None = None,
-         root: Path = Path("studies"),
-         on_progress: Callable[[Progress], None] | None = None,
-         worker: shared.Worker | None = None, claim: Callable[[], bool] | None = None,
-         runner: Runner | None = None, location: StudyLocation | None = None
-         ) -> optuna.Study:
-    """Run up to `trials` more trials (or until `timeout_s`), resuming the study if it exists;
-    as `worker` (default: this process) when several share the study. The study lives at
-    `location` (as `tune` resolved it), else at `storage` or under `root`."""
-    info = engine_info()
-    space.check_against_engine(scenario, info, scenario_path)
-    where = location or StudyLocation.resolve(scenario.name, storage, root)
-    study = open_study(scenario, where.url, worker=worker)
-    record_engine_defaults(study, scenario, info)
+@dataclass(frozen=True)
+class Request:
+    """One `tune` run as the command line resolved it (`autotune.cli.tune`): the scenario
+    (checked against the engine), where the study lives, how many trials and how long, and
+    as which worker; `claim` takes one of a `--gpus` run's shared trials. `tune` resolves
+    nothing of it again."""
+
+    scenario: Scenario
+    location: StudyLocation
+    trials: int
+    timeout_s: float | None
+    worker: shared.Worker
+    claim: Callable[[], bool] | None = None
+
+
+def tune(request: Request, *, on_progress: Callable[[Progress], None] | None = None,
+         runner: Runner | None = None) -> optuna.Study:
+    """Run up to `request.trials` more trials (or until its timeout), resuming the study
+    if it exists; as its worker when several share the study."""
+    scenario, where = request.scenario, request.location
+    study = open_study(scenario, where.url, worker=request.worker)
+    record_engine_defaults(study, scenario, engine_info())
     if recovered := shared.recover(study, shared.me(study)):
         log.info("%d interrupted trial(s) will run again", recovered)
     study_dir = where.folder
     guard = guardrail.make_guard(scenario, study_dir)
     _publish_reference(study, guard, scenario, study_dir)
-    loop(study, scenario, resolve_model(scenario), study_dir,
-         trials=trials if trials is not None else scenario.budget.trials, timeout_s=timeout_s,
-         guard=guard, on_progress=on_progress, claim=claim,
-         runner=runner or trial_mod.run_trial, between=gpu_released(scenario))
+    loop(study, scenario, resolve_model(scenario), study_dir, trials=request.trials,
+         timeout_s=request.timeout_s, guard=guard, on_progress=on_progress,
+         claim=request.claim, runner=runner or trial_mod.run_trial,
+         between=gpu_released(scenario))
     return study
 
 

@@ -1,0 +1,223 @@
+"""`autotune tune`: run (or resume) the study of a scenario, here or on one worker per GPU.
+
+The command line becomes a `TuneCommand` (also what a `--gpus` worker builds from its own
+options, `autotune.cli.worker`); `tune_here` checks everything before anything is written,
+resolves the study's place, time and worker once, and hands `study.tune` one
+`study.Request`, which resolves nothing itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.cli import init
+from autotune.cli.options import duration, study_name, whole
+from autotune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+    from rich.console import Console
+
+    from autotune.config import Scenario
+    from autotune.tuning.storage import StudyLocation
+
+HELP = "run (or resume) the study of a scenario"
+
+
+@dataclass(frozen=True)
+class TuneCommand:
+    """`autotune tune` as its command line asks it (a `--gpus` worker builds one from its
+    own options): what is given, nothing resolved yet."""
+
+    scenario: str
+    study: str | None = None
+    studies_dir: str = "studies"
+    storage: str | None = None
+    trials: int | None = None
+    timeout: float | None = None
+    gpus: str | None = None
+    worker_id: str | None = None
+    json: bool = False
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> TuneCommand:
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", nargs="?", help="scenario YAML, e.g. "
+                   "search_spaces/cpu-smoke.yaml (or --model and --slo instead)")
+    init.model_arguments(p, required=False)
+    p.add_argument("--trials", type=whole(1),
+                   help="trials to run now (default: budget.trials)")
+    p.add_argument("--timeout", type=duration,
+                   help="stop starting trials after this long, e.g. 8h or 9m")
+    p.add_argument("--storage", help="Optuna storage URL (default $AUTOTUNE_STORAGE, else "
+                   "sqlite:///studies/NAME.db)")
+    p.add_argument("--study", type=study_name,
+                   help="study name (default: the scenario's name or file name)")
+    p.add_argument("--studies-dir", default="studies", help="databases and trial logs")
+    p.add_argument("--json", action="store_true",
+                   help="print the study's summary as JSON on stdout (as `show --json`); "
+                   "progress goes to stderr")
+    p.add_argument("--gpus", metavar="0,1|all", help="one worker process per GPU on the same "
+                   "study, each pinned with CUDA_VISIBLE_DEVICES; --trials is shared by all")
+    p.add_argument("--worker-id", type=study_name, metavar="NAME",
+                   help="this worker's name in the trial records and tune.log (default "
+                   "HOST-PID), for workers of one study on several hosts")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.scenario is None) == (args.model is None):
+        raise ConfigError("tune: give a scenario file or --model with --slo (not both)")
+    if args.model is None and (args.slo or args.memory_gib is not None
+                               or args.workload != "random"):
+        raise ConfigError("tune: --slo, --workload and --memory-gib go with --model; a "
+                          "scenario file sets them itself")
+    if args.model is not None:  # the scenario from the command line, written for next time
+        args.scenario = str(init.started(args)[0])
+    return tune_here(TuneCommand.of(args))
+
+
+def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
+              parent_pid: int | None = None) -> int:
+    """`tune` in this process. A `--gpus` worker (`autotune.cli.worker`) passes the run's
+    shared trial counter and its parent's pid."""
+    import logging
+
+    from rich.console import Console
+
+    from autotune import config
+    from autotune.engine.info import engine_info
+    from autotune.results import views
+    from autotune.tuning import shared, space, storage, study, workers
+
+    # Everything that can be checked is checked before anything is written or launched:
+    # a refused scenario or storage leaves no study folder and no database behind.
+    if cmd.gpus is not None and cmd.worker_id is not None:
+        raise ConfigError("tune: --gpus starts one worker per GPU; --worker-id names one "
+                          "worker (give one or the other)")
+    gpus = workers.parse_gpus(cmd.gpus) if cmd.gpus is not None else None
+    # `--storage`, else the environment (how `--gpus` hands its workers the URL: a command
+    # line is readable by every local user, and a password must not be).
+    storage_arg = cmd.storage or os.environ.get(workers.STORAGE_ENV) or None
+    scenario = config.load(cmd.scenario)
+    if cmd.study:
+        scenario.name = cmd.study
+    timeout = cmd.timeout if cmd.timeout is not None else (
+        config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
+    space.check_against_engine(scenario, engine_info(), cmd.scenario)
+    root = Path(cmd.studies_dir)
+    where = _checked_location(scenario, storage_arg, root)  # resolved once, handed down
+    url, study_dir = where.url, where.folder
+    try:
+        study_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(study_dir / "tune.log")
+    except OSError as err:
+        raise ConfigError(f"--studies-dir {root}: cannot write {study_dir}: "
+                          f"{err.strerror or err}") from None
+    # Workers sharing the study write one tune.log: each line names its worker.
+    tag = f" [{cmd.worker_id}]" if cmd.worker_id else ""
+    handler.setFormatter(logging.Formatter(f"%(asctime)s{tag} %(levelname)s %(message)s"))
+    logging.getLogger("autotune").addHandler(handler)
+    logging.getLogger("autotune").setLevel(logging.INFO)
+    console = Console(stderr=cmd.json)  # --json: stdout carries the summary alone
+    console.print(f"tuning {scenario.name}: results in {storage.masked(url)}")
+
+    def on_progress(p: study.Progress) -> None:
+        line = views.progress_line(p)
+        console.print(line, soft_wrap=True)  # one line per trial, however narrow the terminal
+        if run_tickets is None:  # a `--gpus` worker's own count: its log, not tune.log
+            logging.getLogger("autotune").info(line)
+
+    from autotune.results.show import summary
+
+    started = time.monotonic()  # the time budget covers the last phases too
+    trials = cmd.trials if cmd.trials is not None else scenario.budget.trials
+
+    def last_phases(st: optuna.Study) -> None:
+        """`budget.explain` and `budget.validate`, once per run (not per worker)."""
+        from autotune.verify import finish
+
+        if not (scenario.budget.explain or scenario.budget.validate_):
+            return
+        with views.live(console, "last phases; Ctrl-C stops cleanly"):
+            finish.run(st, scenario, study_dir, left_s=finish.deadline(timeout, started),
+                       say=lambda text: console.print(text, soft_wrap=True, markup=False,
+                                                      highlight=False))
+
+    if gpus is not None:
+        code, shared_study = _tune_on_gpus(cmd.scenario, scenario, url, root, trials, timeout,
+                                           gpus, console, on_progress)
+        if code == 0:
+            last_phases(shared_study)
+        _print_summary(cmd, summary(shared_study), console)
+        return code
+    request = study.Request(
+        scenario, where, trials, timeout,
+        shared.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
+        claim=workers.Tickets(run_tickets).take if run_tickets is not None else None)
+    if parent_pid is not None:
+        workers.watch_parent(parent_pid)
+    with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
+        result = study.tune(request, on_progress=on_progress)
+    if run_tickets is None and cmd.worker_id is None:  # one of several workers: not here
+        last_phases(result)
+    _print_summary(cmd, summary(result), console)
+    return 0
+
+
+def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, trials: int,
+                  timeout: float | None, gpus: list[str], console: Console,
+                  on_progress: Callable) -> tuple[int, optuna.Study]:
+    """`tune --gpus`: one worker process per GPU on the study, one progress line for all."""
+    import logging
+
+    from autotune.tuning import study, workers
+
+    st = study.open_study(scenario, url, register=False)  # created here, once
+    console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's {trials} "
+                  "trials")
+
+    def on_event(text: str) -> None:
+        console.print(text, soft_wrap=True)
+        logging.getLogger("autotune").info(text)
+
+    with console.status("running trials on every GPU (Ctrl-C stops all of them cleanly; "
+                        "run again to resume)"):
+        result = workers.run_workers(st, scenario, scenario_path, gpus, url=url,
+                                     studies_dir=root, trials=trials, timeout_s=timeout,
+                                     on_progress=on_progress, on_event=on_event)
+    return result.code, st
+
+
+def _print_summary(cmd: TuneCommand, data: dict, console: Console) -> None:
+    """The study's summary: as JSON on stdout with --json (as `show --json`), else tables."""
+    from autotune.results import views
+
+    if cmd.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        views.print_summary(data, console)
+
+
+def _checked_location(scenario: Scenario, storage_url: str | None, root: Path
+                      ) -> StudyLocation:
+    """Where the study lives, its storage checked for `tune` (it may create the database)."""
+    from autotune.tuning import storage
+
+    try:  # the default database lives in the studies directory, made here if needed
+        where = storage.StudyLocation.resolve(scenario.name, storage_url, root)
+    except OSError as err:
+        raise ConfigError(f"--studies-dir {root}: cannot create it: "
+                          f"{err.strerror or err}") from None
+    storage.check(where.url, create=True)
+    return where
