@@ -370,3 +370,30 @@ def test_the_study_loop_follows_a_tied_move_with_the_next_suspects_move(tmp_path
     nxt = moves[1].tried_because
     assert nxt.bottleneck == bn.ENGINE_CORE and nxt.knob != "stream-interval"
     assert "the next suspect, relieving front_end tied" in nxt.text
+
+
+def test_a_resource_pegged_across_the_studys_trials_goes_after_the_others():
+    """h200-guided-check #9 (an ablation of the winner): its knee shows no rise, and the
+    threshold names the engine core at 92 % before the GPU at 95 %. Across the study the
+    engine core read >= 90 % at 33 of 35 sustained steps of its trials, passing or failing:
+    with the study's trials, the GPU is the first suspect and the engine core goes last,
+    with that evidence."""
+    from pathlib import Path
+
+    db = Path(__file__).resolve().parent.parent / "studies" / "h200-guided-check.db"
+    recs = records(optuna.load_study(study_name="h200-guided-check",
+                                     storage=f"sqlite:///{db}"))
+    alone = relief.suspected(recs[9])
+    assert [b.kind for b in alone] == [bn.ENGINE_CORE, bn.GPU]
+    across = relief.suspected(recs[9], recs)
+    assert [b.kind for b in across] == [bn.GPU, bn.ENGINE_CORE]
+    assert across[1].text.endswith("(engine core >= 90 % at 33 of the study's 35 sustained "
+                                   "steps, passing or failing: not what broke)")
+    # a suspect that is the only one keeps its place: there is nothing to try before it
+    assert [b.kind for b in relief.suspected(recs[1], recs)] == [bn.ENGINE_CORE]
+    # one trial, or too few steps, is no contrast across trials
+    steps = [[s.probes for s in r.capacity.steps if s.rate is not None]
+             for r in recs if r.capacity is not None]
+    assert bn.pegged_everywhere(steps[:1]) == {}
+    assert bn.pegged_everywhere([steps[0][:2], steps[1][:2]]) == {}
+    assert set(bn.pegged_everywhere(steps)) == {bn.ENGINE_CORE}

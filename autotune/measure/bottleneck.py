@@ -98,6 +98,32 @@ def across(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]
     return Bottleneck(kind, f"{words(kind, failing)} ({evidence})")
 
 
+# Across a study: a resource at or above its busy level at this share of the sustained steps
+# of its trials, passing or failing, reads the same at an easy load as at a knee. On the H200
+# (h200-guided-check) the engine core read >= 90 % at 33 of 35 sustained steps of 7 trials.
+EVERYWHERE = 0.85
+# ... counted only over at least this many steps of at least two trials.
+EVERYWHERE_STEPS = 6
+
+
+def pegged_everywhere(steps: Sequence[Sequence[Mapping[str, Any]]]) -> dict[str, str]:
+    """The resources pegged at (nearly) every sustained step of a study's trials (`steps`:
+    the probe figures of each trial's sustained steps), each with the evidence in words:
+    the contrast across trials that a single knee cannot give. Empty with fewer than two
+    trials or `EVERYWHERE_STEPS` steps."""
+    flat = [p for trial in steps for p in trial]
+    if sum(1 for trial in steps if trial) < 2 or len(flat) < EVERYWHERE_STEPS:
+        return {}
+    out = {}
+    for kind, key, busy, name in _RESOURCES:
+        seen = [float(p[key]) for p in flat if p.get(key) is not None]
+        high = sum(1 for v in seen if v >= busy)
+        if len(seen) >= EVERYWHERE_STEPS and high >= EVERYWHERE * len(seen):
+            out[kind] = (f"{name} >= {busy:.0f} % at {high} of the study's {len(seen)} "
+                         "sustained steps, passing or failing: not what broke")
+    return out
+
+
 def suspects(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]) -> list[str]:
     """Every resource with evidence against it at a knee, best supported first: those that
     rose into near saturation (by how much they rose), then those saturated at the failing

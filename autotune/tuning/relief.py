@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from optuna.trial import FixedTrial, TrialState
@@ -417,7 +417,8 @@ def suspected(rec: TrialRecord, tried: Sequence[TrialRecord] = ()) -> list[Bottl
     """What may limit a finished trial, best supported first: its limit, then the other
     resources with evidence at its knee (`capacity.suspects`); a suspect whose relief move
     from this trial tied with it is spent and left out, so the next suspect's move follows
-    rather than the next knob of the same one."""
+    rather than the next knob of the same one. Where the study's other trials (`tried`)
+    show a suspect pegged at every load (`bottleneck.pegged_everywhere`), it goes last."""
     found = limit(rec)
     if found is None:
         return []
@@ -432,6 +433,15 @@ def suspected(rec: TrialRecord, tried: Sequence[TrialRecord] = ()) -> list[Bottl
             out.append(Bottleneck(kind, f"{bn.words(kind, step.probes)}: the next suspect, "
                                   f"relieving {', '.join(sorted(s for s in spent if s))} "
                                   "tied" if spent else bn.words(kind, step.probes)))
+    # Across trials: a resource pegged at every load of the study's trials goes after the
+    # suspects that are not, with that evidence (relief tries it only once they are spent).
+    everywhere = bn.pegged_everywhere(
+        [[s.probes for s in r.capacity.steps if s.rate is not None]
+         for r in tried if r.capacity is not None])
+    if any(b.kind not in everywhere for b in out):
+        out = [b for b in out if b.kind not in everywhere] + [
+            replace(b, text=f"{b.text} ({everywhere[b.kind]})")
+            for b in out if b.kind in everywhere]
     return out
 
 
