@@ -232,3 +232,21 @@ def test_a_trace_step_for_vllms_timed_trace_dataset(tmp_path):
                                "--timed-trace-sec-multiplier", "0.001"]
     assert "--backend" in argv and argv[argv.index("--backend") + 1] == "openai"
     assert "timed_trace" in (vllmbench.dataset_args(spec)[1] or "")
+
+
+def test_a_traces_longest_request_sizes_max_model_len():
+    from autotune.tuning import prune, starter
+
+    day = WorkloadSpec(kind="trace", dataset="day")
+    trace = traces.of(day)
+    longest = max(r.input_tokens + max(1, r.output_tokens) for r in trace.requests)
+    assert prune.longest_request(day) == longest
+    assert "longest request" in (prune.too_short({"max-model-len": longest - 1}, day) or "")
+    assert prune.too_short({"max-model-len": longest}, day) is None
+    # `init --workload trace` fixes max-model-len to hold it
+    from autotune.engine.info import engine_info
+
+    start = starter.build("/models/tiny", {"e2el_p95_ms": 2500},
+                          card=starter.Card("cpu", None, 2), engine=engine_info(), shape=None,
+                          workload="trace")
+    assert start.scenario.engine.flags["max-model-len"] >= longest

@@ -14,11 +14,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from autotune import reasons
+from autotune import reasons, traces
 from autotune.config import Hardware, PruneSpec, Scenario
 from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, ConfigError
 from autotune.traffic import WorkloadSpec
 from autotune.tuning import memory
 
@@ -102,9 +102,15 @@ def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
 def longest_request(workload: WorkloadSpec) -> int | None:
     """Tokens of the workload's longest request (prompt + output), where the spec says.
 
-    Only `random` prompts have lengths known before sending; chat histories and files
-    are measured by the engine itself.
+    `random` prompts and traces have lengths known before sending; chat histories and
+    prompt files are measured by the engine itself.
     """
+    if workload.kind == "trace":
+        try:
+            found = traces.of(workload)
+        except ConfigError:  # an unreadable trace fails the run, not this estimate
+            return None
+        return max(r.input_tokens + max(1, r.output_tokens) for r in found.requests)
     if workload.kind != "random":
         return None
     r = workload.range_ratio
