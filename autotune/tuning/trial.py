@@ -101,6 +101,32 @@ def command_line(model: str, flags: dict[str, Any]) -> list[str]:
     return ["vllm", "serve", model, *to_args(flags)]
 
 
+@dataclass(frozen=True)
+class Engine:
+    """A configuration as it is launched: the flags as they reach vLLM (a smaller card's
+    emulated), the ballast that holds the rest of the device (a no-op without a GPU or an
+    emulated card) and the server, neither started: `with engine.ballast, engine.server`.
+    Every trial and every re-measurement (`autotune.verify`) launches through `engine`, so
+    what `validate` re-measures is what the study measured."""
+
+    flags: dict[str, Any]
+    ballast: Ballast
+    server: Server
+
+
+def engine(scenario: Scenario, model: str, flags: dict[str, Any], log_path: Path, *,
+           env: dict[str, str] | None = None, startup_timeout: float | None = None) -> Engine:
+    """How a configuration is launched: `scenario.engine.env` updated by `env` (a device,
+    cores of its own), the card of `scenario.hardware` emulated."""
+    launch_env = {**scenario.engine.env, **(env or {})}
+    launched = prune.emulate(flags, scenario.hardware, prune.device_bytes())
+    # The emulated card's memory is a hard limit only when the rest of the device is held.
+    ballast = Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=launch_env)
+    timeout = scenario.engine.startup_timeout_s if startup_timeout is None else startup_timeout
+    return Engine(launched, ballast, Server(model, launched, env=launch_env, log_path=log_path,
+                                            startup_timeout=timeout))
+
+
 def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
               guard: guardrail.Guard | None = None,
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
@@ -136,23 +162,18 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         reason, _, facts.detail = why.partition(": ")
         facts.launched = False
         return Outcome(PRUNED, reason, facts=facts)
-    launch_flags = prune.emulate(flags, scenario.hardware, prune.device_bytes())
-    if launch_flags != flags:
-        facts.launched_flags = launch_flags
-    # The emulated card's memory is a hard limit only when the rest of the device is held.
-    ballast = Ballast(scenario.hardware.memory_gib if device else None,
-                      env=scenario.engine.env)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     workload = scenario.workload
     if workload.max_duration_s is None or workload.max_duration_s > deadline.seconds:
         workload = workload.model_copy(update={"max_duration_s": deadline.seconds})
     watch: TrialWatch | None = None
-    server: Server | None = None
+    launch = engine(scenario, model, flags, trial_dir / "engine.log",
+                    startup_timeout=min(scenario.engine.startup_timeout_s, deadline.left()))
+    if launch.flags != flags:
+        facts.launched_flags = launch.flags
+    ballast, server = launch.ballast, launch.server
     try:
-        server = Server(model, launch_flags, env=scenario.engine.env,
-                        log_path=trial_dir / "engine.log",
-                        startup_timeout=min(scenario.engine.startup_timeout_s, deadline.left()))
         # The ballast starts before the engine and stops after it, on every path.
         with ballast, server as srv:
             timings["startup_s"] = time.monotonic() - t0
@@ -188,7 +209,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         return Outcome(PRUNED, reason, facts=facts)
     except EngineError as err:
         timings["startup_s"] = time.monotonic() - t0
-        if server is not None and server.phases:  # where the failed start spent its time
+        if server.phases:  # where the failed start spent its time
             facts.startup = Startup.from_dict({"launch": server.launch_path,
                                                "phases": server.phases})
         facts.detail = err.detail

@@ -24,7 +24,6 @@ import optuna
 
 from autotune.config import Scenario, latency_key
 from autotune.engine import cpuplace, gpu
-from autotune.engine.ballast import Ballast
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
@@ -33,6 +32,7 @@ from autotune.measure.capacity import CapacityRecord
 from autotune.stored import plain
 from autotune.tuning import prune, record
 from autotune.tuning import study as study_mod
+from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import TrialRecord
 from autotune.verify import paired, validate
 
@@ -275,18 +275,14 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
     and its capacity by vLLM's client, searched from the capacity the study reported.
     `slot` (index, count) places it among engines side by side: on the CPU build each
     gets cores of its own (`engine.cpuplace`)."""
-    flags = dict(t.flags)
-    launch = prune.emulate(flags, scenario.hardware, prune.device_bytes())
-    env = dict(scenario.engine.env)
-    if device is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(device)
-    env.update(cpuplace.placement(*slot, env))
+    env = {} if device is None else {"CUDA_VISIBLE_DEVICES": str(device)}
+    env.update(cpuplace.placement(*slot, {**scenario.engine.env, **env}))
+    eng = trial_mod.engine(scenario, model, dict(t.flags), run_dir / "engine.log", env=env)
+    launch = eng.flags
     reported = (t.capacity.request_throughput or None) if t.capacity else None
     t0 = time.monotonic()
     try:
-        with Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=env), \
-                Server(model, launch, env=env, log_path=run_dir / "engine.log",
-                       startup_timeout=scenario.engine.startup_timeout_s) as srv:
+        with eng.ballast, eng.server as srv:
             startup = time.monotonic() - t0
             t1 = time.monotonic()
             if scenario.workload.mode == "fixed":
