@@ -11,12 +11,12 @@ beside (never in place of) the autotune-client validation.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from autotune.tuning import prune, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import TrialRecord
-from autotune.verify import paired, validate
+from autotune.verify import paired, pairs, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
 START_FACTOR = capacity.AROUND
@@ -165,27 +165,31 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     where = out_dir / "validate-vllm" / f"{candidate.number}-vs-{against.number}-{stamp}"
     order = validate.schedule(repeats)
-    runs: list[dict[str, Any]] = []
     side_by_side = gpus is not None and len(gpus) >= 2
-    if side_by_side:
-        assert gpus is not None
-        helper_s, client_version = _side_by_side(scenario, model, candidate, against, order,
-                                                 where, step_s, gpus[:2], runs, on_run)
-    else:
-        index = gpus[0] if gpus else None
-        idle_mib = gpu.Monitor(index).used_mib()  # None without a GPU
-        with vllmbench.Helper(where / "vllmbench.log") as helper:
-            for i, (pair, role) in enumerate(order):
-                t = candidate if role == "candidate" else against
-                prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s, index)
-                run_figures = {"trial": t.number, "role": role, "pair": pair, "gpu": index,
-                               **_measure(helper, scenario, model, t,
-                                          where / f"{i + 1:02d}-{role}", step_s,
-                                          f"run {i + 1} ({role}, trial #{t.number})", index)}
-                runs.append(run_figures)
-                if on_run is not None:
-                    on_run(i + 1, len(order), run_figures)
-            helper_s, client_version = helper.start_s, helper.version
+    devices: list[int | None] = list(gpus[:2]) if gpus and side_by_side else \
+        [gpus[0] if gpus else None]
+    idle = {d: gpu.Monitor(d).used_mib() for d in devices}  # None without a GPU
+    with contextlib.ExitStack() as stack:
+        # One vLLM client helper per device: its imports are paid once for all its runs.
+        helpers = {d: stack.enter_context(vllmbench.Helper(
+            where / (f"vllmbench-gpu{d}.log" if side_by_side else "vllmbench.log")))
+            for d in devices}
+
+        def measure(run: pairs.Run) -> dict[str, Any]:
+            on = f"-gpu{run.device}" if side_by_side else ""
+            what = (f"run {run.index} ({run.role}, trial #{run.trial.number}"
+                    + (f", GPU {run.device})" if side_by_side else ")"))
+            return {"gpu": run.device,
+                    **_measure(helpers[run.device], scenario, model, run.trial,
+                               where / f"{run.index:02d}-{run.role}{on}", step_s, what,
+                               run.device, run.slot)}
+
+        runs = pairs.run_pairs(
+            order, candidate, against, measure, devices=devices, on_run=on_run,
+            wait=lambda d: prune.wait_gpu_released(idle[d], scenario.prune.gpu_release_timeout_s,
+                                                   d))
+        helper_s = max((h.start_s or 0 for h in helpers.values()), default=0) or None
+        client_version = helpers[devices[0]].version
     device = gpu.device()
     metric = latency_key(scenario.objective.latency) if fixed else None
     summary = summarise(runs, "figure", "lower") if fixed else summarise(runs)
@@ -205,39 +209,6 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose the runs
         record.store_validation(study, candidate.number, record.VALIDATION_VLLM, result)
     return result
-
-
-def _side_by_side(scenario: Scenario, model: str, candidate: TrialRecord,
-                  against: TrialRecord, order: list[tuple[int, str]], where: Path,
-                  step_s: float, gpus: list[int], runs: list[dict[str, Any]],
-                  on_run: Callable[[int, int, dict[str, Any]], None] | None
-                  ) -> tuple[float | None, str | None]:
-    """Each pair's two runs at once, one per GPU (one vLLM client helper per GPU)."""
-    idle = {g: gpu.Monitor(g).used_mib() for g in gpus}
-    with vllmbench.Helper(where / f"vllmbench-gpu{gpus[0]}.log") as h0, \
-            vllmbench.Helper(where / f"vllmbench-gpu{gpus[1]}.log") as h1:
-        helpers = {gpus[0]: h0, gpus[1]: h1}
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for pair in sorted({p for p, _ in order}):
-                placed = {"candidate": gpus[pair % 2], "baseline": gpus[(pair + 1) % 2]}
-                futures = {}
-                for role, g in placed.items():
-                    t = candidate if role == "candidate" else against
-                    i = order.index((pair, role))
-                    prune.wait_gpu_released(idle[g], scenario.prune.gpu_release_timeout_s, g)
-                    futures[role] = (t, g, pool.submit(
-                        _measure, helpers[g], scenario, model, t,
-                        where / f"{i + 1:02d}-{role}-gpu{g}", step_s,
-                        f"run {i + 1} ({role}, trial #{t.number}, GPU {g})", g,
-                        (gpus.index(g), len(gpus))))
-                for role in ("baseline", "candidate"):
-                    t, g, future = futures[role]
-                    run_figures = {"trial": t.number, "role": role, "pair": pair, "gpu": g,
-                                   **future.result()}
-                    runs.append(run_figures)
-                    if on_run is not None:
-                        on_run(len(runs), len(order), run_figures)
-        return max(h0.start_s or 0, h1.start_s or 0), h0.version
 
 
 def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server,

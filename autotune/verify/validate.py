@@ -29,7 +29,7 @@ from autotune.tuning import prune, ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import TrialRecord
-from autotune.verify import paired
+from autotune.verify import paired, pairs
 
 ROLES = ("baseline", "candidate")
 
@@ -149,29 +149,26 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     where = out_dir / "validate" / f"{candidate.number}-vs-{against.number}-{stamp}"
     idle_mib = gpu.Monitor().used_mib()  # None without a GPU
-    order = schedule(repeats)
-    runs: list[dict[str, Any]] = []
     context: dict[str, Any] = {}
-    for i, (pair, role) in enumerate(order):
-        t = candidate if role == "candidate" else against
-        prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s)
-        outcome = trial_mod.run_trial(runs_scenario, model, dict(t.flags),
-                                trial_dir=where / f"{i + 1:02d}-{role}")
+
+    def measure(run: pairs.Run) -> dict[str, Any]:
+        outcome = trial_mod.run_trial(runs_scenario, model, dict(run.trial.flags),
+                                      trial_dir=where / f"{run.index:02d}-{run.role}")
         if outcome.state != trial_mod.COMPLETE:
             raise ValidationRunFailed(
-                f"validate: run {i + 1} ({role}, trial #{t.number}) did not complete: "
-                f"{outcome.reason} {outcome.facts.detail or ''}".rstrip()
+                f"validate: run {run.index} ({run.role}, trial #{run.trial.number}) did not "
+                f"complete: {outcome.reason} {outcome.facts.detail or ''}".rstrip()
                 + f"; log {outcome.facts.log_path}")
-        m = obj.measures(outcome.summary, scenario.objective)
-        run_figures = {"trial": t.number, "role": role, "pair": pair, **m.as_dict(),
-                       "failed": outcome.summary.get("failed", 0),
-                       "startup_s": (outcome.facts.timings or {}).get("startup_s"),
-                       "log_path": outcome.facts.log_path}
-        runs.append(run_figures)
-        context = {"engine_version": outcome.facts.engine_version,
-                   "device": outcome.facts.device}
-        if on_run is not None:
-            on_run(i + 1, len(order), run_figures)
+        context.update(engine_version=outcome.facts.engine_version,
+                       device=outcome.facts.device)
+        return {**obj.measures(outcome.summary, scenario.objective).as_dict(),
+                "failed": outcome.summary.get("failed", 0),
+                "startup_s": (outcome.facts.timings or {}).get("startup_s"),
+                "log_path": outcome.facts.log_path}
+
+    runs = pairs.run_pairs(
+        schedule(repeats), candidate, against, measure, on_run=on_run,
+        wait=lambda _: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
     result = {"repeats": repeats, "against": against.number, "candidate": candidate.number,
               **summarise(runs, scenario.objective), "runs": runs, **context,
               "order": "alternating, baseline first", "dir": str(where),
