@@ -8,7 +8,7 @@ import sys
 from autotune.cli.options import cost_arguments, open_study, study_arguments, whole
 from autotune.errors import ConfigError
 
-HELP = ("a feasible configuration as a deployment artifact")
+HELP = "a feasible configuration as a deployment artifact"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ import json
 from autotune.cli.options import cost_arguments, open_study, study_arguments, what_if, whole
 from autotune.errors import ConfigError
 
-HELP = ("the trials of a study, its best or Pareto set")
+HELP = "the trials of a study, its best or Pareto set"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
