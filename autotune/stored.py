@@ -20,16 +20,19 @@ R = TypeVar("R", bound="Stored")
 @dataclass(frozen=True)
 class Stored:
     """Base of a stored record; `NESTED` names the fields that hold records of their own (a
-    tuple of them where the stored value is a list)."""
+    tuple of them where the stored value is a list), `KEYED` those that hold a mapping of
+    names to records."""
 
     # The keys `from_dict` read, in their order; None for a record made in code.
     read: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
     NESTED: ClassVar[Mapping[str, type[Stored]]] = {}
+    KEYED: ClassVar[Mapping[str, type[Stored]]] = {}
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
         names = {f.name for f in dataclasses.fields(cls)} - {"read"}
-        found = {k: _read(cls.NESTED.get(k), v) for k, v in data.items() if k in names}
+        found = {k: _keyed(cls.KEYED[k], v) if k in cls.KEYED else _read(cls.NESTED.get(k), v)
+                 for k, v in data.items() if k in names}
         return cls(**found, read=tuple(found))
 
     def as_dict(self) -> dict[str, Any]:
@@ -46,11 +49,25 @@ def _read(kind: type[Stored] | None, value: Any) -> Any:
     return kind.from_dict(value) if isinstance(value, Mapping) else value
 
 
+def _keyed(kind: type[Stored], value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        return value
+    return {k: kind.from_dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
+
+
 def plain(value: Any) -> Any:
-    """A stored record (or a tuple of them) as the JSON data it stands for; anything else
-    as it is."""
+    """`value` as the JSON data it stands for: a stored record by its own `as_dict`, any
+    other dataclass as its fields (and the computed attributes its class names in
+    `EXTRA`), containers item by item; anything else as it is. The one conversion to
+    plain data, for records and for `--json` alike."""
     if isinstance(value, Stored):
         return value.as_dict()
-    if isinstance(value, tuple):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out.update((name, plain(getattr(value, name))) for name in getattr(value, "EXTRA", ()))
+        return out
+    if isinstance(value, (tuple, list)):
         return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
     return value

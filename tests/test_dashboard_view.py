@@ -23,6 +23,7 @@ from browser import load_url
 from optuna_dashboard import wsgi
 
 from autotune.results import dashboard, show
+from autotune.results.summary import Summary
 from autotune.tuning import record
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
@@ -50,7 +51,9 @@ def test_best_trial_is_the_one_show_names(db, tmp_path):
     before = _sha(copy)
     url = f"sqlite:///{copy}"
     st = show.open_existing(url)
-    want = show.summary(st)["best"]["number"]
+    best = Summary.of(st).best
+    assert best is not None
+    want = best.number
     plain = _get(wsgi(url), "/api/studies/1")
     view = dashboard.app(url)
     detail = _get(view, "/api/studies/1")

@@ -17,7 +17,8 @@ import yaml
 from autotune.engine import defaults
 from autotune.engine.defaults import Effective, Machine
 from autotune.engine.log import StartupFigures, parse_startup
-from autotune.results import export, show
+from autotune.results import export
+from autotune.results.summary import Summary
 from autotune.tuning import ranking
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,10 +97,10 @@ def test_each_source_removes_a_flag_the_winner_set_to_the_default(guided):
 
 
 def test_show_and_export_count_and_write_only_real_overrides(guided):
-    data = show.summary(guided)
-    row = next(r for r in data["ranking"] if r["number"] == 6)
-    assert row["overrides"] == 3
-    assert data["best_changes"] == {"max-num-batched-tokens": 4096,
+    data = Summary.of(guided)
+    row = next(r for r in data.ranking if r.number == 6)
+    assert row.overrides == 3
+    assert data.best_changes == {"max-num-batched-tokens": 4096,
                                     "gpu-memory-utilization": 0.95, "api-server-count": 4}
     best = ranking.feasible_best(guided)
     text = export.render(guided, best, "vllm-yaml", "/models/q")

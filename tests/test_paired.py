@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from autotune.validation import Validation
 from autotune.verify import paired
 
 
@@ -47,20 +48,34 @@ def test_ratios_are_geometric_means_of_the_pairs():
 def test_gain_is_relative_and_the_verdict_reads_the_interval():
     g = paired.gain([0.1, 0.1, 0.1])
     assert g["gain"] == pytest.approx(math.exp(0.1) - 1) == g["ci_low"] == g["ci_high"]
-    assert paired.verdict(g) == "gain"
-    assert paired.verdict(paired.gain([-0.2, -0.21, -0.19])) == "loss"
-    assert paired.verdict(paired.gain([-0.1, 0.2])) == "within noise"
-    assert paired.verdict(paired.gain([0.1])) == "no CI"
+    assert Validation.from_dict(g).word() == "gain"
+    assert Validation.from_dict(paired.gain([-0.2, -0.21, -0.19])).word() == "loss"
+    assert Validation.from_dict(paired.gain([-0.1, 0.2])).word() == "within noise"
+    assert Validation.from_dict(paired.gain([0.1])).word() == "no CI"
 
 
 def test_one_line_says_when_there_is_no_interval():
     v = {**paired.gain([0.05, 0.10, 0.15]), "metric": "weighted score", "against": 0,
          "repeats": 3}
-    line = paired.one_line(v)
+    line = Validation.from_dict(v).line()
     assert line.startswith("+10.5% weighted score (95% CI ") and "vs #0, 3 paired runs" in line
-    assert "no CI with 1 pair" in paired.one_line({**paired.gain([0.1]), "against": 0,
-                                                    "repeats": 1})
-    assert paired.compact(None) is None
+    assert "no CI with 1 pair" in Validation.from_dict({**paired.gain([0.1]), "against": 0,
+                                                        "repeats": 1}).line()
+
+
+def test_a_stored_validation_reads_back_typed_and_writes_back_as_stored():
+    """Studies keep validations as JSON objects: read as records (a key this version does
+    not know is left out), written back key for key; the headline drops the runs."""
+    stored = {"gain": 0.1, "ci_low": 0.02, "ci_high": 0.2, "metric": "weighted score",
+              "against": 0, "candidate": 3, "repeats": 2, "made_by_a_later_version": 1,
+              "per_metric": {"throughput": {"key": "output_throughput", "ratio": 1.1,
+                                            "ci_low": 1.0, "ci_high": 1.2, "better": "higher"}},
+              "runs": [{"trial": 0, "role": "baseline", "pair": 0, "throughput": 10.0,
+                        "log_path": "/x"}]}
+    v = Validation.from_dict(stored)
+    assert v.per_metric["throughput"].ratio == 1.1 and v.runs[0].throughput == 10.0
+    assert v.as_dict() == {k: val for k, val in stored.items() if k != "made_by_a_later_version"}
+    assert v.headline().runs == () and "runs" not in v.headline().as_dict()
 
 
 def test_every_re_measurement_runs_its_pairs_through_one_loop():

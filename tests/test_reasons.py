@@ -16,7 +16,8 @@ from rich.console import Console
 from autotune import reasons
 from autotune.engine import log as enginelog
 from autotune.measure import capacity
-from autotune.results import show, views
+from autotune.results import views
+from autotune.results.summary import Summary
 from autotune.tuning import deadline, prune, record
 
 PACKAGE = Path(reasons.__file__).resolve().parent
@@ -92,13 +93,13 @@ def test_show_prints_the_meaning_of_the_reasons_its_trials_carry():
                reason=reasons.OOM, constraints={"completed": 1.0})
     record.add(st, TrialState.FAIL, flags={"max-num-seqs": 8}, outcome=record.INTERRUPTED,
                reason=reasons.DEFAULTS_FIRST)
-    data = show.summary(st)
-    assert data["reasons"] == {r: reasons.REASONS[r] for r in
-                               (reasons.OOM, reasons.DEFAULTS_FIRST, reasons.INTERRUPTED)}
-    json.dumps(data, default=str)  # `show --json` carries it
+    data = Summary.of(st)
+    assert data.reasons == {r: reasons.REASONS[r] for r in
+                            (reasons.OOM, reasons.DEFAULTS_FIRST, reasons.INTERRUPTED)}
+    assert json.loads(json.dumps(data.as_json(), default=str))["reasons"] == data.reasons
     out = io.StringIO()
     views.print_summary(data, Console(file=out, width=200, color_system=None))
     text = out.getvalue()
-    for name, meaning in data["reasons"].items():
+    for name, meaning in data.reasons.items():
         assert f"{name}: {meaning}" in text
     assert reasons.REASONS[reasons.BEHIND] not in text  # only the reasons that occur

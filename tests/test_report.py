@@ -9,7 +9,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.cli.main import main
-from autotune.results import report, reportpage, show
+from autotune.results import report, reportpage, summary
 from autotune.tuning import ranking, record
 
 SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
@@ -159,7 +159,7 @@ def test_a_tie_is_shown_as_a_tie(tmp_path):
         _done(st, rate * 128, 50.0, gain, baseline="vllm-defaults" if i == 0 else None,
               params={"max-num-seqs": 4 * (i + 1)} if i else None,
               metrics=_metrics(rate * 128, 50.0, capacity=cap))
-    assert show.tied_with_best(st) == {1, 2}
+    assert summary.tied_with_best(st) == {1, 2}
     hist = {t.name: t for t in report.history_figure(st).data}
     assert list(hist["best feasible so far (ties: fewest overrides)"].y) == [0.0, 0.0, 0.0]
     assert list(hist["tied with the best (capacity within noise)"].x) == [1, 2]
@@ -303,7 +303,7 @@ def test_capacity_studies_say_where_throughput_was_measured():
 def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     """On a small card vLLM's defaults cannot start: gains are over the first baseline that
     ran, and every view says so instead of claiming "vLLM defaults"."""
-    from autotune.results import export, show
+    from autotune.results import export
     st = optuna.create_study(study_name="small", direction="maximize")
     st.set_user_attr("scenario", SCENARIO)
     _pruned(st, "kv_too_small", baseline="vllm-defaults")
@@ -312,12 +312,12 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     assert ranking.reference_trial(st).number == 1
     name = "defaults-16k #1 (vLLM defaults did not run)"
     assert ranking.reference_name(st) == name
-    assert show.summary(st)["gain_over"] == name
+    assert summary.Summary.of(st).gain_over == name
     assert report.axes(st).reference == name
     assert report.history_figure(st).layout.title.text.startswith(
         f"Optimisation history: weighted gain over {name}")
     assert f"over {name}; ship" in reportpage.build(st)
-    assert export.facts(st, record.records(st)[2])["gain_over"] == name
+    assert export.Facts.of(st, record.records(st)[2]).gain_over == name
     # with the defaults measured, the wording stays as it was
     _done(st, 90.0, 60.0, 0.0, baseline="vllm-defaults")
     assert ranking.reference_trial(st).number == 3

@@ -7,6 +7,8 @@ import pytest
 from autotune.engine import log as enginelog
 from autotune.measure import speculation
 from autotune.results import dashboard, reportpage, show
+from autotune.results.summary import Summary, TrialRow
+from autotune.results.summary import plain as plain_data
 from autotune.tuning import record
 
 # vLLM 0.32's CPU build after one request with ngram x4 (seen here), model label shortened.
@@ -94,9 +96,11 @@ def test_show_report_and_dashboard_carry_the_acceptance(tmp_path):
     assert plain.spec is None and spec.spec.acceptance_rate == 0.625
     assert show.speculation_text(spec) == \
         "acceptance 62% (3.50 tokens a step, 50% of the output)"
-    rows = [show.trial_row(r) for r in (plain, spec)]
-    assert rows[0]["speculation"] is None
-    assert rows[1]["speculation"]["mean_acceptance_length"] == 3.5
+    rows = [TrialRow.of(r) for r in (plain, spec)]
+    assert rows[0].speculation is None
+    assert rows[1].speculation is not None
+    assert rows[1].speculation.mean_acceptance_length == 3.5
+    assert plain_data(rows[1])["speculation"]["mean_acceptance_length"] == 3.5  # --json
     html = reportpage.build(st)
     assert "Speculative decoding" in html and "62% (3.50 tokens a step, 50% of the output)" in html
     attrs = dashboard.attributes(st)
@@ -113,6 +117,6 @@ def test_show_prints_the_acceptance_column(tmp_path):
 
     st = _study(tmp_path)
     console = Console(width=200, record=True)
-    views.print_summary(show.summary(st), console)
+    views.print_summary(Summary.of(st), console)
     text = console.export_text()
     assert "spec acc" in text and "62% x3.50" in text

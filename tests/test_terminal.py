@@ -16,6 +16,7 @@ from rich.console import Console
 
 from autotune.cli.main import build_parser, main
 from autotune.results import show, views
+from autotune.results.summary import Summary
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "studies" / "qwen3-4b-h200.db"
@@ -30,20 +31,20 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_show_is_readable_at_80_columns():
     out = io.StringIO()
     console = Console(file=out, width=80, force_terminal=False, color_system=None)
-    data = show.summary(show.open_existing(str(H200)))
+    data = Summary.of(show.open_existing(str(H200)))
     views.print_summary(data, console)
     lines = out.getvalue().splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
     text = out.getvalue()
-    for r in data["trials"]:  # one line per trial with its outcome, figures unbroken
-        line = next(ln for ln in lines if ln.startswith(f"#{r['number']} "))
-        assert r["outcome"] in line
-        if r["gain"] is not None and r.get("tied_with_best") is None:
-            assert f"{r['gain']:+.1%}" in line
+    for r in data.trials:  # one line per trial with its outcome, figures unbroken
+        line = next(ln for ln in lines if ln.startswith(f"#{r.number} "))
+        assert r.outcome in line
+        if r.gain is not None and r.tied_with_best is None:
+            assert f"{r.gain:+.1%}" in line
     # Flags are words, never cut inside: every flag of every trial appears whole.
     words = set(text.split())
-    for r in data["trials"]:
-        for flag in r["flags"]:
+    for r in data.trials:
+        for flag in r.flags:
             assert any(w.startswith(f"{flag}=") or w.rstrip(";") in (flag, f"no-{flag}")
                        for w in words), flag
     assert "tied (#8)" in text  # within noise of the best (#8: fewest real overrides)

@@ -17,6 +17,7 @@ from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
 from autotune.tuning import objective as obj
 from autotune.tuning import record
+from autotune.validation import Validation
 from autotune.verify import validate
 from tests.conftest import SCENARIO
 
@@ -133,7 +134,9 @@ def test_stored_on_a_finished_trial(db):
     record.store_validation(st, 2, record.VALIDATION, {"gain": 0.2, "repeats": 3})  # replaced
     again = record.records(optuna.load_study(study_name="engine-test",
                                              storage=f"sqlite:///{db}"))
-    assert again[2].validation == {"gain": 0.2, "repeats": 3}
+    assert again[2].validation is not None
+    assert again[2].validation.as_dict() == {"gain": 0.2, "repeats": 3}
+    assert (again[2].validation.gain, again[2].validation.repeats) == (0.2, 3)
     assert again[2].state == TrialState.COMPLETE and again[2].values == (0.1,)
     assert again[2].measures == before.measures
     assert [r.validation for r in again if r.number != 2] == [None] * 3
@@ -176,7 +179,7 @@ def test_the_table_shows_each_run_and_each_ratio(capsys):
     runs = _runs([(100.0, 50.0)], [(110.0, 45.0)])
     record = {"repeats": 1, "against": 0, "candidate": 2, "runs": runs,
               **validate.summarise(runs, Objective(weights={"throughput": 1.0}))}
-    views.print_validation(record)
+    views.print_validation(Validation.from_dict(record))
     out = " ".join(capsys.readouterr().out.split())
     assert "1.1x" in out and "0.9x" in out
     assert "one pair: no confidence interval" in out

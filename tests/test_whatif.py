@@ -27,27 +27,28 @@ def trials() -> list[TrialRecord]:
 
 def test_a_stricter_ttft_slo_is_covered_by_the_recorded_steps(trials):
     data = whatif.rerank(trials, [parse("ttft_p95_ms=300")])
-    by = {t["number"]: t for t in data["trials"]}
+    by = {t.number: t for t in data.trials}
     # The defaults: 37.8 req/s passed (TTFT 108 ms), 42.0 failed on its growing backlog,
     # which no SLO changes; 50.4 had TTFT 257 ms but failed on the backlog too.
-    assert by[0]["status"] == whatif.COVERED
-    assert (by[0]["passed"], round(by[0]["failed"], 1)) == (pytest.approx(37.8, abs=0.05), 42.0)
-    assert data["best"] == 2 and by[2]["passed"] == pytest.approx(39.16, abs=0.01)
+    assert by[0].status == whatif.COVERED
+    assert by[0].failed is not None
+    assert (by[0].passed, round(by[0].failed, 1)) == (pytest.approx(37.8, abs=0.05), 42.0)
+    assert data.best == 2 and by[2].passed == pytest.approx(39.16, abs=0.01)
     # #0 fails at 42.0 > 39.2 and #1 at 45.6: the steps cannot rank them below #2.
-    assert set(data["contenders"]) == {0, 1}
+    assert set(data.contenders) == {0, 1}
 
 
 def test_an_slo_no_step_met_is_an_upper_bound(trials):
     data = whatif.rerank(trials, [parse("ttft_p95_ms=90")])
-    assert data["counts"] == {"covered": 0, "at_least": 0, "at_most": 3, "no_data": 0}
-    by = {t["number"]: t for t in data["trials"]}
-    assert by[0]["text"] == "at most 33.6 req/s (every step tried failed)"
-    assert data["best"] is None
+    assert data.counts == whatif.Counts(covered=0, at_least=0, at_most=3, no_data=0)
+    by = {t.number: t for t in data.trials}
+    assert by[0].text == "at most 33.6 req/s (every step tried failed)"
+    assert data.best is None
 
 
 def test_a_metric_the_study_did_not_record_has_no_data(trials):
     data = whatif.rerank(trials, [parse("e2el_p99_ms=2000")])
-    assert data["counts"]["no_data"] == 3 and data["best"] is None
+    assert data.counts.no_data == 3 and data.best is None
 
 
 def test_every_step_passing_is_a_lower_bound():

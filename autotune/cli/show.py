@@ -23,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.results import show, views
+    from autotune.results import views
+    from autotune.results.summary import Summary
 
     st = open_study(args)
     if args.trial is not None:
@@ -40,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             views.print_trial(trials[args.trial])
         return 0
-    data = show.summary(st, what_if(args.slo, "show"), load=args.load,
-                        gpu_hour=args.gpu_hour, gpus=args.gpus)
+    data = Summary.of(st, what_if(args.slo, "show"), load=args.load, gpu_hour=args.gpu_hour,
+                      gpus=args.gpus)
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json.dumps(data.as_json(), indent=2, default=str))
     else:
         views.print_summary(data)
     return 0

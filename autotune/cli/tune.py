@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from autotune.config import Scenario
+    from autotune.results.summary import Summary
     from autotune.tuning.storage import StudyLocation
 
 HELP = "run (or resume) the study of a scenario"
@@ -138,7 +139,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
         if run_tickets is None:  # a `--gpus` worker's own count: its log, not tune.log
             logging.getLogger("autotune").info(line)
 
-    from autotune.results.show import summary
+    from autotune.results.summary import Summary
 
     started = time.monotonic()  # the time budget covers the last phases too
     trials = cmd.trials if cmd.trials is not None else scenario.budget.trials
@@ -159,7 +160,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
                                            gpus, console, on_progress)
         if code == 0:
             last_phases(shared_study)
-        _print_summary(cmd, summary(shared_study), console)
+        _print_summary(cmd, Summary.of(shared_study), console)
         return code
     request = study.Request(
         scenario, where, trials, timeout,
@@ -171,7 +172,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
         result = study.tune(request, on_progress=on_progress)
     if run_tickets is None and cmd.worker_id is None:  # one of several workers: not here
         last_phases(result)
-    _print_summary(cmd, summary(result), console)
+    _print_summary(cmd, Summary.of(result), console)
     return 0
 
 
@@ -199,12 +200,12 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
     return result.code, st
 
 
-def _print_summary(cmd: TuneCommand, data: dict, console: Console) -> None:
+def _print_summary(cmd: TuneCommand, data: Summary, console: Console) -> None:
     """The study's summary: as JSON on stdout with --json (as `show --json`), else tables."""
     from autotune.results import views
 
     if cmd.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json.dumps(data.as_json(), indent=2, default=str))
     else:
         views.print_summary(data, console)
 

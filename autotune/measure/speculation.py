@@ -15,7 +15,7 @@ output the drafts supplied.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from autotune.engine.prometheus import by_label, scrape
 
@@ -57,6 +57,9 @@ def _position(key: str) -> int:
 class Speculation:
     """What speculation did over a window: counts and vLLM's two summary figures."""
 
+    EXTRA: ClassVar[tuple[str, ...]] = ("acceptance_rate", "mean_acceptance_length",
+                                        "drafted_share")  # computed, but written out
+
     drafts: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
@@ -80,9 +83,7 @@ class Speculation:
         return self.accepted_tokens / self.generated_tokens if self.generated_tokens else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "acceptance_rate": self.acceptance_rate,
-                "mean_acceptance_length": self.mean_acceptance_length,
-                "drafted_share": self.drafted_share}
+        return {**asdict(self), **{name: getattr(self, name) for name in self.EXTRA}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Speculation:

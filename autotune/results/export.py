@@ -23,11 +23,12 @@ from autotune.flags import to_args
 from autotune.measure import capacity
 from autotune.results import limits as limits_mod
 from autotune.results.limits import Limits
+from autotune.stored import plain
 from autotune.tuning import accuracy, ranking
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.record import Source, TrialRecord
-from autotune.verify import crosscheck, paired
+from autotune.validation import Recheck, Validation
 
 if TYPE_CHECKING:  # cost reads this module's GPU count; only the type is needed here
     from autotune.results.cost import TrialCost
@@ -57,28 +58,43 @@ def recheck(study: Source, r: TrialRecord, lim: Limits) -> dict[str, str]:
             "needs": "the study database and the model; one GPU like the measured one"}
 
 
-def facts(study: Source, r: TrialRecord) -> dict[str, Any]:
-    """What the export says about where it came from and what was measured."""
-    m, q = r.metrics, r.quality or Quality()
-    return {
-        "study": study.study_name, "trial": r.number,
-        "baseline": r.baseline,
-        "engine": r.engine_version,
-        "device": r.device_name,
-        "gain_over_defaults": r.gain,
-        "gain_over": reference_name(study),
-        "output_throughput": m.get("output_throughput"),
-        "request_throughput": m.get("request_throughput"),
-        "median_ttft_ms": m.get("median_ttft_ms"), "p95_ttft_ms": m.get("p95_ttft_ms"),
-        "median_tpot_ms": m.get("median_tpot_ms"),
-        "memory_mib": r.measures.memory_mib if r.measures else None,
-        "quality_drift": q.drift, "quality_passed": q.passed,
-        "quality_verdict": q.verdict, "quality_words": q.words(),
-        "startup_s": r.startup_s,
-        "validation": paired.compact(r.validation),
-        "validation_vllm": crosscheck.compact(r.validation_vllm),
-        "capacity": capacity.describe(r.capacity) if r.capacity else None,
-    }
+@dataclass(frozen=True)
+class Facts:
+    """What an export says about where it came from and what was measured."""
+
+    study: str
+    trial: int
+    baseline: str | None
+    engine: str | None
+    device: str | None
+    gain_over_defaults: float | None
+    gain_over: str
+    output_throughput: float | None
+    request_throughput: float | None
+    median_ttft_ms: float | None
+    p95_ttft_ms: float | None
+    median_tpot_ms: float | None
+    memory_mib: float | None
+    quality_drift: float | None
+    quality_passed: bool | None
+    quality_verdict: str | None
+    quality_words: str
+    startup_s: float | None
+    validation: Validation | None  # without the per-run figures
+    validation_vllm: Recheck | None
+    capacity: str | None
+
+    @classmethod
+    def of(cls, study: Source, r: TrialRecord) -> Facts:
+        m, q = r.metrics, r.quality or Quality()
+        return cls(study.study_name, r.number, r.baseline, r.engine_version, r.device_name,
+                   r.gain, reference_name(study), m.get("output_throughput"),
+                   m.get("request_throughput"), m.get("median_ttft_ms"), m.get("p95_ttft_ms"),
+                   m.get("median_tpot_ms"), r.measures.memory_mib if r.measures else None,
+                   q.drift, q.passed, q.verdict, q.words(), r.startup_s,
+                   r.validation.headline() if r.validation else None,
+                   r.validation_vllm.headline() if r.validation_vllm else None,
+                   capacity.describe(r.capacity) if r.capacity else None)
 
 
 # Printed in every export of a trial whose answers changed within the budget.
@@ -93,28 +109,26 @@ def inert(text: str) -> str:
                    for ch in str(text))
 
 
-def comment_lines(f: Mapping[str, Any]) -> list[str]:
+def comment_lines(f: Facts) -> list[str]:
     """The comment lines of an export, each made inert (names are user data)."""
     def num(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
     return [inert(line) for line in [
-        f"autotune: study {f['study']}, trial {f['trial']}"
-        + (f" ({f['baseline']})" if f["baseline"] else "")
-        + f", {f['engine']} on {f['device']}",
-        f"measured: {num(f['output_throughput'], '.1f')} output tok/s, "
-        f"{num(f['request_throughput'], '.2f')} req/s, TTFT p50/p95 "
-        f"{num(f['median_ttft_ms'], '.1f')}/{num(f['p95_ttft_ms'], '.1f')} ms, TPOT p50 "
-        f"{num(f['median_tpot_ms'], '.2f')} ms, memory {num(f['memory_mib'], '.0f')} MiB",
-        f"gain over {f['gain_over']} {num(f['gain_over_defaults'], '+.1%')}; quality drift "
-        f"{num(f['quality_drift'], '.4f')} nats ("
-        + ("passed" if f["quality_passed"] else "not checked") + ")",
-    ] + ([f"quality: {f['quality_words']}"] if f.get("quality_verdict") else []) \
-      + ([QUALITY_WARNING] if f.get("quality_verdict") == accuracy.CHANGED else []) \
-      + ([f"capacity at SLO: {f['capacity']}"] if f.get("capacity") else []) \
-      + ([f"validated: {paired.one_line(f['validation'])}"] if f.get("validation") else []) \
-      + ([f"re-measured: {crosscheck.headline(f['validation_vllm'])}"]
-         if f.get("validation_vllm") else [])]
+        f"autotune: study {f.study}, trial {f.trial}" + (f" ({f.baseline})" if f.baseline else "")
+        + f", {f.engine} on {f.device}",
+        f"measured: {num(f.output_throughput, '.1f')} output tok/s, "
+        f"{num(f.request_throughput, '.2f')} req/s, TTFT p50/p95 "
+        f"{num(f.median_ttft_ms, '.1f')}/{num(f.p95_ttft_ms, '.1f')} ms, TPOT p50 "
+        f"{num(f.median_tpot_ms, '.2f')} ms, memory {num(f.memory_mib, '.0f')} MiB",
+        f"gain over {f.gain_over} {num(f.gain_over_defaults, '+.1%')}; quality drift "
+        f"{num(f.quality_drift, '.4f')} nats (" + ("passed" if f.quality_passed else "not checked")
+        + ")",
+    ] + ([f"quality: {f.quality_words}"] if f.quality_verdict else []) \
+      + ([QUALITY_WARNING] if f.quality_verdict == accuracy.CHANGED else []) \
+      + ([f"capacity at SLO: {f.capacity}"] if f.capacity else []) \
+      + ([f"validated: {f.validation.line()}"] if f.validation else []) \
+      + ([f"re-measured: {f.validation_vllm.line()}"] if f.validation_vllm else [])]
 
 
 def limit_lines(lim: Limits, check: Mapping[str, str]) -> list[str]:
@@ -216,7 +230,7 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
                           "name (letters, digits and _, not starting with a digit)")
     if fmt not in FORMATS:
         raise ConfigError(f"export: unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    f = facts(study, r)
+    f = Facts.of(study, r)
     p = plan(r, model, image)
     env = p.env
     lim = limits_mod.derive(r, slos_of(study))
@@ -226,7 +240,7 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
         notes.append(inert(sizing.line()))
     max_replicas = max_replicas or (sizing.replicas if sizing else None) or MAX_REPLICAS
     if left := effective.words(r.flags):
-        notes.append(inert(f"left out as vLLM's defaults on {f['device'] or 'this machine'}: "
+        notes.append(inert(f"left out as vLLM's defaults on {f.device or 'this machine'}: "
                            + left))
     args = to_args(flags)
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
@@ -246,7 +260,7 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
         body = yaml.safe_dump(flags, sort_keys=False, allow_unicode=True) if flags else "{}\n"
         return "\n".join(head) + "\n" + body
     if fmt == "json":
-        return json.dumps({**f, "model": model, "flags": flags, "env": env,
+        return json.dumps({**plain(f), "model": model, "flags": flags, "env": env,
                            "command": ["vllm", "serve", model, *args],
                            "operating_limits": lim.as_dict(), "recheck": check,
                            "sizing": sizing.as_dict() if sizing else None,
@@ -308,11 +322,11 @@ def _compose(notes: list[str], p: Plan, args: list[str]) -> str:
     return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
-def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any], lim: Limits,
+def _k8s(notes: list[str], p: Plan, args: list[str], f: Facts, lim: Limits,
          max_replicas: int) -> str:
-    labels = {"app": "vllm", "autotune/study": label_value(str(f["study"])),
-              "autotune/trial": str(f["trial"])}
-    startup = int(max(120, 2 * (f.get("startup_s") or 150)))  # measured start-up, doubled
+    labels = {"app": "vllm", "autotune/study": label_value(f.study),
+              "autotune/trial": str(f.trial)}
+    startup = int(max(120, 2 * (f.startup_s or 150)))  # measured start-up, doubled
     probe = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": 10}
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in p.env.items()]
     mounts: list[dict[str, Any]] = [{"name": "shm", "mountPath": "/dev/shm"}]
@@ -350,7 +364,7 @@ def _k8s(notes: list[str], p: Plan, args: list[str], f: Mapping[str, Any], lim: 
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "vllm", "labels": dict(labels),
                      "annotations": {"autotune/measured": " | ".join(notes),
-                                     "autotune/study": str(f["study"])}},
+                                     "autotune/study": f.study}},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}},
                  "template": {"metadata": {"labels": dict(labels), "annotations": {
                      # vLLM's /metrics, for the Prometheus that feeds the autoscaler

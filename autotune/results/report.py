@@ -25,7 +25,7 @@ from plotly.subplots import make_subplots
 from autotune.config import latency_key
 from autotune.engine import phases
 from autotune.errors import ConfigError
-from autotune.results import show
+from autotune.results import summary
 from autotune.results.show import outcome, reason
 from autotune.tuning import objective as obj
 from autotune.tuning.ranking import (
@@ -348,7 +348,7 @@ def history_figure(study: Source) -> go.Figure:
             ys.append(gains[top.number] * 100)
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"shape": "hv", "color": "#2ca02c"},
                              name="best feasible so far (ties: fewest overrides)"))
-    tied = show.tied_with_best(study)
+    tied = summary.tied_with_best(study)
     for name, sel_kind, symbol, colour in (
             ("feasible", lambda p: p.kind == FEASIBLE and p.number not in tied, "circle",
              "#1f77b4"),
@@ -362,22 +362,20 @@ def history_figure(study: Source) -> go.Figure:
                 marker={"symbol": symbol, "size": 10, "color": colour,
                         "line": {"width": 2, "color": colour}}, name=name,
                 hovertext=[p.hover(ax) for p, _ in sel], hoverinfo="text"))
-    checked = [(r.number, v) for r in recs.values()
-               if (v := r.validation) and v.get("gain") is not None]
+    checked = [(r.number, v) for r in recs.values() if (v := r.validation) is not None]
     if checked:
         fig.add_trace(go.Scatter(
-            x=[n for n, _ in checked], y=[v["gain"] * 100 for _, v in checked], mode="markers",
+            x=[n for n, _ in checked], y=[v.gain * 100 for _, v in checked], mode="markers",
             name="validated (95% CI)", marker={"symbol": "line-ew-open", "size": 18},
             error_y={"type": "data", "symmetric": False,
-                     "array": [((v.get("ci_high") or v["gain"]) - v["gain"]) * 100
-                               for _, v in checked],
-                     "arrayminus": [(v["gain"] - (v.get("ci_low") or v["gain"])) * 100
+                     "array": [((v.ci_high or v.gain) - v.gain) * 100 for _, v in checked],
+                     "arrayminus": [(v.gain - (v.ci_low or v.gain)) * 100
                                     for _, v in checked]}))
     fig.add_hline(y=0, line_dash="dash", line_color="#888")
     if done:
         ypts = [g * 100 for _, g in done] + [0.0] + [
-            (v[k] if v.get(k) is not None else v["gain"]) * 100
-            for _, v in checked for k in ("ci_low", "ci_high")]
+            (bound if bound is not None else v.gain) * 100
+            for _, v in checked for bound in (v.ci_low, v.ci_high)]
         xr = [min(p.number for p, _ in done) - 0.6, max(p.number for p, _ in done) + 0.6]
         yr = axis_range(ypts, pad=0.15)
         fig.update_xaxes(range=xr)

@@ -15,14 +15,14 @@ from plotly.offline import get_plotlyjs
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
-from autotune.results import cost, report, show, whatif
+from autotune.results import cost, report, show, summary, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
 from autotune.tuning import ablation, ranking, relief
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import Measures
 from autotune.tuning.record import RELIEF, Snapshot, Source, TrialRecord, records
-from autotune.verify import crosscheck
+from autotune.validation import Validation
 
 # The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table
 # wraps its cells (long flag lists break between flags) instead of widening the page.
@@ -56,16 +56,16 @@ def _flags(flags: dict[str, Any]) -> str:
                     for k, v in flags.items()) or "(defaults)"
 
 
-def _validation(v: dict[str, Any] | None) -> str:
+def _validation(v: Validation | None) -> str:
     """`+6.2% [-3.1%, +16.4%] ×3, within noise` from a stored validation."""
-    if not v or v.get("gain") is None:
+    if v is None:
         return ""
-    text = f"{v['gain']:+.1%}"
-    if v.get("ci_low") is not None and v.get("ci_high") is not None:
-        text += f" [{v['ci_low']:+.1%}, {v['ci_high']:+.1%}]"
-    if v.get("repeats"):
-        text += f" ×{v['repeats']}"
-    return text + (f", {v['verdict']}" if v.get("verdict") else "")
+    text = f"{v.gain:+.1%}"
+    if v.ci_low is not None and v.ci_high is not None:
+        text += f" [{v.ci_low:+.1%}, {v.ci_high:+.1%}]"
+    if v.repeats:
+        text += f" ×{v.repeats}"
+    return text + (f", {v.verdict}" if v.verdict else "")
 
 
 def _capacity(r: TrialRecord) -> tuple[str, str]:
@@ -124,7 +124,7 @@ def columns(study: Source, price: cost.Price | None = None) -> list[Column]:
     ax = report.axes(study)
     fixed = report.fixed_flags(study)
     trials = records(study)
-    tied = show.tied_with_best(study)
+    tied = summary.tied_with_best(study)
     top = ranking.feasible_best(study)
 
     cols: list[Column] = [
@@ -157,7 +157,7 @@ def columns(study: Source, price: cost.Price | None = None) -> list[Column]:
         cols.append(("limited by", lambda r: r.bottleneck.text if r.bottleneck else "", False))
     if any(r.validation_vllm for r in trials):
         cols.append(("re-measured by vllm bench serve",
-                     lambda r: crosscheck.headline(r.validation_vllm)
+                     lambda r: r.validation_vllm.line()
                      if r.validation_vllm else "", False))
     if any(r.validation for r in trials):
         cols.append(("validated gain [95% CI] ×runs", lambda r: _validation(r.validation),
@@ -215,16 +215,16 @@ def _about(study: Source) -> str:
         "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
         "best feasible": _best_line(study, top, fixed),
     }
-    ranked = show.ranking(trials, ranking.not_overrides(study))
-    tied = [r for r in ranked if r["tied"]]
+    ranked = summary.ranking(trials, ranking.not_overrides(study))
+    tied = [r for r in ranked if r.tied]
     if len(tied) > 1:
         items["cannot separate"] = (
             f"the top {len(tied)} configurations ("
-            + ", ".join(f"#{r['number']}" for r in tied) + ") have overlapping capacity "
+            + ", ".join(f"#{r.number}" for r in tied) + ") have overlapping capacity "
             "intervals: the study cannot tell them apart; the one with the fewest "
             "overrides of vLLM's defaults is preferred")
-    if ranked and ranked[0].get("bottleneck"):
-        items["limited by"] = f"#{ranked[0]['number']}: {ranked[0]['bottleneck']}"
+    if ranked and ranked[0].bottleneck:
+        items["limited by"] = f"#{ranked[0].number}: {ranked[0].bottleneck}"
     if ceiling := relief.ceiling(top):
         items["headroom"] = ceiling
     if explained := ablation.latest(study):  # which of the winner's flags carry its gain
@@ -296,10 +296,10 @@ def what_if_table(study: Source, slos: Sequence[Slo]) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in ("#", "tried because", "flags", "answer",
                                                  "steps with data"))
     rows = "".join(
-        f"<tr><td>{t['number']}</td><td>{_e(t['tried'])}</td><td>{_e(_flags(t['flags']))}"
-        f"</td><td>{_e(t['text'] + ('' if t['quality_ok'] else ' (rejected by the guardrail)'))}"
-        f"</td><td>{t['steps']}</td></tr>" for t in data["trials"])
-    return f"<p>{_e(whatif.summary_text(data))}</p><table><tr>{head}</tr>{rows}</table>"
+        f"<tr><td>{t.number}</td><td>{_e(t.tried)}</td><td>{_e(_flags(t.flags))}"
+        f"</td><td>{_e(t.text + ('' if t.quality_ok else ' (rejected by the guardrail)'))}"
+        f"</td><td>{t.steps}</td></tr>" for t in data.trials)
+    return f"<p>{_e(data.text())}</p><table><tr>{head}</tr>{rows}</table>"
 
 
 

@@ -1,8 +1,8 @@
-"""Read a study back: open it by file, name or URL, and tabulate its trials."""
+"""Read a study back: open it by file, name or URL, and say in words what its trials were
+(outcome, reason, workload, objective); `summary` turns a study into the typed rows."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -14,17 +14,10 @@ from optuna.trial import TrialState
 
 from autotune import reasons
 from autotune.errors import ConfigError
-from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
-from autotune.results import cost, whatif
 from autotune.slo import Slo
-from autotune.tuning import ablation, relief, storage
-from autotune.tuning import ranking as ranked
-from autotune.tuning.guardrail import Quality
-from autotune.tuning.objective import gain
-from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
-from autotune.verify import crosscheck
-from autotune.verify.paired import compact
+from autotune.tuning import storage
+from autotune.tuning.record import TrialRecord
 
 
 def open_existing(target: str, study_name: str | None = None,
@@ -99,35 +92,6 @@ def reason(r: TrialRecord) -> str:
     return f"{r.reason} (not launched)" if r.launched is False else r.reason
 
 
-def trial_row(r: TrialRecord, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One trial as plain data: for the table and for `--json` (`fixed` flags left out)."""
-    m, q = r.measures, r.quality or Quality()
-    return {
-        "number": r.number,
-        "name": r.name,
-        "tried_because": r.tried_because.text,
-        "tried": r.tried_because.short,
-        "outcome": outcome(r),
-        "reason": reason(r),
-        "flags": {k: v for k, v in r.flags.items() if k not in (fixed or {})},
-        "throughput": m.throughput if m else None,
-        "latency_ms": m.latency_ms if m else None,
-        "memory_mib": m.memory_mib if m else None,
-        "values": list(r.values) if r.values is not None else None,
-        "gain": r.gain,
-        "startup_s": r.startup_s,
-        "capacity": _capacity(r),
-        "bottleneck": r.bottleneck.text if r.bottleneck else None,
-        "detail": r.detail,
-        "quality": {"passed": q.passed, "drift": q.drift, "agreement": q.agreement,
-                    "verdict": q.verdict, "cell": q.short(), "words": q.words(),
-                    "tasks": q.tasks.as_dict() if q.tasks else None},
-        "speculation": r.spec.as_dict() if r.spec else None,
-        "validation": compact(r.validation),
-        "validation_vllm": crosscheck.compact(r.validation_vllm),
-    }
-
-
 def speculation_text(r: TrialRecord) -> str:
     """`acceptance 62% (2.9 tokens a step)`, or "" for a trial that did not speculate."""
     spec = r.spec
@@ -136,110 +100,6 @@ def speculation_text(r: TrialRecord) -> str:
     share = "" if spec.drafted_share is None else f", {spec.drafted_share:.0%} of the output"
     return f"acceptance {spec.acceptance_rate:.0%} ({fmt(spec.mean_acceptance_length, '.2f')} " \
         f"tokens a step{share})"
-
-
-def _capacity(r: TrialRecord) -> dict[str, Any] | None:
-    """Capacity at SLO, its interval and its uncertainty (capacity mode only)."""
-    cap = r.capacity
-    if cap is None:
-        return None
-    lo, hi = capacity.interval(cap)
-    return {"request_throughput": cap.request_throughput,
-            "output_throughput": cap.output_throughput, "low": cap.low, "high": cap.high,
-            "uncertainty": cap.uncertainty, "saturated": cap.saturated, "stopped": cap.stopped,
-            "interval": [lo, hi], "steps": len(cap.steps), "text": capacity.describe(cap),
-            "bottleneck": capacity.limit_text(cap), "caveat": capacity_caveat(cap)}
-
-
-def ranking(trials: list[TrialRecord], defaults: dict[str, Any],
-            price: cost.Price | None = None) -> list[dict[str, Any]]:
-    """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
-    the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
-    parser defaults and the scenario's fixed flags). With a known `price`, each row has its
-    cost per million output tokens at its capacity (`per_million`)."""
-    done = [(r, cap) for r in trials
-            if r.feasible and (cap := r.capacity) and r.duplicate_of is None]
-    done.sort(key=lambda rc: -rc[1].request_throughput)
-    return [{"number": r.number, "name": r.name, "overrides": ranked.overrides(r, defaults),
-             "tied": capacity.tied(cap, done[0][1]), **(_capacity(r) or {}),
-             **({"per_million": cost.trial_cost(r, price).per_million,
-                 "currency": price.currency} if price is not None and price.known else {})}
-            for r, cap in done]
-
-
-def tied_with_best(study: optuna.Study | Snapshot) -> set[int]:
-    """Trials whose capacity the study cannot tell apart from its best trial's (the `=` of
-    the ranking), the best itself left out: their gains over the defaults differ by noise,
-    not by configuration."""
-    best = ranked.feasible_best(study)
-    if best is None or best.capacity is None:
-        return set()
-    return {r.number for r in records(study, (TrialState.COMPLETE,))
-            if r.feasible and r.capacity and r.number != best.number
-            and capacity.tied(r.capacity, best.capacity)}
-
-
-def summary(study: optuna.Study, what_if: Sequence[Slo] = (), *, load: float | None = None,
-            gpu_hour: float | None = None, gpus: int | None = None) -> dict[str, Any]:
-    """Every trial, the baseline, and the best feasible trial or the feasible Pareto set;
-    with `what_if`, the trials re-ranked under those SLOs from their recorded steps. The
-    price is the scenario's `cost`, or `gpu_hour` and `gpus`; with `load` (req/s), `cost`
-    sets the winner beside the defaults: replicas for that load and what they cost."""
-    snap = Snapshot.of(study)  # read once, ranked several ways below
-    price = cost.price_of(ranked.stored_scenario(snap), gpu_hour, gpus)
-    trials = records(snap)
-    fixed = ranked.fixed_flags(snap)
-    rows = [trial_row(r, fixed) for r in trials]
-    feasible = [r for r in trials if r.feasible]
-    base = next((r for r in rows if r["name"] == DEFAULTS and r["outcome"] != "pruned"), None)
-    out: dict[str, Any] = {"study": study.study_name, "directions":
-                           [d.name.lower() for d in study.directions], "trials": rows,
-                           "baseline": base}
-    launched = [r for r in trials if r.duplicate_of is None]
-    errors = [r.memory_estimate["kv_capacity_tokens"] / r.kv_capacity_reported - 1
-              for r in launched
-              if r.memory_estimate and r.memory_estimate.get("kv_capacity_tokens")
-              and r.kv_capacity_reported]
-    out["memory_model"] = {
-        "trials": len(errors),
-        "median_error": sorted(errors)[len(errors) // 2] if errors else None,
-        "max_abs_error": max((abs(e) for e in errors), default=None),
-        "not_launched": sum(1 for r in launched if r.launched is False),
-    }
-    effective = ranked.effective_defaults(snap)
-    defaults = {**effective.values, **fixed}  # `ranked.not_overrides`, read once
-    tied = tied_with_best(snap)
-    top = ranked.feasible_best(snap) if tied else None
-    for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
-        row["tied_with_best"] = top.number if top and row["number"] in tied else None
-    if len(study.directions) == 1:
-        best = ranked.pick(feasible, ranked.objective_value, defaults)
-        out["best"] = trial_row(best, fixed) if best else None
-        if best is not None:  # what the winner changes, against vLLM's effective defaults
-            own = {k: v for k, v in best.flags.items() if k not in fixed}
-            out["best_changes"] = effective.overrides(own)
-            out["best_left_out"] = effective.words(own)
-        out["ceiling"] = relief.ceiling(best)
-        out["best_gain"] = gain(ranked.objective_value(best)) if best else None
-        out["gain_over"] = ranked.reference_name(snap)
-    else:
-        front = {t.number for t in study.best_trials}  # feasible and non-dominated
-        out["pareto"] = [trial_row(r, fixed) for r in feasible if r.number in front]
-    out["ranking"] = ranking(trials, defaults, price)
-    explained = ablation.latest(snap)  # which of the winner's flags carry its gain
-    out["explanation"] = explained.as_dict() if explained else None
-    out["explanation_lines"] = explained.lines() if explained else []
-    out["price"] = dataclasses.asdict(price)
-    if load is not None:
-        winner = ranked.feasible_best(snap)
-        out["cost"] = cost.side_by_side(winner, ranked.reference_trial(snap),
-                                        ranked.reference_name(snap), price, load).as_dict() \
-            if winner else None
-    out["fixed_flags"] = fixed
-    out["reasons"] = legend(trials)
-    if what_if:
-        out["what_if"] = whatif.rerank(trials, what_if)
-    return out
 
 
 def legend(trials: Sequence[TrialRecord]) -> dict[str, str]:

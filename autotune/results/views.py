@@ -9,6 +9,7 @@ import math
 import re
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,11 @@ from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, whatif
 from autotune.results.show import fmt, outcome, reason, speculation_text
+from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning import relief
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.study import Progress
-from autotune.verify import crosscheck
-from autotune.verify.paired import one_line
+from autotune.validation import PairRun, Recheck, Validation
 
 
 def _clock(seconds: float) -> str:
@@ -64,96 +65,94 @@ def _flags(flags: dict[str, Any]) -> str:
 WIDE = 120  # columns from which `show` draws its full table; below, one trial per block
 
 
-def _gain_cell(r: dict[str, Any], weighted: bool) -> str:
+def _gain_cell(r: TrialRow, weighted: bool) -> str:
     if not weighted:
-        return ", ".join(fmt(v, ".4g") for v in (r["values"] or []))
-    if r.get("tied_with_best") is not None and r["gain"] is not None:
-        return f"tied (#{r['tied_with_best']})"  # within noise of the best: not a loss
-    return fmt(r["gain"], "+.1%")
+        return ", ".join(fmt(v, ".4g") for v in (r.values or []))
+    if r.tied_with_best is not None and r.gain is not None:
+        return f"tied (#{r.tied_with_best})"  # within noise of the best: not a loss
+    return fmt(r.gain, "+.1%")
 
 
-def _spec_cell(r: dict[str, Any]) -> str:
+def _spec_cell(r: TrialRow) -> str:
     """Speculation's acceptance rate and tokens per step: `62% x2.9`, "-" without it."""
-    spec = r.get("speculation") or {}
-    if spec.get("acceptance_rate") is None:
+    spec = r.speculation
+    if spec is None or spec.acceptance_rate is None:
         return "-"
-    return f"{spec['acceptance_rate']:.0%} x{spec['mean_acceptance_length']:.2f}"
+    return f"{spec.acceptance_rate:.0%} x{fmt(spec.mean_acceptance_length, '.2f')}"
 
 
-def print_summary(data: dict[str, Any], console: Console | None = None) -> None:
+def print_summary(data: Summary, console: Console | None = None) -> None:
     console = console or Console()
-    weighted = len(data["directions"]) == 1
-    speculated = any(r.get("speculation") for r in data["trials"])
+    weighted = data.weighted
+    speculated = any(r.speculation for r in data.trials)
     if console.width >= WIDE:
-        table = Table(title=f"study {data['study']}")
+        table = Table(title=f"study {data.study}")
         for col in ("#", "tried because", "flags", "outcome", "reason", "tput", "latency ms",
                     "mem MiB", "quality", *(["spec acc"] if speculated else []),
                     "gain" if weighted else "values"):
             table.add_column(col, overflow="fold")
-        for r in data["trials"]:
-            table.add_row(str(r["number"]), r["tried"], _flags(r["flags"]), r["outcome"],
-                          r["reason"], fmt(r["throughput"]), fmt(r["latency_ms"]),
-                          fmt(r["memory_mib"], ".0f"), r["quality"]["cell"],
-                          *([_spec_cell(r)] if speculated else []), _gain_cell(r, weighted))
+        for r in data.trials:
+            table.add_row(str(r.number), r.tried, _flags(r.flags), r.outcome, r.reason,
+                          fmt(r.throughput), fmt(r.latency_ms), fmt(r.memory_mib, ".0f"),
+                          r.quality.cell, *([_spec_cell(r)] if speculated else []),
+                          _gain_cell(r, weighted))
         console.print(table)
     else:
         print_stacked(data, console, weighted)
-    print_legend(data.get("reasons") or {}, console)
-    print_quality(data["trials"], console)
-    if data.get("ranking"):
-        print_ranking(data["ranking"], console)
-    mm = data.get("memory_model") or {}
-    if mm.get("trials"):
-        console.print(f"memory model: KV capacity predicted within {mm['max_abs_error']:.1%} "
-                      f"(median {mm['median_error']:+.1%}) over {mm['trials']} launched trials; "
-                      f"{mm['not_launched']} configuration(s) pruned without launching")
+    print_legend(data.reasons, console)
+    print_quality(data.trials, console)
+    if data.ranking:
+        print_ranking(data.ranking, console)
+    mm = data.memory_model
+    if mm.trials:
+        console.print(f"memory model: KV capacity predicted within {mm.max_abs_error:.1%} "
+                      f"(median {mm.median_error:+.1%}) over {mm.trials} launched trials; "
+                      f"{mm.not_launched} configuration(s) pruned without launching")
     if weighted:
-        best = data.get("best")
+        best = data.best
         if best is None:
             console.print("no feasible completed trial yet")
         else:
-            changes = data.get("best_changes", best["flags"])
-            console.print(f"best: trial #{best['number']} "
+            changes = data.best_changes if data.best_changes is not None else best.flags
+            console.print(f"best: trial #{best.number} "
                           f"{_flags(changes) if changes else '(vLLM defaults)'}: "
-                          f"{fmt(data['best_gain'], '+.1%')} over "
-                          f"{data.get('gain_over', 'vLLM defaults')} "
-                          f"(score {fmt(best['values'][0], '.4f')})")
-            if data.get("best_left_out"):
+                          f"{fmt(data.best_gain, '+.1%')} over "
+                          f"{data.gain_over or 'vLLM defaults'} "
+                          f"(score {fmt(best.values[0] if best.values else None, '.4f')})")
+            if data.best_left_out:
                 console.print(f"  set but left out as vLLM's defaults on this machine: "
-                              f"{data['best_left_out']}")
-            cap = best.get("capacity") or {}
-            if cap.get("text"):
-                console.print(f"  capacity at SLO {cap['text']}" + (
-                    f" (not a figure to quote: {cap['caveat']})" if cap.get("caveat") else ""))
-            if data.get("ceiling"):
-                console.print(f"  {data['ceiling']}")
+                              f"{data.best_left_out}")
+            cap = best.capacity
+            if cap is not None and cap.text:
+                console.print(f"  capacity at SLO {cap.text}" + (
+                    f" (not a figure to quote: {cap.caveat})" if cap.caveat else ""))
+            if data.ceiling:
+                console.print(f"  {data.ceiling}")
     else:
-        nums = ", ".join(f"#{r['number']}" for r in data.get("pareto") or [])
+        nums = ", ".join(f"#{r.number}" for r in data.pareto or [])
         console.print(f"Pareto set (feasible): {nums or 'empty'}")
-    if "cost" in data:
-        print_cost(data["cost"], console)
-    for line in data.get("explanation_lines") or []:
+    if data.load is not None:
+        print_cost(data.cost, console)
+    for line in data.explanation_lines:
         console.print(line, soft_wrap=True, markup=False, highlight=False)
-    if data.get("what_if"):
-        print_what_if(data["what_if"], console)
-    for r in data["trials"]:
-        if r.get("validation"):
-            console.print(f"validated: trial #{r['number']} {one_line(r['validation'])}")
-        if r.get("validation_vllm"):
-            console.print(f"re-measured: trial #{r['number']} "
-                          f"{crosscheck.headline(r['validation_vllm'])}")
+    if data.what_if is not None:
+        print_what_if(data.what_if, console)
+    for r in data.trials:
+        if r.validation:
+            console.print(f"validated: trial #{r.number} {r.validation.line()}")
+        if r.validation_vllm:
+            console.print(f"re-measured: trial #{r.number} {r.validation_vllm.line()}")
 
 
-def print_quality(trials: list[dict[str, Any]], console: Console) -> None:
+def print_quality(trials: list[TrialRow], console: Console) -> None:
     """Each checked trial's quality verdict in words (task accuracy, the paired difference
     with its interval, the budget), so that "changed within budget" is never missed."""
-    worded = [r for r in trials if r["quality"].get("verdict") and not r["reason"].startswith(
-        "same as")]
+    worded = [r for r in trials if r.quality.verdict and not r.reason.startswith("same as")]
     if worded:
         console.print("quality (task check against the reference configuration):")
     for r in worded:
-        console.print(f"  #{r['number']} {_flags(r['flags'])}: "
-                      f"{r['quality']['words']}", highlight=False, markup=False)
+        console.print(f"  #{r.number} {_flags(r.flags)}: {r.quality.words}", highlight=False,
+                      markup=False)
 
 
 def print_legend(legend: dict[str, str], console: Console) -> None:
@@ -164,59 +163,58 @@ def print_legend(legend: dict[str, str], console: Console) -> None:
         console.print(f"  {name}: {meaning}", highlight=False)
 
 
-def print_cost(data: dict[str, Any] | None, console: Console) -> None:
+def print_cost(side: cost.SideBySide | None, console: Console) -> None:
     """`show --load`: the winner beside the defaults, replicas and money
     (`autotune.results.cost.SideBySide`), then what the winner saves."""
-    if data is None:
+    if side is None:
         console.print("money and machines: no single winner to size (no feasible trial yet, or "
                       "a Pareto study: export --trial N --load R sizes one trial)")
         return
-    price = data["price"]
+    price = side.price
     # Names and the currency are user data: Text, so that no `[...]` reads as markup.
-    table = Table(title=Text(f"money and machines at {data['load']:g} req/s; " + (
-        f"{price['gpu_hour']:g} {price['currency']} per GPU-hour ({price['source']})"
-        if price["gpu_hour"] is not None else cost.NO_PRICE)))
-    for col in ("", "winner", data["reference_name"]):
+    table = Table(title=Text(f"money and machines at {side.load:g} req/s; " + (
+        f"{price.gpu_hour:g} {price.currency} per GPU-hour ({price.source})"
+        if price.gpu_hour is not None else cost.NO_PRICE)))
+    for col in ("", "winner", side.reference_name):
         table.add_column(Text(col), overflow="fold")
-    for row in data["rows"]:
+    for row in side.rows():
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
-    console.print(data["saving"], highlight=False, markup=False)
+    console.print(side.saving(), highlight=False, markup=False)
 
 
-def print_what_if(data: dict[str, Any], console: Console) -> None:
+def print_what_if(data: whatif.Rerank, console: Console) -> None:
     """The trials re-ranked under another SLO, from their recorded steps."""
-    table = Table(title="what if: " + ", ".join(f"{k}<={v:g}" for k, v in data["slos"].items())
+    table = Table(title="what if: " + ", ".join(f"{k}<={v:g}" for k, v in data.slos.items())
                   + " (recorded steps only)")
     for col in ("#", "tried because", "answer", "steps"):
         table.add_column(col, overflow="fold")
-    for t in data["trials"]:
-        table.add_row(str(t["number"]), t["tried"], t["text"] + (
-            "" if t["quality_ok"] else " (rejected by the guardrail)"), str(t["steps"]))
+    for t in data.trials:
+        table.add_row(str(t.number), t.tried, t.text + (
+            "" if t.quality_ok else " (rejected by the guardrail)"), str(t.steps))
     console.print(table)
-    console.print(whatif.summary_text(data))
+    console.print(data.text())
 
 
-def print_stacked(data: dict[str, Any], console: Console, weighted: bool = True) -> None:
+def print_stacked(data: Summary, console: Console, weighted: bool = True) -> None:
     """The trials for a narrow terminal: per trial, its figures on one line and its flags
     (and why it ended as it did) indented below, so no cell is cut into pieces."""
-    console.print(f"study {data['study']}: {len(data['trials'])} trials "
+    console.print(f"study {data.study}: {len(data.trials)} trials "
                   "(tput, latency ms, memory MiB, quality, gain)", style="bold")
-    for r in data["trials"]:
-        head = f"#{r['number']:<3} {r['outcome']:<10}"
-        figures = "  ".join([fmt(r["throughput"]), fmt(r["latency_ms"]),
-                             fmt(r["memory_mib"], ".0f"), r["quality"]["cell"],
-                             _gain_cell(r, weighted)])
+    for r in data.trials:
+        head = f"#{r.number:<3} {r.outcome:<10}"
+        figures = "  ".join([fmt(r.throughput), fmt(r.latency_ms), fmt(r.memory_mib, ".0f"),
+                             r.quality.cell, _gain_cell(r, weighted)])
         console.print(f"{head} {figures}", soft_wrap=True, highlight=False)
-        about = " ".join(x for x in (r["tried"] + ":", _flags(r["flags"])) if x)
-        if r.get("speculation"):
+        about = " ".join(x for x in (r.tried + ":", _flags(r.flags)) if x)
+        if r.speculation:
             about += f"; speculation {_spec_cell(r)}"
-        if r["reason"]:
-            about += f"; {r['reason']}"
+        if r.reason:
+            about += f"; {r.reason}"
         console.print(Padding(about, (0, 0, 0, 5)), highlight=False)
 
 
-def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
+def print_ranking(ranking: list[RankRow], console: Console) -> None:
     """Feasible trials by capacity at SLO; `=` marks capacities within the leader's noise.
     A narrow terminal gets the essential columns only."""
     wide = console.width >= WIDE
@@ -224,30 +222,30 @@ def print_ranking(ranking: list[dict[str, Any]], console: Console) -> None:
     cols: tuple[str, ...] = ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s",
                              "overrides", "steps") if wide else \
         ("rank", "#", "req/s", "interval", "±", "overrides")
-    priced = any("per_million" in r for r in ranking)
+    priced = any(r.per_million is not None for r in ranking)
     if priced:  # what a million output tokens cost at each one's capacity
-        cols += (f"{ranking[0]['currency']}/M tok",)
+        cols += (f"{ranking[0].currency}/M tok",)
     for col in cols:
         table.add_column(Text(col), no_wrap=True)  # the currency is user data, not markup
     for i, r in enumerate(ranking, 1):
-        lo, hi = r["interval"]
-        cells = {"rank": f"{i}{' =' if r['tied'] and i > 1 else ''}", "#": str(r["number"]),
-                 "baseline": r["name"], "req/s": fmt(r["request_throughput"], ".3g"),
-                 "interval": f"{lo:.3g}-{hi:.3g}", "±": fmt(r["uncertainty"], ".1%"),
-                 "out tok/s": fmt(r["output_throughput"]), "overrides": str(r["overrides"]),
-                 "steps": str(r["steps"])}
+        lo, hi = r.interval
+        cells = {"rank": f"{i}{' =' if r.tied and i > 1 else ''}", "#": str(r.number),
+                 "baseline": r.name, "req/s": fmt(r.request_throughput, ".3g"),
+                 "interval": f"{lo:.3g}-{hi:.3g}", "±": fmt(r.uncertainty, ".1%"),
+                 "out tok/s": fmt(r.output_throughput), "overrides": str(r.overrides),
+                 "steps": str(r.steps)}
         if priced:
-            cells[cols[-1]] = fmt(r.get("per_million"), ".3g")
+            cells[cols[-1]] = fmt(r.per_million, ".3g")
         table.add_row(*(cells[c] for c in cols))
     console.print(table)
-    tied = [r for r in ranking if r["tied"]]
+    tied = [r for r in ranking if r.tied]
     if len(tied) > 1:
         console.print(f"the study cannot separate its top {len(tied)} configurations ("
-                      + ", ".join(f"#{r['number']}" for r in tied) + "): their capacity "
+                      + ", ".join(f"#{r.number}" for r in tied) + "): their capacity "
                       "intervals overlap. = marks them; among ties the configuration with "
                       "the fewest overrides of vLLM's defaults is preferred")
-    if ranking and ranking[0].get("bottleneck"):
-        console.print(f"#{ranking[0]['number']} is limited by: {ranking[0]['bottleneck']}")
+    if ranking and ranking[0].bottleneck:
+        console.print(f"#{ranking[0].number} is limited by: {ranking[0].bottleneck}")
 
 
 def print_capacity(cap: CapacityRecord, slo_keys: list[str], console: Console) -> None:
@@ -310,19 +308,18 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         print_capacity(r.capacity, capacity.slo_keys(r.capacity), console)
     v = r.validation
     if v:
-        console.print(f"validation: {one_line(v)}; {v.get('when')}, {v.get('engine_version')}")
-        for name, m in (v.get("per_metric") or {}).items():
+        console.print(f"validation: {v.line()}; {v.when}, {v.engine_version}")
+        for name, ratio in v.per_metric.items():
             if name != "score":
-                ci = "no CI" if m["ci_low"] is None else \
-                    f"95% CI {_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
-                console.print(f"  {m['key']}: {_ratio(m['ratio'])} of #{v['against']} ({ci}, "
-                              f"{m['better']} is better)")
+                ci = "no CI" if ratio.ci_low is None else \
+                    f"95% CI {_ratio(ratio.ci_low)} .. {_ratio(ratio.ci_high)}"
+                console.print(f"  {ratio.key}: {_ratio(ratio.ratio)} of #{v.against} ({ci}, "
+                              f"{ratio.better} is better)")
     vv = r.validation_vllm
     if vv:
-        console.print(f"capacity re-measured: {crosscheck.headline(vv)}; {vv.get('when')}, "
-                      f"{vv.get('engine_version')}")
-        if vv.get("workload_note"):
-            console.print(f"  {vv['workload_note']}")
+        console.print(f"capacity re-measured: {vv.line()}; {vv.when}, {vv.engine_version}")
+        if vv.workload_note:
+            console.print(f"  {vv.workload_note}")
     q = r.quality
     if q and q.checked:
         th = q.thresholds or {}
@@ -352,102 +349,100 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
             console.print(f"    this run:  {w['output'][:120]!r}")
 
 
-def validation_run(i: int, n: int, r: dict[str, Any]) -> str:
+def validation_run(i: int, n: int, r: PairRun) -> str:
     """`run 3/6: trial #0 (baseline): throughput 410.2, latency 88.1 ms, start-up 27.4 s`."""
-    return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): throughput "
-            f"{fmt(r['throughput'])}, latency {fmt(r['latency_ms'])} ms, start-up "
-            f"{fmt(r.get('startup_s'))} s")
+    return (f"run {i}/{n}: trial #{r.trial} ({r.role}): throughput {fmt(r.throughput)}, "
+            f"latency {fmt(r.latency_ms)} ms, start-up {fmt(r.startup_s)} s")
 
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}x"
 
 
-def print_validation(v: dict[str, Any], console: Console | None = None) -> None:
+def print_validation(v: Validation, console: Console | None = None) -> None:
     """The runs of a validation, the candidate/baseline ratio of each metric with its 95 %
     CI, and the headline gain."""
     console = console or Console()
-    keys = {name: m["key"] for name, m in v["per_metric"].items()}
-    runs = Table(title=f"validation: trial #{v['candidate']} against #{v['against']}, "
-                 f"{v['repeats']} pair(s), alternating, a fresh engine each run")
+    keys = {name: m.key for name, m in v.per_metric.items()}
+    runs = Table(title=f"validation: trial #{v.candidate} against #{v.against}, "
+                 f"{v.repeats} pair(s), alternating, a fresh engine each run")
     for col in ("run", "trial", "role", keys.get("throughput", "throughput"),
                 keys.get("latency_ms", "latency ms"), "mem MiB", "start-up s"):
         runs.add_column(col, overflow="fold")
-    for i, r in enumerate(v["runs"], 1):
-        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r["throughput"]),
-                     fmt(r["latency_ms"]), fmt(r.get("memory_mib"), ".0f"),
-                     fmt(r.get("startup_s")))
+    for i, r in enumerate(v.runs, 1):
+        runs.add_row(str(i), f"#{r.trial}", r.role, fmt(r.throughput), fmt(r.latency_ms),
+                     fmt(r.memory_mib, ".0f"), fmt(r.startup_s))
     console.print(runs)
     gains = Table(title="candidate / baseline (geometric mean over the pairs)")
     for col in ("metric", "baseline", "candidate", "ratio", "95% CI", "better"):
         gains.add_column(col, overflow="fold")
-    for m in v["per_metric"].values():
-        if m["key"] == "weighted score":  # a mean log-ratio: exp() is its ratio
-            m = {**m, "ratio": math.exp(m["mean"]),
-                 **{k: None if m[k] is None else math.exp(m[k]) for k in ("ci_low", "ci_high")}}
-        ci = "-" if m["ci_low"] is None else f"{_ratio(m['ci_low'])} .. {_ratio(m['ci_high'])}"
-        gains.add_row(m["key"], fmt(m.get("baseline_mean")), fmt(m.get("candidate_mean")),
-                      _ratio(m["ratio"]), ci, m["better"])
+    for m in v.per_metric.values():
+        if m.key == "weighted score":  # a mean log-ratio: exp() is its ratio
+            m = replace(m, ratio=_exp(m.mean), ci_low=_exp(m.ci_low), ci_high=_exp(m.ci_high))
+        ci = "-" if m.ci_low is None else f"{_ratio(m.ci_low)} .. {_ratio(m.ci_high)}"
+        gains.add_row(m.key, fmt(m.baseline_mean), fmt(m.candidate_mean), _ratio(m.ratio), ci,
+                      m.better)
     console.print(gains)
-    if v["ci_low"] is None:
+    if v.ci_low is None:
         console.print("one pair: no confidence interval (use --repeats 2 or more)")
-    console.print(f"validated gain of trial #{v['candidate']}: {one_line(v)}")
+    console.print(f"validated gain of trial #{v.candidate}: {v.line()}")
 
 
-def validation_vllm_run(i: int, n: int, r: dict[str, Any]) -> str:
+def _exp(x: float | None) -> float | None:
+    return None if x is None else math.exp(x)
+
+
+def validation_vllm_run(i: int, n: int, r: PairRun) -> str:
     """`run 3/6: trial #0 (baseline): 12.3 req/s (12.1-13.0), 6 steps, start-up 27.4 s`;
     a fixed-workload run gives its metric (`median_tpot_ms 4.1, 812 tok/s`)."""
-    if r.get("metric"):
-        return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): {r['metric']} "
-                f"{fmt(r.get('figure'), '.3g')}, {fmt(r.get('output_throughput'))} output "
-                f"tok/s, start-up {fmt(r.get('startup_s'))} s")
-    high = "-" if r.get("high") is None else f"{r['high']:.3g}"
-    return (f"run {i}/{n}: trial #{r['trial']} ({r['role']}): capacity "
-            f"{fmt(r['capacity'], '.3g')} req/s (passes {fmt(r.get('low'), '.3g')}, fails "
-            f"{high}), {len(r.get('steps') or [])} steps, start-up {fmt(r.get('startup_s'))} s")
+    if r.metric:
+        return (f"run {i}/{n}: trial #{r.trial} ({r.role}): {r.metric} "
+                f"{fmt(r.figure, '.3g')}, {fmt(r.output_throughput)} output "
+                f"tok/s, start-up {fmt(r.startup_s)} s")
+    return (f"run {i}/{n}: trial #{r.trial} ({r.role}): capacity "
+            f"{fmt(r.capacity, '.3g')} req/s (passes {fmt(r.low, '.3g')}, fails "
+            f"{fmt(r.high, '.3g')}), {len(r.steps)} steps, start-up {fmt(r.startup_s)} s")
 
 
-def print_validation_vllm(v: dict[str, Any], console: Console | None = None) -> None:
+def print_validation_vllm(v: Recheck, console: Console | None = None) -> None:
     """Each run's capacity and bracket by `vllm bench serve`, then the ratio with its 95 %
     interval next to the study's own ratio."""
     console = console or Console()
-    if v.get("metric"):
+    if v.metric:
         _print_fixed_vllm(v, console)
         return
-    runs = Table(title=f"capacity at SLO by vllm bench serve: trial #{v['candidate']} against "
-                 f"#{v['against']}, {v['repeats']} pair(s), alternating, a fresh engine each "
-                 f"run, {v['step_s']:g}-s steps")
+    runs = Table(title=f"capacity at SLO by vllm bench serve: trial #{v.candidate} against "
+                 f"#{v.against}, {v.repeats} pair(s), alternating, a fresh engine each "
+                 f"run, {v.step_s:g}-s steps")
     for col in ("run", "trial", "role", "req/s", "passes", "fails", "bracket", "steps",
                 "start-up s"):
         runs.add_column(col, overflow="fold")
-    for i, r in enumerate(v["runs"], 1):
-        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r["capacity"], ".3g"),
-                     fmt(r.get("low"), ".3g"), fmt(r.get("high"), ".3g"),
-                     fmt(r.get("bracket"), ".1%"), str(len(r.get("steps") or [])),
-                     fmt(r.get("startup_s")))
+    for i, r in enumerate(v.runs, 1):
+        runs.add_row(str(i), f"#{r.trial}", r.role, fmt(r.capacity, ".3g"),
+                     fmt(r.low, ".3g"), fmt(r.high, ".3g"), fmt(r.bracket, ".1%"),
+                     str(len(r.steps)), fmt(r.startup_s))
     console.print(runs)
-    if v.get("workload_note"):
-        console.print(v["workload_note"])
-    if v.get("ci_low") is None and v.get("ratio") is not None:
+    if v.workload_note:
+        console.print(v.workload_note)
+    if v.ci_low is None and v.ratio is not None:
         console.print("one pair: no confidence interval (use --repeats 2 or more)")
-    console.print(f"capacity of trial #{v['candidate']} / #{v['against']}: "
-                  f"{crosscheck.headline(v)}")
+    console.print(f"capacity of trial #{v.candidate} / #{v.against}: {v.line()}")
 
 
-def _print_fixed_vllm(v: dict[str, Any], console: Console) -> None:
+def _print_fixed_vllm(v: Recheck, console: Console) -> None:
     """A fixed-workload re-check: each run's metric and throughput, then the ratio."""
-    runs = Table(title=f"the study's workload by vllm bench serve: trial #{v['candidate']} "
-                 f"against #{v['against']}, {v['repeats']} pair(s), alternating, a fresh "
+    runs = Table(title=f"the study's workload by vllm bench serve: trial #{v.candidate} "
+                 f"against #{v.against}, {v.repeats} pair(s), alternating, a fresh "
                  "engine each run")
-    for col in ("run", "trial", "role", v["metric"], "output tok/s", "start-up s"):
+    for col in ("run", "trial", "role", v.metric or "figure", "output tok/s", "start-up s"):
         runs.add_column(col, overflow="fold")
-    for i, r in enumerate(v["runs"], 1):
-        runs.add_row(str(i), f"#{r['trial']}", r["role"], fmt(r.get("figure"), ".3g"),
-                     fmt(r.get("output_throughput")), fmt(r.get("startup_s")))
+    for i, r in enumerate(v.runs, 1):
+        runs.add_row(str(i), f"#{r.trial}", r.role, fmt(r.figure, ".3g"),
+                     fmt(r.output_throughput), fmt(r.startup_s))
     console.print(runs)
-    if v.get("ci_low") is None and v.get("ratio") is not None:
+    if v.ci_low is None and v.ratio is not None:
         console.print("one pair: no confidence interval (use --repeats 2 or more)")
-    console.print(f"trial #{v['candidate']} / #{v['against']}: {crosscheck.headline(v)}")
+    console.print(f"trial #{v.candidate} / #{v.against}: {v.line()}")
 
 
 class _Narrator(logging.Handler):

@@ -20,9 +20,9 @@ instead of guessing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from optuna.trial import TrialState
 
@@ -36,18 +36,24 @@ COVERED, AT_LEAST, AT_MOST, NO_DATA = "covered", "at_least", "at_most", "no_data
 class Answer:
     """One trial under the new SLO: how much is known, and the rates that say it."""
 
+    EXTRA: ClassVar[tuple[str, ...]] = ("text",)
+
     number: int
     status: str
     passed: float | None  # the highest passing rate below the lowest failing one
     failed: float | None  # the lowest failing rate
     steps: int  # sustained steps that had the figures
     quality_ok: bool = True  # the guardrail did not reject it (the SLO cannot change that)
+    name: str = ""
+    tried: str = ""  # why it ran, in a word (`TriedBecause.short`)
+    flags: dict[str, Any] = field(default_factory=dict)
 
     @property
     def low(self) -> float:
         """What the trial is known to carry (0 where nothing passed)."""
         return self.passed or 0.0
 
+    @property
     def text(self) -> str:
         if self.status == COVERED:
             return f"{self.passed:.3g} req/s (passes {self.passed:.3g}, fails {self.failed:.3g})"
@@ -57,8 +63,46 @@ class Answer:
             return f"at most {self.failed:.3g} req/s (every step tried failed)"
         return "no data: no step recorded these figures"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "text": self.text()}
+
+@dataclass(frozen=True)
+class Counts:
+    """How many trials the recorded steps answer, and how."""
+
+    covered: int
+    at_least: int
+    at_most: int
+    no_data: int
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """The trials ranked under other SLOs, the pick, and the trials the steps cannot rank
+    below it (`contenders`: their capacity may lie above the pick's passing rate)."""
+
+    EXTRA: ClassVar[tuple[str, ...]] = ("best_text",)
+
+    slos: dict[str, float]
+    trials: list[Answer]
+    best: int | None
+    contenders: list[int]
+    counts: Counts
+
+    @property
+    def best_text(self) -> str | None:
+        pick = next((a for a in self.trials if a.number == self.best), None)
+        return pick.text if pick is not None else None
+
+    def text(self) -> str:
+        """One sentence: the pick under the new SLO, and what the steps cannot say."""
+        c = self.counts
+        slo = ", ".join(f"{k} <= {v:g}" for k, v in self.slos.items())
+        pick = f"#{self.best} carries {self.best_text}" if self.best is not None \
+            else "no trial is known to meet it"
+        rivals = f"; the steps cannot rank #{', #'.join(map(str, self.contenders))} below it" \
+            if self.contenders else ""
+        return (f"Under {slo}, from the recorded steps only: {pick}{rivals}. {c.covered} "
+                f"trial(s) answered, {c.at_least} only as a lower bound, {c.at_most} only "
+                f"as an upper bound, {c.no_data} without data.")
 
 
 def _latency_broken(violation: str) -> bool:
@@ -79,19 +123,21 @@ def answer(rec: TrialRecord, slos: Sequence[Slo]) -> Answer:
         other = [v for v in step.violations or [] if not _latency_broken(v)]
         rows.append((float(step.rate),
                      not other and all(s.met(figures[s.key]) for s in slos)))
+    about = (rec.name, rec.tried_because.short, rec.flags)
     if not rows:
-        return Answer(rec.number, NO_DATA, None, None, 0, quality_ok)
+        return Answer(rec.number, NO_DATA, None, None, 0, quality_ok, *about)
     fails = [rate for rate, ok in rows if not ok]
     first_fail = min(fails) if fails else None
     passes = [rate for rate, ok in rows if ok and (first_fail is None or rate < first_fail)]
     if passes and first_fail is not None:
-        return Answer(rec.number, COVERED, max(passes), first_fail, len(rows), quality_ok)
+        return Answer(rec.number, COVERED, max(passes), first_fail, len(rows), quality_ok,
+                      *about)
     if passes:
-        return Answer(rec.number, AT_LEAST, max(passes), None, len(rows), quality_ok)
-    return Answer(rec.number, AT_MOST, None, first_fail, len(rows), quality_ok)
+        return Answer(rec.number, AT_LEAST, max(passes), None, len(rows), quality_ok, *about)
+    return Answer(rec.number, AT_MOST, None, first_fail, len(rows), quality_ok, *about)
 
 
-def rerank(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> dict[str, Any]:
+def rerank(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> Rerank:
     """Every trial that ran a capacity search, ranked by what it is known to carry under
     `slos` (covered and at-least answers by their passing rate), with the pick and how many
     trials the recorded steps answer only as a bound or not at all."""
@@ -100,34 +146,11 @@ def rerank(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> dict[str, Any]
     answers = [answer(r, slos) for r in ran]
     order = {COVERED: 0, AT_LEAST: 0, AT_MOST: 1, NO_DATA: 2}
     answers.sort(key=lambda a: (not a.quality_ok, order[a.status], -a.low, a.number))
-    names = {r.number: r for r in ran}
     usable = [a for a in answers if a.quality_ok and a.status in (COVERED, AT_LEAST)]
     best = usable[0] if usable else None
-    counts = {s: sum(1 for a in answers if a.status == s)
-              for s in (COVERED, AT_LEAST, AT_MOST, NO_DATA)}
-    return {
-        "slos": {s.key: s.limit_ms for s in slos},
-        "trials": [{**a.as_dict(), "name": names[a.number].name,
-                    "tried": names[a.number].tried_because.short,
-                    "flags": names[a.number].flags} for a in answers],
-        "best": best.number if best else None,
-        "best_text": best.text() if best else None,
-        # Trials the steps cannot rank below the pick: their capacity may lie above its
-        # passing rate (no failing rate below it was seen).
-        "contenders": [a.number for a in usable if best is not None and a is not best
-                       and (a.failed is None or a.failed > best.low)],
-        "counts": counts,
-    }
-
-
-def summary_text(data: Mapping[str, Any]) -> str:
-    """One sentence: the pick under the new SLO, and what the steps cannot say."""
-    c = data["counts"]
-    slo = ", ".join(f"{k} <= {v:g}" for k, v in data["slos"].items())
-    pick = f"#{data['best']} carries {data['best_text']}" if data["best"] is not None \
-        else "no trial is known to meet it"
-    rivals = f"; the steps cannot rank #{', #'.join(map(str, data['contenders']))} below it" \
-        if data.get("contenders") else ""
-    return (f"Under {slo}, from the recorded steps only: {pick}{rivals}. {c['covered']} "
-            f"trial(s) answered, {c['at_least']} only as a lower bound, {c['at_most']} only "
-            f"as an upper bound, {c['no_data']} without data.")
+    return Rerank(
+        {s.key: s.limit_ms for s in slos}, answers, best.number if best else None,
+        [a.number for a in usable if best is not None and a is not best
+         and (a.failed is None or a.failed > best.low)],
+        Counts(*(sum(1 for a in answers if a.status == s)
+                 for s in (COVERED, AT_LEAST, AT_MOST, NO_DATA))))

@@ -44,6 +44,7 @@ from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, plain
 from autotune.tuning.guardrail import Quality
 from autotune.tuning.objective import Measures
+from autotune.validation import Recheck, Validation
 
 # 1: before named constraints and study-level validations; 2: before the short scalars
 VERSION = 3
@@ -132,8 +133,8 @@ class TrialRecord:
     # What speculative decoding did during the workload (`autotune.measure.speculation`).
     speculation: dict[str, Any] | None = None
     gain: float | None = None
-    validation: dict[str, Any] | None = None
-    validation_vllm: dict[str, Any] | None = None
+    validation: Validation | None = None
+    validation_vllm: Recheck | None = None
 
     @classmethod
     def of(cls, t: FrozenTrial, study: StudyRecord | None = None) -> TrialRecord:
@@ -143,7 +144,7 @@ class TrialRecord:
         known = {f.name for f in dataclasses.fields(cls)} - _FROM_TRIAL
         fields_ = {k: a[k] for k in known if a.get(k) is not None}
         for key, kind in _TYPED.items():
-            if isinstance(fields_.get(key), Mapping):
+            if key not in (VALIDATION, VALIDATION_VLLM) and isinstance(fields_.get(key), Mapping):
                 fields_[key] = kind.from_dict(fields_[key])
         constraints = dict(t.constraints)
         if not constraints and isinstance(a.get("constraints"), list):  # version 1, no system attr
@@ -152,6 +153,8 @@ class TrialRecord:
             later = study.validation(key, t.number) if study is not None else None
             if later is not None:
                 fields_[key] = later
+            if isinstance(fields_.get(key), Mapping):
+                fields_[key] = _TYPED[key].from_dict(fields_[key]) if fields_[key] else None
         return cls(number=t.number, state=t.state,
                    values=tuple(t.values) if t.values is not None else None,
                    params=dict(t.params), datetime_start=t.datetime_start,
@@ -243,7 +246,8 @@ class TrialRecord:
 
 
 # Fields stored as JSON objects that the record reads as typed values.
-_TYPED: dict[str, type[Stored]] = {"measures": Measures, "quality": Quality, "startup": Startup}
+_TYPED: dict[str, type[Stored]] = {"measures": Measures, "quality": Quality, "startup": Startup,
+                                   VALIDATION: Validation, VALIDATION_VLLM: Recheck}
 # Fields of a record that come from Optuna's own trial, not from user attributes.
 _FROM_TRIAL = {"number", "state", "values", "params", "datetime_start", "datetime_complete",
                "constraints", "version"}

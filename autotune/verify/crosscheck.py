@@ -16,7 +16,7 @@ import datetime as dt
 import math
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +34,12 @@ from autotune.tuning import prune, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import TrialRecord
+from autotune.validation import VLLM_CLIENT, Recheck
 from autotune.verify import paired, pairs, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
 START_FACTOR = capacity.AROUND
-CLIENT = "vllm bench serve"
+CLIENT = VLLM_CLIENT
 REPEATS = 3
 
 
@@ -84,20 +85,6 @@ def summarise(runs: list[dict[str, Any]], key: str = "capacity", better: str = "
     return out
 
 
-def verdict(v: Mapping[str, Any]) -> str:
-    """Plain words: a gain only when the whole 95 % interval lies on the better side of 1
-    (above it for a capacity, below it for a latency)."""
-    if v.get("ratio") is None:
-        return "no ratio: a run met the SLOs at no rate" if v.get("metric") is None \
-            else "no ratio: a run measured nothing"
-    word = paired.verdict(v, no_change=1.0)
-    if v.get("better") == "lower":
-        word = {"gain": "loss", "loss": "gain"}.get(word, word)
-    return {"no CI": "one pair, no interval: no gain shown",
-            "within noise": "within noise (the interval includes 1): no gain shown"
-            }.get(word, word)
-
-
 def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = False
                 ) -> float | None:
     """candidate/baseline as the study itself measured it with autotune's client: the
@@ -112,36 +99,11 @@ def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = Fals
     return cap_c.request_throughput / cap_b.request_throughput
 
 
-def headline(v: Mapping[str, Any]) -> str:
-    """`autotune's steps: 1.24x; vllm bench serve: 1.02x (0.97-1.08), within noise ...`;
-    a fixed-workload re-check names its metric (`median_tpot_ms 0.62x ...`)."""
-    ours = v.get("study_ratio")
-    theirs = "-" if v.get("ratio") is None else f"{v['ratio']:.3g}x"
-    if v.get("ci_low") is not None and v.get("ci_high") is not None:
-        theirs += f" ({v['ci_low']:.3g}-{v['ci_high']:.3g})"
-    what = f"{v['metric']} " if v.get("metric") else ""
-    how = "runs of the study's workload" if v.get("metric") else \
-        f"{v.get('step_s', 0):g}-s steps"
-    mine = "autotune's client" if v.get("metric") else "autotune's steps"
-    return (f"{what}{mine}: {'-' if ours is None else f'{ours:.3g}x'}; {CLIENT}: "
-            f"{theirs}, {v.get('verdict') or verdict(v)} (vs #{v.get('against')}, "
-            f"{v.get('repeats')} pair(s) of {how})")
-
-
-def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The headline of a stored re-check without its runs, for tables and exports."""
-    if not v:
-        return None
-    keys = ("ratio", "ci_low", "ci_high", "study_ratio", "verdict", "repeats", "against",
-            "step_s", "client", "when", "metric", "better")
-    return {k: v.get(k) for k in keys}
-
-
 def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
                    repeats: int, out_dir: Path, *, step_s: float = vllmbench.STEP_S,
                    gpus: list[int] | None = None,
                    on_run: Callable[[int, int, dict[str, Any]], None] | None = None
-                   ) -> dict[str, Any]:
+                   ) -> Recheck:
     """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
     store and return the re-check. Nothing is stored unless every run measured a capacity.
 
@@ -205,10 +167,10 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
               "pair" if side_by_side and gpus else "alternating, baseline first",
               "dir": str(where),
               "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    result["verdict"] = verdict(result)
+    result["verdict"] = Recheck.from_dict(result).word()
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose the runs
         record.store_validation(study, candidate.number, record.VALIDATION_VLLM, result)
-    return result
+    return Recheck.from_dict(result)
 
 
 def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server,

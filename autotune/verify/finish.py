@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -27,7 +26,8 @@ from autotune.config import Scenario
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import vllmbench
 from autotune.tuning import ablation, ranking, record
-from autotune.verify import crosscheck, paired, validate
+from autotune.validation import Recheck, Validation
+from autotune.verify import crosscheck, validate
 
 log = logging.getLogger("autotune")
 
@@ -38,7 +38,7 @@ class Finish:
 
     lines: list[str] = field(default_factory=list)
     explanation: ablation.Explanation | None = None
-    recheck: dict[str, Any] | None = None
+    recheck: Validation | Recheck | None = None
 
 
 def longest_trial_s(study: optuna.Study) -> float:
@@ -97,11 +97,11 @@ def run(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
                 done.recheck = crosscheck.run_crosscheck(
                     study, candidate, against, spec.repeats, study_dir,
                     step_s=spec.step_seconds or vllmbench.STEP_S)
-                note(f"re-check: {crosscheck.headline(done.recheck)}")
+                note(f"re-check: {done.recheck.line()}")
             else:
                 done.recheck = validate.run_validation(study, candidate, against,
                                                        spec.repeats, study_dir)
-                note(f"re-check: {paired.one_line(done.recheck)}")
+                note(f"re-check: {done.recheck.line()}")
         except AutotuneError as err:  # a run that failed: the study and its trials stay
             note(f"re-check: did not complete: {err}")
     return done

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,38 +82,3 @@ def gain(logs: Sequence[float]) -> dict[str, float | None]:
     return {"gain": math.expm1(iv.mean),
             "ci_low": None if iv.low is None else math.expm1(iv.low),
             "ci_high": None if iv.high is None else math.expm1(iv.high)}
-
-
-def verdict(v: Mapping[str, Any], no_change: float = 0.0) -> str:
-    """'gain', 'loss' or 'within noise' from a validation's CI ('no CI' without one):
-    a gain or a loss only when the whole interval lies on one side of `no_change` (0 for
-    a relative gain, 1 for a ratio)."""
-    low, high = v.get("ci_low"), v.get("ci_high")
-    if low is None or high is None:
-        return "no CI"
-    if low > no_change:
-        return "gain"
-    if high < no_change:
-        return "loss"
-    return "within noise"
-
-
-def one_line(v: Mapping[str, Any]) -> str:
-    """`+6.2 % (95 % CI -3.1 % .. +16.4 %, within noise) vs #0, 3 paired runs`."""
-    ci = f"95% CI {v['ci_low']:+.1%} .. {v['ci_high']:+.1%}, {verdict(v)}" \
-        if v.get("ci_low") is not None and v.get("ci_high") is not None else \
-        "no CI with 1 pair"
-    return (f"{v['gain']:+.1%} {v.get('metric', '')} ({ci}) vs #{v.get('against')}, "
-            f"{v.get('repeats')} paired runs")
-
-
-def compact(v: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The headline of a stored validation (no per-run figures), for tables and exports."""
-    if not v:
-        return None
-    keys = ("gain", "ci_low", "ci_high", "metric", "repeats", "against", "verdict", "when")
-    out = {k: v.get(k) for k in keys}
-    out["per_metric"] = {name: {k: m.get(k) for k in ("key", "ratio", "ci_low", "ci_high",
-                                                        "better") if k in m}
-                         for name, m in (v.get("per_metric") or {}).items()}
-    return out

@@ -29,6 +29,7 @@ from autotune.tuning import prune, ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.record import TrialRecord
+from autotune.validation import Validation, verdict
 from autotune.verify import paired, pairs
 
 ROLES = ("baseline", "candidate")
@@ -135,7 +136,7 @@ def _measures(run: dict[str, Any]) -> obj.Measures:
 def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
                    repeats: int, out_dir: Path,
                    on_run: Callable[[int, int, dict[str, Any]], None] | None = None
-                   ) -> dict[str, Any]:
+                   ) -> Validation:
     """Launch both configurations `repeats` times each, alternating; store and return the
     validation. Nothing is written to the study unless every run completed."""
     if repeats < 1:
@@ -173,8 +174,8 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
               **summarise(runs, scenario.objective), "runs": runs, **context,
               "order": "alternating, baseline first", "dir": str(where),
               "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    result["verdict"] = paired.verdict(result)
+    result["verdict"] = verdict(result["ci_low"], result["ci_high"])
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
         record.store_validation(study, candidate.number, record.VALIDATION, result)
-    return result
+    return Validation.from_dict(result)
 

@@ -1,0 +1,284 @@
+"""A study read once into typed rows: what `show` and `tune`'s closing table print and what
+`--json` writes.
+
+Built from one `Snapshot` (`Summary.of`), so a study is read once however many ways it is
+ranked; the printers read attributes, and mypy catches a renamed column. `as_json` goes
+through `autotune.stored.plain`, the one conversion to plain data: a row's fields under
+their own names, nested records as objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.measure import capacity
+from autotune.measure.speculation import Speculation
+from autotune.results import cost, whatif
+from autotune.results.show import capacity_caveat, legend, outcome, reason
+from autotune.slo import Slo
+from autotune.stored import plain
+from autotune.tuning import ablation, relief
+from autotune.tuning import ranking as ranked
+from autotune.tuning.accuracy import TaskScore
+from autotune.tuning.guardrail import Quality
+from autotune.tuning.objective import gain
+from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
+from autotune.validation import Recheck, Validation
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """Capacity at SLO, its interval and its uncertainty, with the words that describe it."""
+
+    request_throughput: float
+    output_throughput: float | None
+    low: float | None
+    high: float | None
+    uncertainty: float | None
+    saturated: bool
+    stopped: str | None
+    interval: tuple[float, float]
+    steps: int
+    text: str
+    bottleneck: str | None
+    caveat: str | None
+
+    @classmethod
+    def of(cls, r: TrialRecord) -> CapacityRow | None:
+        cap = r.capacity
+        if cap is None:
+            return None
+        return cls(cap.request_throughput, cap.output_throughput, cap.low, cap.high,
+                   cap.uncertainty, cap.saturated, cap.stopped, capacity.interval(cap),
+                   len(cap.steps), capacity.describe(cap), capacity.limit_text(cap),
+                   capacity_caveat(cap))
+
+
+@dataclass(frozen=True)
+class QualityCell:
+    """The guardrail's verdict as the table shows it (`cell`) and in words."""
+
+    passed: bool | None
+    drift: float | None
+    agreement: float | None
+    verdict: str | None
+    cell: str
+    words: str
+    tasks: TaskScore | None
+
+    @classmethod
+    def of(cls, q: Quality | None) -> QualityCell:
+        q = q or Quality()
+        return cls(q.passed, q.drift, q.agreement, q.verdict, q.short(), q.words(), q.tasks)
+
+
+@dataclass
+class TrialRow:
+    """One trial as the table shows it (`flags` without the scenario's fixed ones)."""
+
+    number: int
+    name: str
+    tried_because: str
+    tried: str
+    outcome: str
+    reason: str
+    flags: dict[str, Any]
+    throughput: float | None
+    latency_ms: float | None
+    memory_mib: float | None
+    values: list[float] | None
+    gain: float | None
+    startup_s: float | None
+    capacity: CapacityRow | None
+    bottleneck: str | None
+    detail: str | None
+    quality: QualityCell
+    speculation: Speculation | None
+    validation: Validation | None  # without the per-run figures (`headline`)
+    validation_vllm: Recheck | None
+    tied_with_best: int | None = None  # the best's number, where the gain is within noise
+
+    @classmethod
+    def of(cls, r: TrialRecord, fixed: dict[str, Any] | None = None) -> TrialRow:
+        m = r.measures
+        return cls(r.number, r.name, r.tried_because.text, r.tried_because.short, outcome(r),
+                   reason(r), {k: v for k, v in r.flags.items() if k not in (fixed or {})},
+                   m.throughput if m else None, m.latency_ms if m else None,
+                   m.memory_mib if m else None,
+                   list(r.values) if r.values is not None else None, r.gain, r.startup_s,
+                   CapacityRow.of(r), r.bottleneck.text if r.bottleneck else None, r.detail,
+                   QualityCell.of(r.quality), r.spec,
+                   r.validation.headline() if r.validation else None,
+                   r.validation_vllm.headline() if r.validation_vllm else None)
+
+
+@dataclass(frozen=True)
+class RankRow(CapacityRow):
+    """A feasible capacity-mode trial in the ranking: its capacity, whether it is tied with
+    the leader, how many flags it overrides and, with a known price, its cost per million
+    output tokens."""
+
+    number: int = 0
+    name: str = ""
+    overrides: int = 0
+    tied: bool = False
+    per_million: float | None = None
+    currency: str | None = None
+
+
+def ranking(trials: Sequence[TrialRecord], defaults: dict[str, Any],
+            price: cost.Price | None = None) -> list[RankRow]:
+    """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
+    the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
+    parser defaults and the scenario's fixed flags)."""
+    done = [(r, cap) for r in trials
+            if r.feasible and (cap := r.capacity) and r.duplicate_of is None]
+    done.sort(key=lambda rc: -rc[1].request_throughput)
+    priced = price is not None and price.known
+    out = []
+    for r, cap in done:
+        row = CapacityRow.of(r)
+        assert row is not None  # `done` holds trials with a capacity
+        out.append(RankRow(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)},
+                           number=r.number, name=r.name,
+                           overrides=ranked.overrides(r, defaults),
+                           tied=capacity.tied(cap, done[0][1]),
+                           per_million=cost.trial_cost(r, price).per_million
+                           if priced and price else None,
+                           currency=price.currency if priced and price else None))
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """How well the KV-capacity prediction matched what the engines reported."""
+
+    trials: int
+    median_error: float | None
+    max_abs_error: float | None
+    not_launched: int
+
+    @classmethod
+    def of(cls, trials: Sequence[TrialRecord]) -> MemoryModel:
+        launched = [r for r in trials if r.duplicate_of is None]
+        errors = sorted(r.memory_estimate["kv_capacity_tokens"] / r.kv_capacity_reported - 1
+                        for r in launched
+                        if r.memory_estimate and r.memory_estimate.get("kv_capacity_tokens")
+                        and r.kv_capacity_reported)
+        return cls(len(errors), errors[len(errors) // 2] if errors else None,
+                   max((abs(e) for e in errors), default=None),
+                   sum(1 for r in launched if r.launched is False))
+
+
+@dataclass
+class Summary:
+    """Every trial, the baseline, and the best feasible trial (one objective) or the
+    feasible Pareto set; the capacity ranking; with a load, the winner priced beside the
+    defaults; with what-if SLOs, the trials re-ranked from their recorded steps."""
+
+    EXTRA: ClassVar[tuple[str, ...]] = ()
+
+    study: str
+    directions: list[str]
+    trials: list[TrialRow]
+    baseline: TrialRow | None
+    memory_model: MemoryModel
+    ranking: list[RankRow]
+    price: cost.Price
+    fixed_flags: dict[str, Any]
+    reasons: dict[str, str]
+    best: TrialRow | None = None
+    best_changes: dict[str, Any] | None = None  # what the best changes from vLLM's defaults
+    best_left_out: str | None = None  # what it sets to vLLM's effective defaults
+    ceiling: str | None = None
+    best_gain: float | None = None
+    gain_over: str | None = None
+    pareto: list[TrialRow] | None = None
+    explanation: ablation.Explanation | None = None
+    explanation_lines: list[str] = field(default_factory=list)
+    load: float | None = None  # the load `cost` sizes replicas for, where one was asked
+    cost: cost.SideBySide | None = None
+    what_if: whatif.Rerank | None = None
+
+    @property
+    def weighted(self) -> bool:
+        return len(self.directions) == 1
+
+    def as_json(self) -> dict[str, Any]:
+        """The summary as JSON data (`--json`); a section that was not asked for (no load,
+        no what-if SLOs) or does not apply (`pareto` of one objective, `best` of several) is
+        absent, not null."""
+        out = plain(self)
+        if self.cost is not None:  # with its rows and saving in words
+            out["cost"] = self.cost.as_dict()
+        absent = ["pareto"] if self.weighted else [
+            "best", "best_changes", "best_left_out", "ceiling", "best_gain", "gain_over"]
+        absent += ["load", "cost"] if self.load is None else []
+        absent += ["what_if"] if self.what_if is None else []
+        return {k: v for k, v in out.items() if k not in absent}
+
+    @classmethod
+    def of(cls, study: optuna.Study, what_if: Sequence[Slo] = (), *,
+           load: float | None = None, gpu_hour: float | None = None,
+           gpus: int | None = None) -> Summary:
+        """Read `study` once. The price is the scenario's `cost`, or `gpu_hour` and `gpus`;
+        with `load` (req/s), `cost` sets the winner beside the defaults: replicas for that
+        load and what they cost."""
+        snap = Snapshot.of(study)  # read once, ranked several ways below
+        price = cost.price_of(ranked.stored_scenario(snap), gpu_hour, gpus)
+        trials = records(snap)
+        fixed = ranked.fixed_flags(snap)
+        rows = [TrialRow.of(r, fixed) for r in trials]
+        effective = ranked.effective_defaults(snap)
+        defaults = {**effective.values, **fixed}  # `ranked.not_overrides`, read once
+        tied = tied_with_best(snap)
+        top = ranked.feasible_best(snap) if tied else None
+        for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
+            row.tied_with_best = top.number if top and row.number in tied else None
+        explained = ablation.latest(snap)  # which of the winner's flags carry its gain
+        out = cls(study.study_name, [d.name.lower() for d in study.directions], rows,
+                  next((r for r in rows if r.name == DEFAULTS and r.outcome != "pruned"), None),
+                  MemoryModel.of(trials), ranking(trials, defaults, price), price, fixed,
+                  legend(trials), explanation=explained,
+                  explanation_lines=explained.lines() if explained else [], load=load)
+        feasible = [r for r in trials if r.feasible]
+        if out.weighted:
+            best = ranked.pick(feasible, ranked.objective_value, defaults)
+            if best is not None:  # what the winner changes, against vLLM's effective defaults
+                out.best = next(r for r in rows if r.number == best.number)
+                own = {k: v for k, v in best.flags.items() if k not in fixed}
+                out.best_changes = effective.overrides(own)
+                out.best_left_out = effective.words(own)
+                out.best_gain = gain(ranked.objective_value(best))
+            out.ceiling = relief.ceiling(best)
+            out.gain_over = ranked.reference_name(snap)
+        else:
+            front = {t.number for t in study.best_trials}  # feasible and non-dominated
+            out.pareto = [r for r in rows if r.number in front
+                          and any(f.number == r.number for f in feasible)]
+        if load is not None:
+            winner = ranked.feasible_best(snap)
+            out.cost = cost.side_by_side(winner, ranked.reference_trial(snap),
+                                         ranked.reference_name(snap), price, load) \
+                if winner else None
+        if what_if:
+            out.what_if = whatif.rerank(trials, what_if)
+        return out
+
+
+def tied_with_best(study: optuna.Study | Snapshot) -> set[int]:
+    """Trials whose capacity the study cannot tell apart from its best trial's (the `=` of
+    the ranking), the best itself left out: their gains over the defaults differ by noise,
+    not by configuration."""
+    best = ranked.feasible_best(study)
+    if best is None or best.capacity is None:
+        return set()
+    return {r.number for r in records(study, (TrialState.COMPLETE,))
+            if r.feasible and r.capacity and r.number != best.number
+            and capacity.tied(r.capacity, best.capacity)}
