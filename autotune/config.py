@@ -201,7 +201,8 @@ class Objective(_Strict):
 
 
 class GuardrailSpec(_Strict):
-    """Quality check of every trial against reference outputs (see autotune.tuning.guardrail)."""
+    """Quality check of every trial against reference outputs
+    (`autotune.tuning.quality.guardrail`)."""
 
     enabled: bool = True
     prompts: str | None = None  # JSONL of {"prompt": ...}; default: the shipped set
@@ -213,7 +214,7 @@ class GuardrailSpec(_Strict):
     agreement_threshold: float | None = Field(None, ge=0, le=1)
     # how prompts are sent: through the model's chat template (auto: where it has one)
     template: Literal["auto", "chat", "plain"] = "auto"
-    # items of the task check (autotune.tuning.tasks); 0: off. 1,000 show a 5-point drop on
+    # items of the task check (autotune.tuning.quality.tasks); 0: off. 1,000 show a 5-point drop on
     # the H200 in about 3 s a trial; +-1 point needs 4,000-6,000 (docs/real-model.md)
     tasks: int = Field(1000, ge=0)
     task_seed: int = 0
@@ -299,7 +300,7 @@ class SamplerSpec(_Strict):
 
 
 class ReliefSpec(_Strict):
-    """Relief moves (`autotune.tuning.relief`): after a trial, queue the move that relieves
+    """Relief moves (`autotune.tuning.policy.relief`): after a trial, queue the move that relieves
     the best trial's bottleneck; at most one in every `every` trials (2: they alternate with
     the sampler's). Not with the grid sampler, which runs every point anyway."""
 

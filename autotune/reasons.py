@@ -21,7 +21,7 @@ CRASHED = "crashed"
 INVALID_COMBINATION = "invalid_combination"
 MAX_MODEL_LEN_TOO_SHORT = "max_model_len_too_short"
 WORKLOAD_FIT = "workload_fit"
-# During the probe phase (`autotune.tuning.prune`), or Optuna's pruner.
+# During the probe phase (`autotune.tuning.policy.prune`), or Optuna's pruner.
 PREEMPTION = "preemption"
 KV_SATURATED = "kv_saturated"
 FAILURES = "failures"

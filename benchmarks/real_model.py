@@ -40,7 +40,7 @@ from autotune.engine.server import Server
 from autotune.measure import speculation
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer, dataset_path
-from autotune.tuning import guardrail
+from autotune.tuning.quality import guardrail
 
 # float32: on CPUs without AVX-512 BF16 the CPU build computes bf16 several times slower
 # (seen here: a 495-token prefill 11.4 s in bf16, 1.8 s in float32).

@@ -31,8 +31,8 @@ from typing import Any
 import yaml
 
 from autotune.config import Scenario
-from autotune.tuning import guardrail
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.quality import guardrail
 
 SCENARIO = """
 name: shared
@@ -125,10 +125,11 @@ def _loop(url: str, study_dir: str, worker_id: str, host: str) -> None:
     """One worker's study loop, as `host` (heartbeat every second, grace 2 s)."""
     import psutil
 
-    from autotune.tuning import shared, study
+    from autotune.tuning import study
+    from autotune.tuning.sharing import heartbeat
 
     sc = scenario()
-    me = shared.Worker(worker_id, host, os.getpid(), psutil.Process().create_time())
+    me = heartbeat.Worker(worker_id, host, os.getpid(), psutil.Process().create_time())
     st = study.open_study(sc, url, worker=me, heartbeat_s=1, grace_s=2)
     study.loop(st, sc, "/m", Path(study_dir), trials=6,
                guard=guardrail.make_guard(sc, Path(study_dir)), runner=Canned.from_env())
@@ -143,7 +144,7 @@ if __name__ == "__main__":
         sys.exit(0)
     from autotune.cli import worker
     from autotune.cli.main import main
-    from autotune.tuning import workers
+    from autotune.tuning.sharing import workers
 
     trial_mod.run_trial = Canned.from_env()
     workers.ENTRY = [sys.executable, str(Path(__file__).resolve()), "worker"]

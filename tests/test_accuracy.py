@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.tuning import accuracy
+from autotune.tuning.quality import accuracy
 
 
 def _pair(n, right, lost, gained):

@@ -16,9 +16,10 @@ from autotune.config import Hardware, Scenario
 from autotune.engine import ballast, gpu
 from autotune.engine.ballast import GRANULE, MAX_CHUNK, Ballast, BallastError, GiB
 from autotune.engine.server import Server
-from autotune.tuning import memory, prune, trial
+from autotune.tuning import trial
 
 # -- sizing ---------------------------------------------------------------------------------
+from autotune.tuning.policy import memory, prune
 
 
 @pytest.mark.parametrize("free, keep, held", [

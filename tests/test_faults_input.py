@@ -24,8 +24,8 @@ from test_cli_errors import QUICK_S, assert_one_line_error, autotune
 from autotune.cli import main as cli
 from autotune.engine.info import EngineInfo, FlagInfo
 from autotune.errors import ConfigError
-from autotune.tuning import storage
-from autotune.tuning.space import check_against_engine
+from autotune.tuning.policy.space import check_against_engine
+from autotune.tuning.sharing import storage
 
 GOOD = "name: s\nmodel: {tiny: tiny}\n"
 

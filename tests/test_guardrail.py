@@ -6,8 +6,8 @@ import pytest
 
 from autotune.config import GuardrailSpec, Scenario
 from autotune.errors import ConfigError
-from autotune.tuning import accuracy, guardrail
-from autotune.tuning.guardrail import Quality, Reference, Sample, TaskAnswers
+from autotune.tuning.quality import accuracy, guardrail
+from autotune.tuning.quality.guardrail import Quality, Reference, Sample, TaskAnswers
 
 
 def _s(ids, logprobs, text="t"):

@@ -17,7 +17,7 @@ import pytest
 from autotune.config import GuardrailSpec
 from autotune.engine.server import Server
 from autotune.measure.loadgen import Target
-from autotune.tuning import guardrail
+from autotune.tuning.quality import guardrail
 
 pytestmark = [pytest.mark.engine]
 

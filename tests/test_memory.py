@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from autotune.tinymodel import PRESETS
-from autotune.tuning.memory import (
+from autotune.tuning.policy.memory import (
     GiB,
     ModelShape,
     emulated_utilization,

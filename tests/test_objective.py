@@ -7,7 +7,7 @@ import math
 import pytest
 
 from autotune.config import Objective
-from autotune.tuning.objective import (
+from autotune.tuning.policy.objective import (
     Measures,
     constraint_names,
     constraints,

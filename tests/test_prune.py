@@ -3,7 +3,7 @@
 import pytest
 
 from autotune.config import Hardware, PruneSpec, Scenario
-from autotune.tuning import prune
+from autotune.tuning.policy import prune
 
 GiB = 2**30
 

@@ -13,8 +13,9 @@ from optuna.distributions import CategoricalDistribution
 
 from autotune.cli.main import main
 from autotune.config import GuardrailSpec
-from autotune.tuning import accuracy, guardrail, record
-from autotune.tuning.guardrail import Reference
+from autotune.tuning import record
+from autotune.tuning.quality import accuracy, guardrail
+from autotune.tuning.quality.guardrail import Reference
 
 DIST = {"kv-cache-dtype": CategoricalDistribution(["auto", "fp8", "<b>evil</b>"])}
 HOSTILE = "<b>evil</b>"

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from autotune.measure import vllmbench, workloads
 from autotune.traffic import DATASETS, WorkloadSpec
-from autotune.tuning.space import relation_violation  # noqa: F401 - the layer imports cleanly
+from autotune.tuning.policy.space import relation_violation  # noqa: F401 - the layer imports cleanly
 
 
 @pytest.mark.parametrize("dataset", DATASETS)

@@ -23,7 +23,8 @@ from autotune.config import GuardrailSpec, Scenario
 from autotune.engine.server import Server
 from autotune.measure.loadgen import Target
 from autotune.measure.speculation import Speculation
-from autotune.tuning import guardrail, trial
+from autotune.tuning import trial
+from autotune.tuning.quality import guardrail
 
 pytestmark = [pytest.mark.engine]
 

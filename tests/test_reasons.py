@@ -18,7 +18,8 @@ from autotune.engine import log as enginelog
 from autotune.measure import capacity
 from autotune.results import views
 from autotune.results.summary import Summary
-from autotune.tuning import deadline, prune, record
+from autotune.tuning import deadline, record
+from autotune.tuning.policy import prune
 
 PACKAGE = Path(reasons.__file__).resolve().parent
 # Reasons that are also ordinary words in the source (a JSON key, a config field).
@@ -64,7 +65,7 @@ def test_reasons_with_details_start_with_a_listed_reason():
     """The memory model and the pre-launch checks give `reason: detail`."""
     from autotune.config import PruneSpec
     from autotune.traffic import WorkloadSpec
-    from autotune.tuning import memory
+    from autotune.tuning.policy import memory
 
     short = prune.too_short({"max-model-len": 10}, WorkloadSpec(input_len=64, output_len=64))
     assert short is not None and short.partition(": ")[0] in reasons.REASONS

@@ -16,10 +16,11 @@ from autotune.cli import main as cli
 from autotune.engine.log import Startup, StartupFigures
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, StepRecord
-from autotune.tuning import guardrail, record
+from autotune.tuning import record
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.guardrail import Quality
-from autotune.tuning.objective import Measures
+from autotune.tuning.policy.objective import Measures
+from autotune.tuning.quality import guardrail
+from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.record import TrialRecord
 
 ROOT = Path(__file__).resolve().parent.parent

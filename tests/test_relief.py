@@ -13,9 +13,9 @@ from optuna.trial import TrialState
 from autotune.config import Param, Scenario
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
-from autotune.tuning import relief
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.policy import relief
 from autotune.tuning.record import DEFAULTS, RELIEF, SAMPLER, TrialRecord, records
 
 SPACE = """

@@ -6,7 +6,7 @@ import pytest
 
 from autotune import config
 from autotune.engine.info import engine_info
-from autotune.tuning import space
+from autotune.tuning.policy import space
 
 SHIPPED = sorted((Path(__file__).parent.parent / "search_spaces").glob("*.yaml"))
 

@@ -10,7 +10,7 @@ import pytest
 from autotune.config import Scenario
 from autotune.engine.info import EngineInfo, FlagInfo, engine_info
 from autotune.errors import ConfigError, EngineNotInstalled
-from autotune.tuning.space import check_against_engine, grid, relation_violation, suggest
+from autotune.tuning.policy.space import check_against_engine, grid, relation_violation, suggest
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -9,8 +9,9 @@ from pydantic import ValidationError
 
 from autotune.config import Scenario
 from autotune.engine.log import Startup
-from autotune.tuning import record, shared
-from autotune.tuning.space import relation_violation, suggest
+from autotune.tuning import record
+from autotune.tuning.policy.space import relation_violation, suggest
+from autotune.tuning.sharing import heartbeat
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
@@ -65,16 +66,16 @@ def _ran(flags: dict, async_logged: bool | None) -> record.TrialRecord:
 def test_a_trial_differing_only_in_async_scheduling_from_one_the_engine_forced_off_is_a_twin():
     forced = _ran({"speculative-config": NGRAM}, False)  # asked default, engine said off
     for asked in (True, False):
-        assert shared.same_engine({"speculative-config": NGRAM, "async-scheduling": asked},
+        assert heartbeat.same_engine({"speculative-config": NGRAM, "async-scheduling": asked},
                                   forced)
     # the engine did not force it: async on and off are two engines
     honoured = _ran({"async-scheduling": True}, True)
-    assert not shared.same_engine({"async-scheduling": False}, honoured)
+    assert not heartbeat.same_engine({"async-scheduling": False}, honoured)
     # asked off and got off: whether "on" would be forced is not known
     asked_off = _ran({"speculative-config": NGRAM, "async-scheduling": False}, False)
-    assert not shared.same_engine({"speculative-config": NGRAM, "async-scheduling": True},
+    assert not heartbeat.same_engine({"speculative-config": NGRAM, "async-scheduling": True},
                                   asked_off)
     # anything else that differs is another engine
-    assert not shared.same_engine({"speculative-config": {**NGRAM, "num_speculative_tokens": 4},
+    assert not heartbeat.same_engine({"speculative-config": {**NGRAM, "num_speculative_tokens": 4},
                                    "async-scheduling": True}, forced)
-    assert shared.same_engine({"speculative_config": NGRAM}, forced)  # spelling aside
+    assert heartbeat.same_engine({"speculative_config": NGRAM}, forced)  # spelling aside

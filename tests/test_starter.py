@@ -15,9 +15,11 @@ import pytest
 from autotune import config
 from autotune.engine.info import engine_info
 from autotune.tinymodel import PRESETS
-from autotune.tuning import memory, space, starter
+from autotune.tuning import starter
 
 # GPU facts as the committed studies recorded them (NVML's name and total memory).
+from autotune.tuning.policy import memory, space
+
 H200 = starter.Card("NVIDIA H200", 143771 / 1024, cores=16)
 RTX_4090D = starter.Card("NVIDIA GeForce RTX 4090 D", 24564 / 1024, cores=16)
 QWEN3_4B = memory.ModelShape.from_config(PRESETS["qwen3-4b"])

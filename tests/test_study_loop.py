@@ -23,8 +23,9 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.tuning import ranking, record, shared, study
+from autotune.tuning import ranking, record, study
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.sharing import heartbeat
 from tests import canned
 
 
@@ -230,14 +231,14 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
     st = study.open_study(scenario, url)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    trial = shared.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
-    record.write(trial, flags={}, worker=shared.Worker(
+    trial = heartbeat.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
+    record.write(trial, flags={}, worker=heartbeat.Worker(
         "gone", socket.gethostname(), dead.pid, time.time() - 5).as_dict())
-    assert shared.recover(st, shared.me(st)) == 1  # its process is gone: at once
+    assert heartbeat.recover(st, heartbeat.me(st)) == 1  # its process is gone: at once
     recs = record.records(st)
     assert recs[0].state == TrialState.FAIL
     assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [record.DEFAULTS]
-    assert shared.recover(st, shared.me(st)) == 0
+    assert heartbeat.recover(st, heartbeat.me(st)) == 0
     # The defaults run again first; the named baseline is queued once they have finished.
     runner = Canned()
     study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
@@ -247,10 +248,10 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
 def test_a_trial_written_before_workers_were_recorded_runs_again_after_the_grace(tmp_path):
     scenario = _scenario()
     st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
-    shared.ask(st)  # RUNNING, no worker: an older autotune's, or one killed right after `ask`
-    assert shared.recover(st, shared.me(st)) == 0  # it might be starting right now
+    heartbeat.ask(st)  # RUNNING, no worker: an older autotune's, or one killed right after `ask`
+    assert heartbeat.recover(st, heartbeat.me(st)) == 0  # it might be starting right now
     time.sleep(1.1)
-    assert shared.recover(st, shared.me(st), grace_s=1) == 1
+    assert heartbeat.recover(st, heartbeat.me(st), grace_s=1) == 1
     assert record.records(st)[0].state == TrialState.FAIL
 
 
@@ -317,9 +318,9 @@ def test_a_trial_asked_before_the_queued_defaults_goes_back_behind_them(tmp_path
     queued every baseline at once): that trial is given back, the defaults run first."""
     scenario = _scenario()
     st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
-    first = shared.ask(st)  # the defaults, then lost
+    first = heartbeat.ask(st)  # the defaults, then lost
     st.enqueue_trial({"max-num-seqs": 8})  # 1, queued before the defaults come back
-    shared.fail_and_requeue(st, record.TrialRecord.of(st.get_trials()[first.number]))
+    heartbeat.fail_and_requeue(st, record.TrialRecord.of(st.get_trials()[first.number]))
     runner = Canned()
     study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
     assert runner.calls == [{"enforce-eager": True}]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.tuning import tasks
-from autotune.tuning.tasks import Item
+from autotune.tuning.quality import tasks
+from autotune.tuning.quality.tasks import Item
 
 
 def test_the_set_is_deterministic_mixed_and_large_enough():

@@ -235,7 +235,8 @@ def test_a_trace_step_for_vllms_timed_trace_dataset(tmp_path):
 
 
 def test_a_traces_longest_request_sizes_max_model_len():
-    from autotune.tuning import prune, starter
+    from autotune.tuning import starter
+    from autotune.tuning.policy import prune
 
     day = WorkloadSpec(kind="trace", dataset="day")
     trace = traces.of(day)

@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
-from autotune.tuning import objective as obj
 from autotune.tuning import record
+from autotune.tuning.policy import objective as obj
 from autotune.validation import Validation
 from autotune.verify import validate
 from tests.conftest import SCENARIO

@@ -15,8 +15,8 @@ import pytest
 
 from autotune.cli import main as cli
 from autotune.config import Scenario
-from autotune.tuning import objective as obj
 from autotune.tuning import ranking, record
+from autotune.tuning.policy import objective as obj
 from tests.conftest import copy_study
 
 pytestmark = pytest.mark.engine

@@ -28,8 +28,10 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.engine import cpuplace
-from autotune.tuning import guardrail, ranking, record, shared, study, workers
-from autotune.tuning.storage import masked
+from autotune.tuning import ranking, record, study
+from autotune.tuning.quality import guardrail
+from autotune.tuning.sharing import heartbeat, workers
+from autotune.tuning.sharing.storage import masked
 from tests.conftest import SCENARIO
 
 CANNED = str(Path(canned.__file__).resolve())
@@ -70,8 +72,8 @@ def _threads(n: int, target, *args: Any) -> list[Any]:
     return results
 
 
-def _worker(i: int) -> shared.Worker:
-    return shared.Worker.here(f"w{i}")
+def _worker(i: int) -> heartbeat.Worker:
+    return heartbeat.Worker.here(f"w{i}")
 
 
 def test_workers_opening_a_new_study_together_queue_the_defaults_once(url):
@@ -80,15 +82,15 @@ def test_workers_opening_a_new_study_together_queue_the_defaults_once(url):
     st = optuna.load_study(study_name="shared", storage=url)
     recs = record.records(st)
     assert [(r.baseline, r.state) for r in recs] == [(record.DEFAULTS, TrialState.WAITING)]
-    assert set(shared.workers(st)) == {"w0", "w1", "w2", "w3"}
+    assert set(heartbeat.workers(st)) == {"w0", "w1", "w2", "w3"}
 
 
 POPPER = """
 import sys, warnings
 import optuna
-from autotune.tuning import shared
+from autotune.tuning.sharing import heartbeat
 warnings.simplefilter("ignore")
-st = optuna.load_study(study_name="queue", storage=shared.storage(sys.argv[1]))
+st = optuna.load_study(study_name="queue", storage=heartbeat.storage(sys.argv[1]))
 while st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
     t = st.ask()
     print(t.number, flush=True)
@@ -98,9 +100,9 @@ while st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
 
 def test_two_processes_never_pop_the_same_queued_trial(url):
     """Optuna pops a queued trial by reading WAITING, then writing RUNNING under a row
-    lock that SQLite lacks: without `shared.serialize_sqlite` two processes popped 15 of
+    lock that SQLite lacks: without `heartbeat.serialize_sqlite` two processes popped 15 of
     150 queued trials twice (seen once as two `--gpus` workers running trial 0)."""
-    st = optuna.create_study(study_name="queue", storage=shared.storage(url))
+    st = optuna.create_study(study_name="queue", storage=heartbeat.storage(url))
     n = 120
     for i in range(n):
         st.enqueue_trial({"x": i}, skip_if_exists=False)
@@ -116,11 +118,11 @@ def test_each_worker_samples_with_its_own_seed(tmp_path):
     sc = canned.scenario()
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     first = study.open_study(sc, url, worker=_worker(0))
-    assert shared.register(first, _worker(0), 7) == 7  # alone: the scenario's seed
+    assert heartbeat.register(first, _worker(0), 7) == 7  # alone: the scenario's seed
     second = study.open_study(sc, url, worker=_worker(1))
-    seeds = {shared.register(first, _worker(0), 7), shared.register(second, _worker(1), 7)}
-    assert len(seeds) == 2 and seeds == {shared.derived_seed(7, "w0"),
-                                         shared.derived_seed(7, "w1")}
+    seeds = {heartbeat.register(first, _worker(0), 7), heartbeat.register(second, _worker(1), 7)}
+    assert len(seeds) == 2 and seeds == {heartbeat.derived_seed(7, "w0"),
+                                         heartbeat.derived_seed(7, "w1")}
     # The samplers differ: two workers asking at once propose different points.
     points = []
     for st in (first, second):
@@ -145,7 +147,7 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
     assert len(recs) == 12 and all(r.state == TrialState.COMPLETE for r in recs)
     launches = [c for c in runner.calls if c["event"] == "launch"]
     ends = {c["trial"]: c["end"] for c in runner.calls if c["event"] == "end"}
-    keys = [shared.flags_key(c["flags"]) for c in launches]
+    keys = [heartbeat.flags_key(c["flags"]) for c in launches]
     assert len(keys) == len(set(keys)), "a configuration was launched twice"
     # The rest are copies of a finished twin, never a second engine.
     copies = [r for r in recs if r.duplicate_of is not None]
@@ -191,11 +193,11 @@ def test_a_worker_waits_for_the_same_configuration_running_elsewhere(tmp_path):
     t.start()
     while not slow.calls:  # trial 1 is running the flags
         time.sleep(0.01)
-    shared.POLL_S, old = 0.05, shared.POLL_S
+    heartbeat.POLL_S, old = 0.05, heartbeat.POLL_S
     try:
         study.loop(other, sc, "/m", tmp_path / "shared", trials=1, runner=fast)
     finally:
-        shared.POLL_S = old
+        heartbeat.POLL_S = old
         t.join()
     recs = record.records(st)
     assert fast.calls == []  # trial 2 waited for trial 1 and copied its result
@@ -240,12 +242,12 @@ def test_a_killed_workers_trial_is_queued_again_and_finished_by_the_other(url, t
         t0 = time.monotonic()
         b = canned.Canned(log_path=str(log_path))
         st = study.open_study(sc, url, worker=_worker(1), heartbeat_s=1, grace_s=2)
-        shared.POLL_S, old = 0.1, shared.POLL_S
+        heartbeat.POLL_S, old = 0.1, heartbeat.POLL_S
         try:
             study.loop(st, sc, "/m", tmp_path / "shared", trials=3, runner=b,
                        guard=guardrail.make_guard(sc, tmp_path / "shared"))
         finally:
-            shared.POLL_S = old
+            heartbeat.POLL_S = old
     finally:
         a.kill()
         a.wait()
@@ -388,7 +390,7 @@ def test_a_dead_gpu_worker_leaves_its_trial_to_the_others_on_postgresql(postgres
     assert len([r for r in recs if r.is_defaults and r.state == TrialState.COMPLETE]) == 1
     assert st.user_attrs["reference"]["trial"] == next(
         r.number for r in recs if r.is_defaults and r.state == TrialState.COMPLETE)
-    launched = [shared.flags_key(c["flags"]) for c in _launches(log_path)
+    launched = [heartbeat.flags_key(c["flags"]) for c in _launches(log_path)
                 if c["trial"] != hung["trial"]]
     assert len(launched) == len(set(launched))
 

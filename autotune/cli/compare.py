@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from autotune.results.compare import compare
     from autotune.results.show import open_existing
-    from autotune.tuning import storage
+    from autotune.tuning.sharing import storage
 
     prices = dict(args.gpu_hour)
     if len(prices) < len(args.gpu_hour):

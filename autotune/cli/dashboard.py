@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autotune.results import dashboard
-    from autotune.tuning import storage
+    from autotune.tuning.sharing import storage
 
     open_study(args)  # a missing or foreign study is one line, before the server starts
     url, _ = storage.locate(args.study_or_db, args.study, Path(args.studies_dir))

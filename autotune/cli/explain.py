@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune.results import show
-    from autotune.tuning import ablation, ranking, storage
+    from autotune.tuning import ablation, ranking
+    from autotune.tuning.sharing import storage
     from autotune.verify import validate
 
     root = Path(args.studies_dir)

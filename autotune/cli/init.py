@@ -64,7 +64,9 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
     from autotune import config, slo
     from autotune.engine import gpu
     from autotune.engine.info import engine_info
-    from autotune.tuning import memory, space, starter, storage, workers
+    from autotune.tuning import starter
+    from autotune.tuning.policy import memory, space
+    from autotune.tuning.sharing import storage, workers
 
     if not args.slo:
         raise ConfigError("--model needs at least one --slo KEY=MS (e.g. ttft_p95_ms=500): "

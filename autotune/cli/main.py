@@ -79,7 +79,7 @@ def guarded(command: Callable[[], int]) -> int:
     try:
         return command()
     except AutotuneError as err:
-        from autotune.tuning.storage import masked
+        from autotune.tuning.sharing.storage import masked
 
         print(f"autotune: error: {masked(str(err))}", file=sys.stderr)
         return err.exit_code

@@ -104,7 +104,7 @@ def open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study
     from pathlib import Path
 
     from autotune.results import show
-    from autotune.tuning import storage
+    from autotune.tuning.sharing import storage
 
     root = Path(args.studies_dir)
     url, name = storage.locate(args.study_or_db, args.study, root)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from autotune.config import Scenario
     from autotune.results.summary import Summary
-    from autotune.tuning.storage import StudyLocation
+    from autotune.tuning.sharing.storage import StudyLocation
 
 HELP = "run (or resume) the study of a scenario"
 
@@ -99,9 +99,11 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     from autotune import config
     from autotune.engine.info import engine_info
     from autotune.results import views
-    from autotune.tuning import shared, space, storage, study, workers
+    from autotune.tuning import study
 
     # Everything that can be checked is checked before anything is written or launched:
+    from autotune.tuning.policy import space
+    from autotune.tuning.sharing import heartbeat, storage, workers
     # a refused scenario or storage leaves no study folder and no database behind.
     if cmd.gpus is not None and cmd.worker_id is not None:
         raise ConfigError("tune: --gpus starts one worker per GPU; --worker-id names one "
@@ -164,7 +166,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
         return code
     request = study.Request(
         scenario, where, trials, timeout,
-        shared.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
+        heartbeat.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
         claim=workers.Tickets(run_tickets).take if run_tickets is not None else None)
     if parent_pid is not None:
         workers.watch_parent(parent_pid)
@@ -182,7 +184,8 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
     """`tune --gpus`: one worker process per GPU on the study, one progress line for all."""
     import logging
 
-    from autotune.tuning import study, workers
+    from autotune.tuning import study
+    from autotune.tuning.sharing import workers
 
     st = study.open_study(scenario, url, register=False)  # created here, once
     console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's {trials} "
@@ -213,7 +216,7 @@ def _print_summary(cmd: TuneCommand, data: Summary, console: Console) -> None:
 def _checked_location(scenario: Scenario, storage_url: str | None, root: Path
                       ) -> StudyLocation:
     """Where the study lives, its storage checked for `tune` (it may create the database)."""
-    from autotune.tuning import storage
+    from autotune.tuning.sharing import storage
 
     try:  # the default database lives in the studies directory, made here if needed
         where = storage.StudyLocation.resolve(scenario.name, storage_url, root)

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune.results import views
-    from autotune.tuning import storage
+    from autotune.tuning.sharing import storage
     from autotune.validation import PairRun
     from autotune.verify import validate
 
@@ -86,7 +86,7 @@ def _with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecor
 
     from autotune.measure import vllmbench
     from autotune.results import views
-    from autotune.tuning import storage
+    from autotune.tuning.sharing import storage
     from autotune.validation import PairRun
     from autotune.verify import crosscheck, validate
 
@@ -111,7 +111,7 @@ def _with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecor
 def _gpus(text: str | None) -> list[int] | None:
     """`validate --gpus 0,1` as device indices (None when not given), parsed as `tune
     --gpus` is, without `all`."""
-    from autotune.tuning.workers import parse_gpus
+    from autotune.tuning.sharing.workers import parse_gpus
 
     return None if text is None else [int(g) for g in parse_gpus(text, "validate",
                                                                  allow_all=False)]

@@ -1,6 +1,6 @@
 """One worker of `autotune tune --gpus`: `python -m autotune.cli.worker SCENARIO ...`.
 
-`autotune.tuning.workers` starts one of these per GPU; people never run it themselves. It
+`autotune.tuning.sharing.workers` starts one of these per GPU; people never run it themselves. It
 is `autotune tune` for one worker of a run: the study is the parent's (its storage URL comes
 through `AUTOTUNE_STORAGE` in the environment, never the command line), the run's trials
 are taken from the parent's counter file (`--tickets`), and once the parent is gone

@@ -24,8 +24,9 @@ from autotune.measure import capacity
 from autotune.results import limits as limits_mod
 from autotune.results.limits import Limits
 from autotune.stored import plain
-from autotune.tuning import accuracy, ranking
-from autotune.tuning.guardrail import Quality
+from autotune.tuning import ranking
+from autotune.tuning.quality import accuracy
+from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.record import Source, TrialRecord
 from autotune.validation import Recheck, Validation

@@ -27,7 +27,7 @@ from autotune.engine import phases
 from autotune.errors import ConfigError
 from autotune.results import summary
 from autotune.results.show import outcome, reason
-from autotune.tuning import objective as obj
+from autotune.tuning.policy import objective as obj
 from autotune.tuning.ranking import (
     choose,
     fixed_flags,

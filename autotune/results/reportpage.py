@@ -18,9 +18,10 @@ from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, report, show, summary, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
-from autotune.tuning import ablation, ranking, relief
-from autotune.tuning.guardrail import Quality
-from autotune.tuning.objective import Measures
+from autotune.tuning import ablation, ranking
+from autotune.tuning.policy import relief
+from autotune.tuning.policy.objective import Measures
+from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.record import RELIEF, Snapshot, Source, TrialRecord, records
 from autotune.validation import Validation
 

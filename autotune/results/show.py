@@ -16,8 +16,8 @@ from autotune import reasons
 from autotune.errors import ConfigError
 from autotune.measure.capacity import CapacityRecord
 from autotune.slo import Slo
-from autotune.tuning import storage
 from autotune.tuning.record import TrialRecord
+from autotune.tuning.sharing import storage
 
 
 def open_existing(target: str, study_name: str | None = None,

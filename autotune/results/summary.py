@@ -23,11 +23,12 @@ from autotune.results import cost, whatif
 from autotune.results.show import capacity_caveat, legend, outcome, reason
 from autotune.slo import Slo
 from autotune.stored import plain
-from autotune.tuning import ablation, relief
+from autotune.tuning import ablation
 from autotune.tuning import ranking as ranked
-from autotune.tuning.accuracy import TaskScore
-from autotune.tuning.guardrail import Quality
-from autotune.tuning.objective import gain
+from autotune.tuning.policy import relief
+from autotune.tuning.policy.objective import gain
+from autotune.tuning.quality.accuracy import TaskScore
+from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
 from autotune.validation import Recheck, Validation
 

@@ -23,7 +23,7 @@ from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, whatif
 from autotune.results.show import fmt, outcome, reason, speculation_text
 from autotune.results.summary import RankRow, Summary, TrialRow
-from autotune.tuning import relief
+from autotune.tuning.policy import relief
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.study import Progress
 from autotune.validation import PairRun, Recheck, Validation

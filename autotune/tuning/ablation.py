@@ -39,9 +39,10 @@ from autotune.engine.defaults import same
 from autotune.errors import ConfigError
 from autotune.measure import capacity
 from autotune.stored import Stored
-from autotune.tuning import guardrail, ranking, record
+from autotune.tuning import ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.quality import guardrail
 from autotune.tuning.record import ABLATION, Origin, TrialRecord
 
 log = logging.getLogger("autotune")

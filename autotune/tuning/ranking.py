@@ -22,7 +22,7 @@ from autotune.errors import ConfigError
 from autotune.flags import normalize
 from autotune.measure import capacity
 from autotune.slo import Slo
-from autotune.tuning.objective import Measures
+from autotune.tuning.policy.objective import Measures
 from autotune.tuning.record import Snapshot, Source, StudyRecord, TrialRecord, records
 
 POLICIES = ("max-throughput", "min-latency", "balanced")

@@ -42,8 +42,8 @@ from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacity import CapacityRecord
 from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, plain
-from autotune.tuning.guardrail import Quality
-from autotune.tuning.objective import Measures
+from autotune.tuning.policy.objective import Measures
+from autotune.tuning.quality.guardrail import Quality
 from autotune.validation import Recheck, Validation
 
 # 1: before named constraints and study-level validations; 2: before the short scalars
@@ -55,7 +55,7 @@ VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
 INTERRUPTED, ERROR = reasons.INTERRUPTED, reasons.ERROR
 # Why a trial was tried (`Origin.kind`): a baseline (vLLM's defaults or a named one), the
 # sampler's suggestion, a relief move of another trial's bottleneck
-# (`autotune.tuning.relief`), or the ablation of a winner (`autotune.tuning.ablation`).
+# (`autotune.tuning.policy.relief`), or the ablation of a winner (`autotune.tuning.ablation`).
 BASELINE, SAMPLER, RELIEF, ABLATION = "baseline", "sampler", "relief", "ablation"
 
 
@@ -118,7 +118,7 @@ class TrialRecord:
     startup: Startup = field(default_factory=lambda: Startup.from_dict({}))
     timings: dict[str, float] = field(default_factory=dict)
     ballast: dict[str, Any] | None = None
-    # Which worker ran it (`autotune.tuning.shared.Worker`): id, host, pid, GPU.
+    # Which worker ran it (`autotune.tuning.sharing.heartbeat.Worker`): id, host, pid, GPU.
     worker: dict[str, Any] | None = None
     # Why it was tried (`Origin.as_dict`); queued with the trial for a relief move.
     origin: dict[str, Any] | None = None
@@ -450,7 +450,7 @@ def set_baselines_queued(study: optuna.Study) -> None:
 
 
 def set_worker(study: optuna.Study, worker_id: str, data: Mapping[str, Any]) -> None:
-    """Register a worker with the study (`autotune.tuning.shared.register`)."""
+    """Register a worker with the study (`autotune.tuning.sharing.heartbeat.register`)."""
     study.set_user_attr(f"{WORKER}{worker_id}", dict(data))
 
 

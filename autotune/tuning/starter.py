@@ -35,7 +35,7 @@ from autotune.config import Scenario
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import memory, prune
+from autotune.tuning.policy import memory, prune
 
 GiB = 1 << 30
 WORKLOADS = ("random", "chat", "text", "trace")

@@ -9,8 +9,9 @@ score of every trial is relative to it (`ranking.reference_trial`).
 Several workers can share one study (`--gpus`, or hosts on one PostgreSQL): the study is
 created by exactly one of them, which queues vLLM's defaults; whoever finishes the defaults
 queues the named baselines; heartbeats, re-queueing and the order workers keep are in
-`autotune.tuning.shared`. Creating the study and queueing its baselines is
-`autotune.tuning.creation`'s, holding Ctrl-C during the writes `autotune.tuning.interrupts`';
+`autotune.tuning.sharing.heartbeat`. Creating the study and queueing its baselines is
+`autotune.tuning.sharing.creation`'s, holding Ctrl-C during the writes
+`autotune.tuning.interrupts`';
 both are re-exported here (`study.open_study`, `study.no_interrupts`, ...).
 """
 
@@ -35,10 +36,15 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
-from autotune.tuning import creation, guardrail, prune, ranking, record, relief, shared, space
-from autotune.tuning import objective as obj
+from autotune.tuning import ranking, record
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.creation import (  # noqa: F401 (the study's API, as before the split)
+from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
+from autotune.tuning.policy import objective as obj
+from autotune.tuning.policy import prune, relief, space
+from autotune.tuning.quality import guardrail
+from autotune.tuning.record import TrialRecord
+from autotune.tuning.sharing import creation, heartbeat
+from autotune.tuning.sharing.creation import (  # noqa: F401 (the study's API, as before the split)
     BASELINES_QUEUED,
     DEFAULTS,
     REFERENCE_DATA,
@@ -47,9 +53,7 @@ from autotune.tuning.creation import (  # noqa: F401 (the study's API, as before
     open_study,
     record_engine_defaults,
 )
-from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
-from autotune.tuning.record import TrialRecord
-from autotune.tuning.storage import StudyLocation
+from autotune.tuning.sharing.storage import StudyLocation
 
 log = logging.getLogger("autotune")
 Runner = Callable[..., trial_mod.Outcome]  # `trial.run_trial`'s signature
@@ -72,11 +76,11 @@ def resolve_model(scenario: Scenario) -> str:
 
 
 def duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
-    """A finished trial that ran the engine these flags would start (`shared.same_engine`,
+    """A finished trial that ran the engine these flags would start (`heartbeat.same_engine`,
     vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
     defaults = record.StudyRecord.of(study).engine_defaults
     return next((r for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
-                 if r.number != number and shared.same_engine(flags, r, defaults)), None)
+                 if r.number != number and heartbeat.same_engine(flags, r, defaults)), None)
 
 
 def reference(study: optuna.Study) -> obj.Measures | None:
@@ -122,8 +126,8 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
     trial can be given back: a trial is never left RUNNING)."""
     hold = HeldInterrupts()
     try:
-        trial = shared.ask(study)
-        with shared.heartbeat(study, trial.number):
+        trial = heartbeat.ask(study)
+        with heartbeat.heartbeat(study, trial.number):
             _run_asked(study, trial, scenario, model, trials_root, guard, runner, hold)
     finally:
         hold.release()
@@ -133,7 +137,7 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
 def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, model: str,
                trials_root: Path, guard: guardrail.Guard | None, runner: Runner,
                hold: HeldInterrupts) -> None:
-    me = shared.me(study)
+    me = heartbeat.me(study)
     asked = TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
     # Flags fixed when it was queued: a baseline's, or a relief move the space cannot
     # express as parameters (which, unlike a baseline, is pruned like any searched trial).
@@ -154,7 +158,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
                 _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
                            "vLLM's defaults are queued and must run first")
                 return
-            shared.wait_for_twin(study, flags, trial.number, me,
+            heartbeat.wait_for_twin(study, flags, trial.number, me,
                                  defaults=record.StudyRecord.of(study).engine_defaults)
             sync_reference(study, guard, scenario, trials_root.parent)
         dup = duplicate(study, flags, trial.number)
@@ -219,16 +223,16 @@ def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
     study.tell(trial, state=TrialState.FAIL)
 
 
-def _after_defaults(study: optuna.Study, me: shared.Worker) -> bool:
+def _after_defaults(study: optuna.Study, me: heartbeat.Worker) -> bool:
     """Wait while vLLM's defaults run on another worker; False when they are queued and
     nobody runs them (this trial then goes back into the queue: the defaults come first)."""
     while True:
-        state, _ = shared.defaults_state(study)
-        if state == shared.DONE:
+        state, _ = heartbeat.defaults_state(study)
+        if state == heartbeat.DONE:
             return True
-        if state == shared.QUEUED:
+        if state == heartbeat.QUEUED:
             return False
-        shared.wait_for_defaults(study, me)
+        heartbeat.wait_for_defaults(study, me)
 
 
 def sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario: Scenario,
@@ -360,13 +364,13 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
     `claim` (workers of one `--gpus` run) takes one of the run's trials, False when none is
     left. Before each trial, trials of dead workers are queued again and, while vLLM's
     defaults run on another worker, this one waits."""
-    me = shared.me(study)
+    me = heartbeat.me(study)
     t0 = clock()
     longest = 0.0
     done = 0
     while done < trials:
-        shared.recover(study, me)
-        shared.wait_for_defaults(study, me)
+        heartbeat.recover(study, me)
+        heartbeat.wait_for_defaults(study, me)
         elapsed = clock() - t0
         if timeout_s is not None and elapsed + longest > timeout_s:
             log.info("stopping: %.0f s left, a trial takes up to %.0f s",
@@ -400,7 +404,7 @@ class Request:
     location: StudyLocation
     trials: int
     timeout_s: float | None
-    worker: shared.Worker
+    worker: heartbeat.Worker
     claim: Callable[[], bool] | None = None
 
 
@@ -411,7 +415,7 @@ def tune(request: Request, *, on_progress: Callable[[Progress], None] | None = N
     scenario, where = request.scenario, request.location
     study = open_study(scenario, where.url, worker=request.worker)
     record_engine_defaults(study, scenario, engine_info())
-    if recovered := shared.recover(study, shared.me(study)):
+    if recovered := heartbeat.recover(study, heartbeat.me(study)):
         log.info("%d interrupted trial(s) will run again", recovered)
     study_dir = where.folder
     guard = guardrail.make_guard(scenario, study_dir)

@@ -39,10 +39,11 @@ from autotune.measure.bench import benchmark
 from autotune.measure.loadgen import Target
 from autotune.measure.watch import Alive
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import guardrail, prune
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
+from autotune.tuning.policy import prune
+from autotune.tuning.policy.space import relation_violation
+from autotune.tuning.quality import guardrail
 from autotune.tuning.record import TrialRecord
-from autotune.tuning.space import relation_violation
 
 COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are pruned reasons
 

@@ -30,9 +30,10 @@ from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import capacity, vllmbench, watch
 from autotune.measure.capacity import CapacityRecord
 from autotune.stored import plain
-from autotune.tuning import prune, record
+from autotune.tuning import record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.policy import prune
 from autotune.tuning.record import TrialRecord
 from autotune.validation import VLLM_CLIENT, Recheck
 from autotune.verify import paired, pairs, validate

@@ -24,10 +24,11 @@ from pydantic import ValidationError
 from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
-from autotune.tuning import objective as obj
-from autotune.tuning import prune, ranking, record
+from autotune.tuning import ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.policy import objective as obj
+from autotune.tuning.policy import prune
 from autotune.tuning.record import TrialRecord
 from autotune.validation import Validation, verdict
 from autotune.verify import paired, pairs

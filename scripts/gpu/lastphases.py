@@ -19,7 +19,7 @@ from pathlib import Path
 from autotune.cli.main import guarded
 from autotune.config import EndValidation
 from autotune.results import show
-from autotune.tuning import storage
+from autotune.tuning.sharing import storage
 from autotune.verify import finish, validate
 
 

@@ -18,9 +18,11 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.tuning import objective as obj
-from autotune.tuning import record, shared, space
+from autotune.tuning import record
+from autotune.tuning.policy import objective as obj
+from autotune.tuning.policy import space
 from autotune.tuning.record import DEFAULTS
+from autotune.tuning.sharing import heartbeat
 
 
 class GridSearch(optuna.samplers.GridSampler):
@@ -65,11 +67,11 @@ _CREATOR_S = 10.0
 _BASELINES_S = 60.0
 
 
-def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = None,
+def open_study(scenario: Scenario, url: str, *, worker: heartbeat.Worker | None = None,
                heartbeat_s: int | None = None, grace_s: int | None = None,
                register: bool = True) -> optuna.Study:
     """Create or load the scenario's study, with heartbeats, as `worker` (default: this
-    process), whose sampler gets its own seed (`shared.register`; `register=False` for a
+    process), whose sampler gets its own seed (`heartbeat.register`; `register=False` for a
     process that only watches the study, as `tune --gpus` does its workers).
 
     Creating the study is atomic in the storage (its name is unique), so of several workers
@@ -79,7 +81,7 @@ def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = N
     pruner = optuna.pruners.MedianPruner(n_startup_trials=3) \
         if scenario.prune.enabled and scenario.prune.pruner == "median" \
         else optuna.pruners.NopPruner()
-    store = shared.storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s)
+    store = heartbeat.storage(url, heartbeat_s=heartbeat_s, grace_s=grace_s)
     try:
         study = optuna.create_study(storage=store, study_name=scenario.name,
                                     directions=obj.directions(scenario.objective),
@@ -89,8 +91,8 @@ def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = N
         study = optuna.load_study(study_name=str(scenario.name), storage=store,
                                   sampler=make_sampler(scenario), pruner=pruner)
         created = False
-    me = worker or shared.Worker.here()
-    shared.attach(study, store, me)
+    me = worker or heartbeat.Worker.here()
+    heartbeat.attach(study, store, me)
     if created or not _await_creator(study):
         # vLLM's defaults first; the named baselines follow once they finish (`run_one`).
         study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))
@@ -101,7 +103,7 @@ def open_study(scenario: Scenario, url: str, *, worker: shared.Worker | None = N
         _baselines_left_behind(study, scenario)
     if register:
         study.sampler = make_sampler(scenario,
-                                     shared.register(study, me, scenario.sampler.seed))
+                                     heartbeat.register(study, me, scenario.sampler.seed))
     return study
 
 
@@ -135,10 +137,10 @@ def _baselines_left_behind(study: optuna.Study, scenario: Scenario) -> None:
     died in between): queue them now."""
     if record.StudyRecord.of(study).baselines_queued:
         return
-    state, rec = shared.defaults_state(study)
+    state, rec = heartbeat.defaults_state(study)
     finished = [r.datetime_complete for r in record.records(study)
                 if r.is_defaults and r.datetime_complete is not None]
-    if state == shared.DONE and finished and \
+    if state == heartbeat.DONE and finished and \
             (dt.datetime.now() - max(finished)).total_seconds() > _BASELINES_S:
         queue_baselines(study, scenario)
 

@@ -52,10 +52,10 @@ from autotune.flags import normalize
 from autotune.measure import bottleneck as bn
 from autotune.measure import capacity
 from autotune.measure.bottleneck import Bottleneck
-from autotune.tuning import prune, space
+from autotune.tuning.policy import prune, space
 from autotune.tuning.record import RELIEF as RELIEF_KIND
 from autotune.tuning.record import Origin, TrialRecord
-from autotune.tuning.shared import flags_key, same_engine
+from autotune.tuning.sharing.heartbeat import flags_key, same_engine
 
 UP, DOWN = "up", "down"
 # To as many sequences as the KV cache held at the trial's request size (its reported KV

@@ -50,7 +50,7 @@ from sqlalchemy import event
 from autotune.flags import normalize
 from autotune.tuning import record
 from autotune.tuning.record import TrialRecord
-from autotune.tuning.storage import masked
+from autotune.tuning.sharing.storage import masked
 
 log = logging.getLogger("autotune")
 

@@ -1,6 +1,6 @@
 """Early pruning: spend no engine time on configurations that cannot win.
 
-Before launch, the memory model (`autotune.tuning.memory`) rules out configurations
+Before launch, the memory model (`autotune.tuning.policy.memory`) rules out configurations
 whose KV cache cannot hold one max-model-len sequence. During the run, a probe
 phase (the first share of the requests) stops configurations that preempt
 (vLLM V1 recomputes instead of swapping: preemption is the swap signal),
@@ -20,7 +20,7 @@ from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
 from autotune.errors import AutotuneError, ConfigError
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import memory
+from autotune.tuning.policy import memory
 
 PREEMPTION, KV_SATURATED, FAILURES, BEHIND = \
     reasons.PREEMPTION, reasons.KV_SATURATED, reasons.FAILURES, reasons.BEHIND

@@ -14,8 +14,8 @@ of the reference tokens' log-probabilities). One flipped token early in a
 generation makes agreement collapse; drift does not, so drift is the primary
 signal of change and agreement only catches outputs that share little at all.
 
-Change is not harm: the task check (`autotune.tuning.tasks`) asks the same scorable
-questions of the reference and of every trial, and `autotune.tuning.accuracy` turns the
+Change is not harm: the task check (`autotune.tuning.quality.tasks`) asks the same scorable
+questions of the reference and of every trial, and `autotune.tuning.quality.accuracy` turns the
 paired answers and the drift into the verdict a user reads: unchanged, changed within the
 accuracy budget, or worse. Prompts and questions go through the model's chat template
 where it has one, as chat traffic does.
@@ -42,7 +42,7 @@ from autotune.measure import loadgen, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
 from autotune.stored import Stored
-from autotune.tuning import accuracy, tasks
+from autotune.tuning.quality import accuracy, tasks
 
 log = logging.getLogger("autotune")
 DRIFT_FLOOR = 0.01  # nats: below this, differences are rounding on any backend
@@ -61,7 +61,7 @@ class Sample:
 
 @dataclass
 class TaskAnswers:
-    """The reference configuration's answers to the task check (`autotune.tuning.tasks`):
+    """The reference configuration's answers to the task check (`autotune.tuning.quality.tasks`):
     which items (count and seed), its answer texts and which of them were right."""
 
     items: int

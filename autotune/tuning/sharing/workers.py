@@ -6,10 +6,10 @@ worker, with a small parser of its own for what only a worker is told), pinned t
 for released memory all read that GPU; on the CPU build, to a share of the cores with
 `engine.cpuplace`), with its own id (`HOST-gpuN`), its own log
 (`studies/NAME/workers/gpuN.log`) and its lines in `tune.log` tagged with its id. They
-share the study through its storage (`autotune.tuning.shared` keeps them in order) and the
-run's trials through a counter file (`Tickets`): `--trials N` is N trials in all, taken by
-whichever worker is free. The storage URL reaches the workers through their environment,
-never their command line (which every local user can read).
+share the study through its storage (`autotune.tuning.sharing.heartbeat` keeps them in
+order) and the run's trials through a counter file (`Tickets`): `--trials N` is N trials in
+all, taken by whichever worker is free. The storage URL reaches the workers through their
+environment, never their command line (which every local user can read).
 
 This process starts them, prints one progress line per finished trial of the study, and on
 Ctrl-C (or SIGTERM) passes the interrupt to every worker and waits until all have stopped:

@@ -1,0 +1,8 @@
+"""Search policy: what a study tries, what it does not launch, and how it scores.
+
+`space` (the search space and Optuna's suggestions), `relief` (a move that relieves the
+best trial's bottleneck), `memory` (the KV-cache model that prunes a configuration before
+launch), `prune` (the rules that stop a running trial early) and `objective` (scores,
+constraints and the gain over vLLM's defaults). The loop (`autotune.tuning.study`) asks
+them; they never start an engine.
+"""
