@@ -8,7 +8,7 @@ from autotune.engine import log as enginelog
 from autotune.measure import speculation
 from autotune.results import dashboard, reportpage, show
 from autotune.results.summary import Summary, TrialRow
-from autotune.results.summary import plain as plain_data
+from autotune.stored import plain as plain_data
 from autotune.tuning import record
 
 # vLLM 0.32's CPU build after one request with ngram x4 (seen here), model label shortened.
@@ -55,8 +55,8 @@ def test_the_window_follows_vllms_definitions():
     assert spec.accepted_per_position == [pytest.approx(7 / 8), pytest.approx(5 / 8),
                                           pytest.approx(4 / 8), pytest.approx(4 / 8),
                                           pytest.approx(1 / 8)]
-    again = speculation.Speculation.from_dict(spec.as_dict())
-    assert again == spec and again.as_dict()["acceptance_rate"] == spec.acceptance_rate
+    again = speculation.Speculation.from_dict(plain_data(spec))
+    assert again == spec and plain_data(again)["acceptance_rate"] == spec.acceptance_rate
 
 
 def test_no_drafts_is_no_speculation():
@@ -80,7 +80,7 @@ def test_the_engines_word_on_async_scheduling():
 def _study(tmp_path):
     st = optuna.create_study(direction="maximize", storage=f"sqlite:///{tmp_path / 's.db'}",
                              study_name="spec")
-    spec = speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500).as_dict()
+    spec = plain_data(speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500))
     ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     record.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=record.DEFAULTS,
                flags={}, outcome="complete", metrics={"median_tpot_ms": 9.0})

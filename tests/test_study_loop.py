@@ -23,6 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
+from autotune.stored import plain
 from autotune.tuning import ranking, record, study
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.sharing import heartbeat
@@ -232,8 +233,8 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     trial = heartbeat.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
-    record.write(trial, flags={}, worker=heartbeat.Worker(
-        "gone", socket.gethostname(), dead.pid, time.time() - 5).as_dict())
+    record.write(trial, flags={}, worker=plain(heartbeat.Worker(
+        "gone", socket.gethostname(), dead.pid, time.time() - 5)))
     assert heartbeat.recover(st, heartbeat.me(st)) == 1  # its process is gone: at once
     recs = record.records(st)
     assert recs[0].state == TrialState.FAIL

@@ -30,7 +30,7 @@ threshold reading of the failing step stands only where nothing rose.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 CLIENT, KV_CACHE, FRONT_END, ENGINE_CORE, GPU, WORKER, NONE = (
@@ -49,9 +49,6 @@ class Bottleneck:
     kind: str
     text: str
     valid: bool = True
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _pct(value: float | None) -> str:

@@ -46,7 +46,7 @@ from autotune.measure import bench, bottleneck, loadgen, metrics, probes, steady
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
-from autotune.stored import Stored
+from autotune.stored import Stored, plain
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")
@@ -390,7 +390,7 @@ def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
         found = bottleneck.across([s.probes for s in steps if s.passed and s.load == low],
                                   limit.probes)
         if found is not None:
-            return found.as_dict()
+            return plain(found)
     return limit.bottleneck or None
 
 
@@ -442,7 +442,7 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
         win = steady.window(run.t0, run.send_s, cap.ramp_fraction, cap.tail_fraction)
         inside = steady.arrived_in(run.results, win)
         summary = metrics.summarize(inside, win.seconds) if inside else dict(whole)
-        summary.update(probes=sampler.summary(win.start, win.end).as_dict(),
+        summary.update(probes=plain(sampler.summary(win.start, win.end)),
                        client=run.lag, truncated=whole.get("truncated"),
                        workload=whole.get("workload"), whole={
                            k: whole.get(k) for k in ("completed", "failed", "duration",
@@ -464,7 +464,7 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
                 whole.get("completed", 0) + whole.get("failed", 0), figures,
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
-                backlog=grew.as_dict() if grew else {}, bottleneck=limit.as_dict(),
+                backlog=grew.as_dict() if grew else {}, bottleneck=plain(limit),
                 probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}},
                 latencies=latency_figures(summary))
 

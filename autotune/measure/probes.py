@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -95,9 +95,6 @@ class ProbeSummary:
     engine_core_cpu: float | None = None
     worker_cpu: float | None = None  # the hottest model worker (the model runs there on CPU)
     client_cpu: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class _CpuMeter:

@@ -14,7 +14,7 @@ output the drafts supplied.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from autotune.engine.prometheus import by_label, scrape
@@ -81,9 +81,6 @@ class Speculation:
         the context holds a match, so a high acceptance rate can come with few drafts (open
         chat); this says how much of the answer speculation actually produced."""
         return self.accepted_tokens / self.generated_tokens if self.generated_tokens else None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), **{name: getattr(self, name) for name in self.EXTRA}}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Speculation:

@@ -18,6 +18,7 @@ from autotune.errors import ConfigError
 from autotune.results import cost
 from autotune.results.cost import Price, TrialCost
 from autotune.results.show import model_text, slo_text
+from autotune.stored import plain
 from autotune.tuning import ranking
 from autotune.tuning.record import Snapshot, Source
 
@@ -43,7 +44,7 @@ class Entry:
     def as_dict(self) -> dict[str, Any]:
         return {"study": self.study, "device": self.device,
                 "price": dataclasses.asdict(self.price),
-                "winner": self.winner.as_dict() if self.winner else None,
+                "winner": plain(self.winner),
                 "capacity_rps_per_gpu": self.per_gpu, "missing": self.missing}
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from autotune.errors import ConfigError
 from autotune.results.export import gpu_count, on_cpu
+from autotune.stored import plain
 from autotune.tuning.record import TrialRecord
 
 CURRENCY = "USD"  # the scenario's default (`config.CostSpec`)
@@ -128,9 +129,6 @@ class TrialCost:
     replicas: int | None = None
     load_hour: float | None = None
     missing: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def line(self) -> str:
         """One line for an export's comments: the replicas for the load and the cost."""
@@ -237,8 +235,8 @@ class SideBySide:
     def as_dict(self) -> dict[str, Any]:
         """Plain data for `--json`, with the rows and the saving in words."""
         return {"price": dataclasses.asdict(self.price), "load": self.load,
-                "winner": self.winner.as_dict(),
-                "reference": self.reference.as_dict() if self.reference else None,
+                "winner": plain(self.winner),
+                "reference": plain(self.reference),
                 "reference_name": self.reference_name,
                 "replicas_saved": self.replicas_saved, "hour_saved": self.hour_saved,
                 "per_million_saved": self.per_million_saved,

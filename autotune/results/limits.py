@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, StepRecord
@@ -67,9 +66,6 @@ class Limits:
     queue_source: str = ""
     slos: dict[str, float] = field(default_factory=dict)
     watch: list[Watch] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def lines(self) -> list[str]:
         """The limits as comment lines of an export."""

@@ -36,6 +36,7 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
+from autotune.stored import plain
 from autotune.tuning import ranking, record
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
@@ -152,7 +153,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
         # Announced before anything waits or launches: the flags, why it is tried, then the
         # worker (other workers read a trial with a worker as one whose flags are known).
         record.write(trial, flags=flags, origin=asked.tried_because.as_dict(),
-                     worker=me.as_dict())
+                     worker=plain(me))
         if not asked.is_defaults:
             if not _after_defaults(study, me):
                 _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,

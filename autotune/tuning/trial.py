@@ -38,6 +38,7 @@ from autotune.measure import capacity, speculation
 from autotune.measure.bench import benchmark
 from autotune.measure.loadgen import Target
 from autotune.measure.watch import Alive
+from autotune.stored import plain
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import prune
@@ -189,7 +190,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
-                    facts.speculation = drafted.as_dict()
+                    facts.speculation = plain(drafted)
                 facts.kv_capacity_reported = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None

@@ -25,7 +25,6 @@ public API is used:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -48,6 +47,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import event
 
 from autotune.flags import normalize
+from autotune.stored import plain
 from autotune.tuning import record
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.sharing.storage import masked
@@ -89,9 +89,6 @@ class Worker:
         host, pid = socket.gethostname(), os.getpid()
         return cls(worker_id or f"{host}-{pid}", host, pid, psutil.Process(pid).create_time(),
                    gpu)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def sees_gone(self, info: Mapping[str, Any] | None) -> bool:
         """Whether the worker `info` describes ran on this host and its process is gone
@@ -327,7 +324,7 @@ def register(study: optuna.Study, me: Worker, seed: int) -> int:
     the first worker a study ever had (a lone tuner is reproducible), else one derived from
     the scenario's seed and the worker's id. Each worker writes its key before it reads the
     others', so of two that start together at least one sees the other."""
-    record.set_worker(study, me.id, {**me.as_dict(),
+    record.set_worker(study, me.id, {**plain(me),
                                      "since": dt.datetime.now().isoformat(timespec="seconds")})
     others = [w for w in record.StudyRecord.of(study).workers if w != me.id]
     return derived_seed(seed, me.id) if others else seed
