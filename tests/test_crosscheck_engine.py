@@ -75,7 +75,9 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
 
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     trials = record.records(st)
-    v = trials[1].validation_vllm
+    typed = trials[1].validation_vllm
+    assert typed is not None and typed.word() == typed.verdict
+    v = typed.as_dict()  # as stored, key for key
     assert (v["client"], v["repeats"], v["against"], v["step_s"]) == \
         ("vllm bench serve", 1, 0, 3.0)
     assert [(r["trial"], r["role"]) for r in v["runs"]] == [(0, "baseline"), (1, "candidate")]

@@ -42,7 +42,9 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
 
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     trials = record.records(st)
-    v = trials[2].validation
+    typed = trials[2].validation
+    assert typed is not None and typed.word() == typed.verdict
+    v = typed.as_dict()  # as stored, key for key
     assert (v["repeats"], v["against"], v["metric"]) == (2, 0, "weighted score")
     assert [(r["trial"], r["role"]) for r in v["runs"]] == [
         (0, "baseline"), (2, "candidate"), (0, "baseline"), (2, "candidate")]
