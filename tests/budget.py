@@ -40,6 +40,12 @@ REASONS = {
     "[api-server-between-steps]":
         "an engine started, its API server killed as the burst ends, every process of it "
         "checked gone (83 s in a slow CI run, under a minute in others)",
+    "tests/test_frontend_engine.py::test_two_api_servers_serve_and_keep_the_probed_metrics":
+        "an engine of its own with two API server processes, each importing vLLM (75 s in "
+        "a slow CI run)",
+    "tests/test_faults_engine.py::test_trial_timeout_bounds_the_whole_trial":
+        "a trial's 40-s budget held from its engine's start-up through its stop (62 s in "
+        "one CI run)",
     "tests/test_crosscheck_engine.py::test_validate_with_vllms_client[alternating]":
         "vLLM's own client on engines one after the other",
     "tests/test_workers.py::test_tune_gpus_on_the_cpu_engine":
