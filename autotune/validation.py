@@ -11,11 +11,12 @@ attributes and the words they give (`line`, `headline`): one stored type per cli
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from autotune.stored import Stored
 
 VLLM_CLIENT = "vllm bench serve"
+R = TypeVar("R", "Validation", "Recheck")
 
 
 def verdict(low: float | None, high: float | None, no_change: float = 0.0) -> str:
@@ -121,8 +122,7 @@ class Validation(Stored):
 
     def headline(self) -> Validation:
         """Without the per-run figures, for tables and exports."""
-        return replace(self, runs=(), read=tuple(k for k in self.read or () if k != "runs")
-                       if self.read is not None else None)
+        return _without_runs(self)
 
 
 @dataclass(frozen=True)
@@ -191,10 +191,10 @@ class Recheck(Stored):
 
     def headline(self) -> Recheck:
         """Without the per-run figures, for tables and exports."""
-        return replace(self, runs=(), read=tuple(k for k in self.read or () if k != "runs")
-                       if self.read is not None else None)
+        return _without_runs(self)
 
 
-def of(value: Any, kind: type[Validation] | type[Recheck]) -> Any:
-    """A stored validation as its record (`kind`), or None."""
-    return kind.from_dict(value) if isinstance(value, dict) and value else None
+def _without_runs(v: R) -> R:
+    """`v` without its per-run figures, writing back the other keys it was read with."""
+    return replace(v, runs=(), read=None if v.read is None else
+                   tuple(k for k in v.read if k != "runs"))

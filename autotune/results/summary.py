@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -182,8 +182,6 @@ class Summary:
     """Every trial, the baseline, and the best feasible trial (one objective) or the
     feasible Pareto set; the capacity ranking; with a load, the winner priced beside the
     defaults; with what-if SLOs, the trials re-ranked from their recorded steps."""
-
-    EXTRA: ClassVar[tuple[str, ...]] = ()
 
     study: str
     directions: list[str]
