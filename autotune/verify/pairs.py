@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from autotune.tuning.record import TrialRecord
+from autotune.validation import PairRun
 
 
 @dataclass(frozen=True)
@@ -33,25 +33,24 @@ class Run:
 
 
 def run_pairs(order: Sequence[tuple[int, str]], candidate: TrialRecord, against: TrialRecord,
-              measure: Callable[[Run], dict[str, Any]], *,
+              measure: Callable[[Run], PairRun], *,
               devices: Sequence[int | None] = (None,),
               wait: Callable[[int | None], object] | None = None,
-              on_run: Callable[[int, int, dict[str, Any]], None] | None = None
-              ) -> list[dict[str, Any]]:
-    """Every run of `order` ((pair, role) in launch order), each a dict of the trial, role
-    and pair and what `measure` returned, in the order they finished. With two `devices`
+              on_run: Callable[[int, int, PairRun], None] | None = None
+              ) -> list[PairRun]:
+    """Every run of `order` ((pair, role) in launch order): what `measure` returned, with
+    the trial, role and pair filled in, in the order they finished. With two `devices`
     each pair's runs go side by side (the candidate on `devices[pair % 2]`); `wait(device)`
     runs before each launch; `on_run(done, total, figures)` after each run."""
-    runs: list[dict[str, Any]] = []
+    runs: list[PairRun] = []
 
     def run_of(pair: int, role: str, device: int | None) -> Run:
         trial = candidate if role == "candidate" else against
         slot = (list(devices).index(device), len(devices)) if len(devices) > 1 else (0, 1)
         return Run(order.index((pair, role)) + 1, pair, role, trial, device, slot)
 
-    def done(run: Run, figures: dict[str, Any]) -> None:
-        runs.append({"trial": run.trial.number, "role": run.role, "pair": run.pair,
-                     **figures})
+    def done(run: Run, figures: PairRun) -> None:
+        runs.append(replace(figures, trial=run.trial.number, role=run.role, pair=run.pair))
         if on_run is not None:
             on_run(len(runs), len(order), runs[-1])
 

@@ -13,9 +13,10 @@ validation (`record.store_validation`), where `show`, `export` and `report` read
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -24,13 +25,14 @@ from pydantic import ValidationError
 from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
+from autotune.stored import plain
 from autotune.tuning import ranking, record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune
 from autotune.tuning.record import TrialRecord
-from autotune.validation import Validation, verdict
+from autotune.validation import PairRun, Ratio, Validation
 from autotune.verify import paired, pairs
 
 ROLES = ("baseline", "candidate")
@@ -87,42 +89,40 @@ def scenario_of(study: optuna.Study) -> Scenario:
                           f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from None
 
 
-def summarise(runs: list[dict[str, Any]], objective: Objective) -> dict[str, Any]:
+def summarise(runs: Sequence[PairRun], objective: Objective) -> Validation:
     """Gain and CI per metric from the runs' figures (pure: runs in, numbers out).
 
     Ratios are candidate/baseline; the headline `gain` is relative and "higher is
     better": exp(mean weighted score) - 1 in weighted mode, else throughput - 1.
     """
-    base = sorted((r for r in runs if r["role"] == "baseline"), key=lambda r: r["pair"])
-    cand = sorted((r for r in runs if r["role"] == "candidate"), key=lambda r: r["pair"])
+    base = sorted((r for r in runs if r.role == "baseline"), key=lambda r: r.pair)
+    cand = sorted((r for r in runs if r.role == "candidate"), key=lambda r: r.pair)
     if not base or len(base) != len(cand):
         raise ValueError("validation needs one baseline and one candidate run per pair")
-    per_metric: dict[str, Any] = {}
-    for name, key, better in (("throughput", objective.throughput, "higher"),
-                              ("latency_ms", latency_key(objective.latency), "lower"),
-                              ("memory_mib", "memory_mib", "lower")):
-        logs = paired.log_ratios([r[name] for r in cand], [r[name] for r in base])
+    per_metric: dict[str, Ratio] = {}
+    figures: tuple[tuple[str, str, str, Callable[[PairRun], float | None]], ...] = (
+        ("throughput", objective.throughput, "higher", lambda r: r.throughput),
+        ("latency_ms", latency_key(objective.latency), "lower", lambda r: r.latency_ms),
+        ("memory_mib", "memory_mib", "lower", lambda r: r.memory_mib))
+    for name, key, better, of in figures:
+        logs = paired.log_ratios([of(r) for r in cand], [of(r) for r in base])
         if logs is not None:
-            per_metric[name] = {"key": key, **paired.ratio(logs, better),
-                                "baseline_mean": _mean([r[name] for r in base]),
-                                "candidate_mean": _mean([r[name] for r in cand])}
+            per_metric[name] = replace(paired.ratio(logs, better), key=key,
+                                       baseline_mean=_mean([of(r) for r in base]),
+                                       candidate_mean=_mean([of(r) for r in cand]))
     if objective.mode == "weighted":
         scores = [obj.weighted_score(_measures(c), _measures(b), objective.weights)
                   for c, b in zip(cand, base, strict=True)]
         iv = paired.log_interval(scores)
-        per_metric["score"] = {"key": "weighted score", "mean": iv.mean, "ci_low": iv.low,
-                               "ci_high": iv.high, "better": "higher"}
+        per_metric["score"] = Ratio(key="weighted score", mean=iv.mean, ci_low=iv.low,
+                                    ci_high=iv.high, better="higher")
         head, metric = paired.gain(scores), "weighted score"
     else:
-        head, metric = paired.gain(_logs(cand, base, "throughput")), objective.throughput
-    return {**head, "metric": metric, "per_metric": per_metric}
-
-
-def _logs(cand: list[dict[str, Any]], base: list[dict[str, Any]], name: str) -> list[float]:
-    logs = paired.log_ratios([r[name] for r in cand], [r[name] for r in base])
-    if logs is None:
-        raise ValueError(f"a run has no positive {name}")
-    return logs
+        logs = paired.log_ratios([r.throughput for r in cand], [r.throughput for r in base])
+        if logs is None:
+            raise ValueError("a run has no positive throughput")
+        head, metric = paired.gain(logs), objective.throughput
+    return replace(head, metric=metric, per_metric=per_metric)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -130,13 +130,15 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def _measures(run: dict[str, Any]) -> obj.Measures:
-    return obj.Measures(run["throughput"], run["latency_ms"], run["memory_mib"])
+def _measures(run: PairRun) -> obj.Measures:
+    return obj.Measures(run.throughput if run.throughput is not None else math.nan,
+                        run.latency_ms if run.latency_ms is not None else math.nan,
+                        run.memory_mib)
 
 
 def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
                    repeats: int, out_dir: Path,
-                   on_run: Callable[[int, int, dict[str, Any]], None] | None = None
+                   on_run: Callable[[int, int, PairRun], None] | None = None
                    ) -> Validation:
     """Launch both configurations `repeats` times each, alternating; store and return the
     validation. Nothing is written to the study unless every run completed."""
@@ -151,9 +153,9 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     where = out_dir / "validate" / f"{candidate.number}-vs-{against.number}-{stamp}"
     idle_mib = gpu.Monitor().used_mib()  # None without a GPU
-    context: dict[str, Any] = {}
+    seen: list[trial_mod.Facts] = []  # the last run's engine and device, for the record
 
-    def measure(run: pairs.Run) -> dict[str, Any]:
+    def measure(run: pairs.Run) -> PairRun:
         outcome = trial_mod.run_trial(runs_scenario, model, dict(run.trial.flags),
                                       trial_dir=where / f"{run.index:02d}-{run.role}")
         if outcome.state != trial_mod.COMPLETE:
@@ -161,22 +163,22 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
                 f"validate: run {run.index} ({run.role}, trial #{run.trial.number}) did not "
                 f"complete: {outcome.reason} {outcome.facts.detail or ''}".rstrip()
                 + f"; log {outcome.facts.log_path}")
-        context.update(engine_version=outcome.facts.engine_version,
-                       device=outcome.facts.device)
-        return {**obj.measures(outcome.summary, scenario.objective).as_dict(),
-                "failed": outcome.summary.get("failed", 0),
-                "startup_s": (outcome.facts.timings or {}).get("startup_s"),
-                "log_path": outcome.facts.log_path}
+        seen[:] = [outcome.facts]
+        m = obj.measures(outcome.summary, scenario.objective)
+        return PairRun(throughput=m.throughput, latency_ms=m.latency_ms,
+                       memory_mib=m.memory_mib, failed=outcome.summary.get("failed", 0),
+                       startup_s=(outcome.facts.timings or {}).get("startup_s"),
+                       log_path=outcome.facts.log_path)
 
     runs = pairs.run_pairs(
         schedule(repeats), candidate, against, measure, on_run=on_run,
         wait=lambda _: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
-    result = {"repeats": repeats, "against": against.number, "candidate": candidate.number,
-              **summarise(runs, scenario.objective), "runs": runs, **context,
-              "order": "alternating, baseline first", "dir": str(where),
-              "when": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    result["verdict"] = verdict(result["ci_low"], result["ci_high"])
+    result = replace(summarise(runs, scenario.objective), repeats=repeats,
+                     against=against.number, candidate=candidate.number, runs=tuple(runs),
+                     engine_version=seen[-1].engine_version, device=seen[-1].device,
+                     order="alternating, baseline first", dir=str(where),
+                     when=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    result = replace(result, verdict=result.word())
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
-        record.store_validation(study, candidate.number, record.VALIDATION, result)
-    return Validation.from_dict(result)
-
+        record.store_validation(study, candidate.number, record.VALIDATION, plain(result))
+    return result
