@@ -9,6 +9,7 @@ from optuna.trial import TrialState
 
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, Step
+from autotune.stored import plain
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning import ranking
 from autotune.tuning.record import TrialRecord
@@ -71,9 +72,8 @@ def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
                             ("expand", 80.0), ("repeat", 80.0), ("repeat", 80.0)]
     assert r.request_rate == 80.0 and r.high is None and r.bracket == 0.0
     assert r.spread == 0.0 and r.uncertainty == 0.0
-    assert capacity.record(r, WorkloadSpec())["saturated"]
-    assert "a floor" in capacity.describe(CapacityRecord.from_dict(
-        capacity.record(r, WorkloadSpec())))
+    assert capacity.record(r, WorkloadSpec()).saturated
+    assert "a floor" in capacity.describe(capacity.record(r, WorkloadSpec()))
 
 
 def test_a_passing_burst_is_never_the_capacity():
@@ -125,13 +125,14 @@ def test_violations_name_each_broken_slo():
 def test_record_gives_throughputs_at_capacity():
     engine = Engine(7.3, peak=20.0)
     r = capacity.plan(engine, CapacitySpec(tolerance=0.05, max_steps=12, repeats=1))
-    rec = capacity.record(r, WorkloadSpec())
-    assert rec["request_throughput"] == r.low
-    assert rec["output_throughput"] == pytest.approx(r.low * 32)  # 320 tokens / 10 requests
-    assert rec["total_token_throughput"] == pytest.approx(r.low * 96)
-    assert rec["max_request_throughput"] == 20.0 and not rec["saturated"]
-    assert len(rec["steps"]) == len(r.steps) and "summary" not in rec["steps"][0]
-    typed = CapacityRecord.from_dict(rec)
+    typed = capacity.record(r, WorkloadSpec())
+    assert typed.request_throughput == r.low
+    assert typed.output_throughput == pytest.approx(r.low * 32)  # 320 tokens / 10 requests
+    assert typed.total_token_throughput == pytest.approx(r.low * 96)
+    assert typed.max_request_throughput == 20.0 and not typed.saturated
+    stored = plain(typed)  # as a trial keeps it: the steps without their full summaries
+    assert len(stored["steps"]) == len(r.steps) and "summary" not in stored["steps"][0]
+    assert CapacityRecord.from_dict(stored) == typed
     lo, hi = capacity.interval(typed)
     assert lo == r.low and hi == r.high
     assert "req/s" in capacity.describe(typed)
@@ -220,7 +221,7 @@ def test_a_tie_with_the_best_is_proven_in_two_sustained_steps(cap, calls, stoppe
     assert engine.calls == calls
     assert (r.stopped, r.low, r.high) == (stopped, low, high)
     if stopped == capacity.TIED:  # a feasible trial, tied with the best by its record
-        rec = CapacityRecord.from_dict(capacity.record(r, WorkloadSpec()))
+        rec = capacity.record(r, WorkloadSpec())
         best = CapacityRecord(low=8.0, high=9.5, request_throughput=8.0)
         assert capacity.tied(rec, best) and "stopped: tied_inside_best" in capacity.describe(rec)
 
@@ -248,8 +249,7 @@ def test_a_re_check_starts_at_a_known_capacity_without_a_burst():
     assert engine.calls[:3] == [("ceiling", 70.0), ("bisect", 56.0), ("bisect", 63.0)]
     assert "burst" not in [k for k, _ in engine.calls]
     assert r.low <= 60.0 < r.high and (r.high - r.low) / r.high <= 0.1
-    rec = capacity.record(r, WorkloadSpec())
-    assert rec["max_request_throughput"] is None
+    assert capacity.record(r, WorkloadSpec()).max_request_throughput is None
     # passing at the start grows by the factor, not by doubling
     engine = Engine(80.0, peak=100.0)
     capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=4, repeats=1), start=50.0,

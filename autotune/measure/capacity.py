@@ -344,9 +344,8 @@ def violations(summary: Mapping[str, Any], slos: Mapping[str, float],
     return out
 
 
-def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
-    """The capacity as stored with a trial (`CapacityRecord.as_dict`): rates, throughputs
-    at capacity, bracket, steps.
+def record(result: Result, spec: WorkloadSpec) -> CapacityRecord:
+    """The capacity as a trial keeps it: rates, throughputs at capacity, bracket, steps.
 
     Throughputs at capacity are the rate times the workload's mean tokens per request,
     so they do not depend on how quickly a short step's last requests drained.
@@ -369,7 +368,7 @@ def record(result: Result, spec: WorkloadSpec) -> dict[str, Any]:
         bottleneck=knee(result.steps, result.low, limiting(result)),
         bottleneck_step=limiting(result).index,
         time_scale=rate / pace if pace else None,
-        steps=tuple(s.record() for s in result.steps)).as_dict()
+        steps=tuple(s.record() for s in result.steps))
 
 
 def limiting(result: Result) -> Step:
@@ -544,7 +543,7 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
     result = plan(measure, cap, should_stop, start=start, factor=factor, burst=burst,
                   ceiling=ceiling)
     summary = summary_of(result)
-    summary["capacity"] = record(result, spec)
+    summary["capacity"] = plain(record(result, spec))
     return summary
 
 

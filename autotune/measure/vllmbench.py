@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -289,9 +290,10 @@ def _tail(path: Path, n: int = 1) -> str:
 def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, base_url: str,
            model: str, tokenizer: str, api_key: str | None, step_s: float = STEP_S,
            result_dir: Path | None = None, start: float | None = None,
-           factor: float | None = None, alive: watch.Alive | None = None) -> dict[str, Any]:
-    """The capacity at SLO of the server at `base_url`, measured with vLLM's client: the
-    capacity record of `capacity.record`, plus how it was measured. With `start` the
+           factor: float | None = None, alive: watch.Alive | None = None
+           ) -> capacity.CapacityRecord:
+    """The capacity at SLO of the server at `base_url`, measured with vLLM's client, as
+    `capacity.record` keeps it. With `start` the
     search begins there instead of at a burst (`capacity.plan`). `alive` watches the
     engine through the idle waits and after every step (`Halted` once it names a reason):
     a dead engine fails vLLM's requests at once, and each step would then wait out the
@@ -337,8 +339,7 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, bas
         if result_dir is None:
             shutil.rmtree(files, ignore_errors=True)
     # vLLM's client judges every request of a step (no steady window) and samples nothing
-    return {**record, "client": "vllm bench serve", "step_s": step_s, "window": None,
-            "bottleneck": None, "min_prompts": MIN_PROMPTS, "note": dataset_args(spec)[1]}
+    return replace(record, step_s=step_s, window=None, bottleneck=None)
 
 
 class _ArgumentError(ValueError):

@@ -28,7 +28,6 @@ from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import capacity, vllmbench, watch
-from autotune.measure.capacity import CapacityRecord
 from autotune.stored import plain
 from autotune.tuning import record
 from autotune.tuning import study as study_mod
@@ -223,7 +222,7 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
                 return replace(got, flags=launch, startup_s=round(startup, 3),
                                measure_s=round(time.monotonic() - t1, 3),
                                log_path=str(run_dir / "engine.log"), dir=str(run_dir))
-            cap = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
+            found = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
                                    base_url=srv.url, model=model, tokenizer=model,
                                    api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
                                    start=reported, factor=START_FACTOR if reported else None,
@@ -237,7 +236,6 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
         raise validate.ValidationRunFailed(
             f"validate: {what} stopped: {err.why}; log {run_dir / 'engine.log'}"
         ) from None
-    found = CapacityRecord.from_dict(cap)
     return PairRun(capacity=found.request_throughput, low=found.low, high=found.high,
                    bracket=found.bracket, uncertainty=found.uncertainty,
                    saturated=found.saturated, stopped=found.stopped,
