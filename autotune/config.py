@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune import traces
 from autotune.errors import ConfigError
-from autotune.flags import flag_name, normalize
+from autotune.flags import Flags, flag_name, normalize
 from autotune.slo import check_key, latency_key
 from autotune.traffic import WorkloadSpec
 
@@ -85,7 +85,7 @@ class ModelSpec(_Strict):
         return self
 
 
-def _canonical(flags: dict[str, Any]) -> dict[str, Any]:
+def _canonical(flags: dict[str, Any]) -> Flags:
     """Flags as every later stage reads them, normalised once here: canonical names
     (`max_num_seqs` reads as `max-num-seqs`), `None` dropped; a flag given under two
     spellings is an error."""
@@ -99,7 +99,7 @@ class EngineSpec(_Strict):
 
     @field_validator("flags")
     @classmethod
-    def _flags(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _flags(cls, value: dict[str, Any]) -> Flags:
         return _canonical(value)
 
 
@@ -251,7 +251,7 @@ class Baseline(_Strict):
 
     @field_validator("flags")
     @classmethod
-    def _flags(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _flags(cls, value: dict[str, Any]) -> Flags:
         return _canonical(value)
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeAlias
+
+# A flag's value as a scenario, a study and `vllm serve` spell it: a switch, a number, a
+# word, a JSON object (`--speculative-config`) or a list (an option given more than once).
+FlagValue: TypeAlias = bool | int | float | str | list[Any] | dict[str, Any]
+# Launch flags by canonical name (`max-num-seqs`, no dashes in front).
+Flags: TypeAlias = dict[str, FlagValue]
 
 
 def flag_name(key: str) -> str:
@@ -16,9 +22,9 @@ def flag_name(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-")
 
 
-def normalize(flags: Mapping[str, Any]) -> dict[str, Any]:
+def normalize(flags: Mapping[str, Any]) -> Flags:
     """Flags keyed by canonical name, `None` values dropped, insertion order kept."""
-    out: dict[str, Any] = {}
+    out: Flags = {}
     for key, value in flags.items():
         name = flag_name(key)
         if not name:
@@ -28,6 +34,17 @@ def normalize(flags: Mapping[str, Any]) -> dict[str, Any]:
         if value is not None:
             out[name] = value
     return out
+
+
+def integer(flags: Mapping[str, FlagValue], name: str, default: int) -> int:
+    """The whole number flag `name` is set to (`default` where it is unset): a switch, a
+    list or a JSON object where a number belongs is a ValueError naming the flag."""
+    value = flags.get(name)
+    if value is None:
+        return default
+    if isinstance(value, (bool, list, dict)):
+        raise ValueError(f"flag --{name} takes a whole number, not {value!r}")
+    return int(value)
 
 
 def to_args(flags: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 import pytest
 
-from autotune.flags import flag_name, normalize, to_args
+from autotune.flags import flag_name, integer, normalize, to_args
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,14 @@ def test_rejects(flags):
 def test_normalize_keeps_order_and_drops_none():
     assert list(normalize({"b_c": 1, "a": None, "--d": 2})) == ["b-c", "d"]
     assert flag_name("--kv_cache_dtype") == "kv-cache-dtype"
+
+
+def test_a_number_flag_reads_as_a_whole_number_and_nothing_else_does():
+    flags = {"api-server-count": "4", "tensor-parallel-size": 2, "enforce-eager": True,
+             "speculative-config": {"method": "ngram"}}
+    assert integer(flags, "api-server-count", 1) == 4
+    assert integer(flags, "tensor-parallel-size", 1) == 2
+    assert integer(flags, "max-num-seqs", 256) == 256  # unset: the default
+    for name in ("enforce-eager", "speculative-config"):
+        with pytest.raises(ValueError, match=f"flag --{name} takes a whole number"):
+            integer(flags, name, 1)

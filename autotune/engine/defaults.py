@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune.engine.log import StartupFigures
+from autotune.flags import Flags
 
 PARSER, PLATFORM, STARTUP = "parser", "platform", "start-up"
 GIB_MIB = 1024
@@ -38,7 +39,7 @@ class Machine:
     world_size: int = 1
 
 
-def platform_rules(m: Machine) -> dict[str, Any]:
+def platform_rules(m: Machine) -> Flags:
     """vLLM's own defaults for the OpenAI server on `m`, where the parser says nothing."""
     ws = max(1, m.world_size)
     if m.device == "cpu":
@@ -76,10 +77,10 @@ _CHANGES = {"async-scheduling": ("speculative-config",),
             "max-num-batched-tokens": ("max-model-len", "enable-chunked-prefill")}
 
 
-def startup_facts(flags: Mapping[str, Any], startup: StartupFigures) -> dict[str, Any]:
+def startup_facts(flags: Mapping[str, Any], startup: StartupFigures) -> Flags:
     """What an engine launched with `flags` says it used for the flags in `FACTS` that it
     was not given (and that nothing it was given changes)."""
-    out: dict[str, Any] = {}
+    out: Flags = {}
     for flag, attr in FACTS.items():
         value = getattr(startup, attr, None)
         if value is None or flag in flags or any(f in flags for f in _CHANGES.get(flag, ())):
@@ -134,11 +135,11 @@ class Effective:
     def is_default(self, flag: str, value: Any) -> bool:
         return flag in self.values and same(self.values[flag], value)
 
-    def overrides(self, flags: Mapping[str, Any]) -> dict[str, Any]:
+    def overrides(self, flags: Mapping[str, Any]) -> Flags:
         """The flags that change something: those not set to the effective default."""
         return {k: v for k, v in flags.items() if not self.is_default(k, v)}
 
-    def left_out(self, flags: Mapping[str, Any]) -> dict[str, Any]:
+    def left_out(self, flags: Mapping[str, Any]) -> Flags:
         """The flags set to what vLLM uses anyway."""
         return {k: v for k, v in flags.items() if self.is_default(k, v)}
 

@@ -39,6 +39,7 @@ from autotune.engine.info import base_command, installed
 from autotune.engine.phases import PhaseClock
 from autotune.engine.reaper import describe
 from autotune.errors import ConfigError, EngineError
+from autotune.flags import integer
 
 # Flags the launcher owns: setting them in a scenario would break the server's isolation.
 RESERVED = ("host", "port", "api-key", "model")
@@ -157,7 +158,7 @@ class Server:
     def _launch(self) -> None:
         self._watch, self._launcher, self._death = liveness.Watch(), None, None
         self.port = free_port()
-        servers = int(self.flags.get("api-server-count") or 1)
+        servers = integer(self.flags, "api-server-count", 1)
         self.command = [*base_command(api_servers=servers), self.model, "--host", "127.0.0.1",
                         "--port", str(self.port), *self.serve_args()]
         # The key goes through the environment, which vLLM reads as well as --api-key:

@@ -37,6 +37,7 @@ from optuna.trial import TrialState
 from autotune.config import Scenario
 from autotune.engine.defaults import same
 from autotune.errors import ConfigError
+from autotune.flags import Flags
 from autotune.measure import capacity
 from autotune.stored import Stored
 from autotune.tuning import ranking, record
@@ -160,7 +161,7 @@ def _control_origin(winner: TrialRecord) -> Origin:
                   source=winner.number)
 
 
-def real_overrides(study: ranking.Source, rec: TrialRecord) -> dict[str, Any]:
+def real_overrides(study: ranking.Source, rec: TrialRecord) -> Flags:
     """The flags of `rec` that change something: not at vLLM's effective default on the
     study's machine, and not the scenario's fixed value (which every trial has)."""
     fixed = ranking.fixed_flags(study)

@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from autotune.engine import defaults as defaults_mod
 from autotune.engine.defaults import Effective, Machine, same
 from autotune.errors import ConfigError
-from autotune.flags import normalize
+from autotune.flags import Flags, integer, normalize
 from autotune.measure import capacity
 from autotune.slo import Slo
 from autotune.tuning.policy.objective import Measures
@@ -87,7 +87,7 @@ def stored_scenario(study: Source) -> dict[str, Any]:
     return _attrs(study).scenario
 
 
-def fixed_flags(study: Source) -> dict[str, Any]:
+def fixed_flags(study: Source) -> Flags:
     """The scenario's fixed engine flags (set for every trial, so not an override)."""
     return normalize((stored_scenario(study).get("engine") or {}).get("flags") or {})
 
@@ -99,7 +99,7 @@ def machine(study: Source) -> Machine | None:
     scenario = stored_scenario(study)
     world = 1
     for key in ("tensor-parallel-size", "pipeline-parallel-size"):
-        world *= int(fixed_flags(study).get(key) or 1)
+        world *= integer(fixed_flags(study), key, 1)
     emulated = (scenario.get("hardware") or {}).get("memory_gib")
     for r in records(study):
         if (r.device_name or "").lower() == "cpu" or "cpu" in (r.engine_version or ""):
@@ -130,7 +130,7 @@ def effective_defaults(study: Source) -> Effective:
     return Effective.of(snap.attrs.engine_defaults or {}, rules, facts)
 
 
-def not_overrides(study: Source) -> dict[str, Any]:
+def not_overrides(study: Source) -> Flags:
     """Flag values that do not count as overriding vLLM's defaults: vLLM's effective
     defaults on the study's machine (`effective_defaults`) and the scenario's fixed flags."""
     return {**effective_defaults(study).values, **fixed_flags(study)}

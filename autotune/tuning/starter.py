@@ -34,6 +34,7 @@ from autotune import traces
 from autotune.config import Scenario
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
+from autotune.flags import integer
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory, prune
 
@@ -210,7 +211,7 @@ def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineIn
                                   kv_cache_dtype="fp8" if fp8 else "auto",
                                   max_model_len=flags.get("max-model-len"))
             held = est.kv_capacity_tokens / request
-        top = min(1024, max(16, int(held))) if held else int(rules["max-num-seqs"])
+        top = min(1024, max(16, int(held))) if held else integer(rules, "max-num-seqs", 256)
         seqs = _powers(16, top)
         space["max-num-seqs"] = {"choices": seqs}
         choices.append(Choice("max-num-seqs", f"max-num-seqs {seqs[0]}-{seqs[-1]}: " + (

@@ -17,6 +17,7 @@ from typing import Any
 
 from autotune import reasons
 from autotune.engine.defaults import Machine, platform_rules
+from autotune.flags import integer
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
@@ -116,15 +117,15 @@ def kv_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto") -> int:
 def default_batched_tokens(device_memory_bytes: int) -> int:
     """vLLM's default --max-num-batched-tokens for `vllm serve` on a card of this size
     (`autotune.engine.defaults`; only the size is known here, not the card's name)."""
-    return int(platform_rules(Machine("cuda", None, device_memory_bytes / 2**20))
-               ["max-num-batched-tokens"])
+    return integer(platform_rules(Machine("cuda", None, device_memory_bytes / 2**20)),
+                   "max-num-batched-tokens", 0)
 
 
 def default_max_num_seqs(device_memory_bytes: int) -> int:
     """vLLM's default --max-num-seqs for `vllm serve` on a card of this size (before vLLM
     caps it at max-num-batched-tokens)."""
-    return int(platform_rules(Machine("cuda", None, device_memory_bytes / 2**20))
-               ["max-num-seqs"])
+    return integer(platform_rules(Machine("cuda", None, device_memory_bytes / 2**20)),
+                   "max-num-seqs", 0)
 
 
 def default_overhead(shape: ModelShape, max_num_batched_tokens: int) -> int:

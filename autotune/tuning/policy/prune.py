@@ -19,6 +19,7 @@ from autotune.config import Hardware, PruneSpec, Scenario
 from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
 from autotune.errors import AutotuneError, ConfigError
+from autotune.flags import Flags
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory
 
@@ -43,7 +44,7 @@ def device_bytes() -> int | None:
 
 
 def emulate(flags: dict[str, Any], hardware: Hardware, device_memory: int | None
-            ) -> dict[str, Any]:
+            ) -> Flags:
     """Flags that give the engine the memory of the emulated card (GPU only).
 
     `--gpu-memory-utilization` is a fraction of the whole device, so the searched

@@ -48,7 +48,7 @@ from optuna.trial import FixedTrial, TrialState
 
 from autotune.config import Param, Scenario
 from autotune.engine import defaults as defaults_mod
-from autotune.flags import normalize
+from autotune.flags import Flags, normalize
 from autotune.measure import bottleneck as bn
 from autotune.measure import capacity
 from autotune.measure.bottleneck import Bottleneck
@@ -361,14 +361,15 @@ def _middle(p: Param) -> Any:
 
 
 def _moved_flags(rec: TrialRecord, scenario: Scenario, knob: str, value: Any
-                 ) -> dict[str, Any]:
+                 ) -> Flags:
     """The trial's flags with one knob moved, for a trial the space cannot express."""
     flags = normalize(rec.flags)
     if knob != space.SPEC_TOKENS:
         return {**flags, knob: value}
     spec = scenario.speculative
     assert spec is not None
-    config = dict(flags.get("speculative-config") or {})
+    given = flags.get("speculative-config")
+    config = dict(given) if isinstance(given, dict) else {}
     if value == 0:
         flags.pop("speculative-config", None)
         return flags
@@ -390,7 +391,7 @@ class Taken:
     def key(self, flags: Mapping[str, Any]) -> str:
         return flags_key({**_FIXED_DEFAULTS, **self.defaults, **normalize(dict(flags))})
 
-    def _flags_of(self, rec: TrialRecord) -> dict[str, Any] | None:
+    def _flags_of(self, rec: TrialRecord) -> Flags | None:
         if rec.state == TrialState.FAIL and rec.outcome != "error":
             return None  # interrupted: its configuration is queued again
         if rec.flags:
@@ -405,7 +406,7 @@ class Taken:
         return self.key(flags) in self.keys or any(same_engine(flags, r) for r in self.finished)
 
 
-def flags_of(params: Mapping[str, Any], scenario: Scenario) -> dict[str, Any] | None:
+def flags_of(params: Mapping[str, Any], scenario: Scenario) -> Flags | None:
     """The flags Optuna parameters stand for, as `space.suggest` makes them."""
     try:
         return space.suggest(FixedTrial(dict(params)), scenario)

@@ -17,13 +17,14 @@ import optuna
 from autotune.config import FlagSite, Param, Scenario, flag_sites
 from autotune.engine.info import EngineInfo, FlagInfo
 from autotune.errors import ConfigError
+from autotune.flags import Flags
 
 SPEC_TOKENS = "num_speculative_tokens"
 SPEC_METHOD = "speculative_method"
 LOOKUP = ("prompt_lookup_max", "prompt_lookup_min")  # ngram's searchable window
 
 
-def suggest(trial: optuna.trial.BaseTrial, scenario: Scenario) -> dict[str, Any]:
+def suggest(trial: optuna.trial.BaseTrial, scenario: Scenario) -> Flags:
     """Flags for one trial: the fixed engine flags plus one point of the space (a
     `FixedTrial` gives the flags of known parameters)."""
     flags = dict(scenario.engine.flags)
