@@ -17,8 +17,8 @@ def _s(ids, logprobs, text="t"):
 def test_identical_outputs_agree_and_do_not_drift():
     ref = [_s([5, 6, 7, 8], [-1.0, -2.0, -0.5, -0.1])]
     report = guardrail.compare(ref, [_s([5, 6, 7, 8], [-1.0, -2.0, -0.5, -0.1])], ["p"])
-    assert report["drift"] == 0.0 and report["agreement"] == 1.0
-    assert report["prefix_ratio"] == 1.0
+    assert report.drift == 0.0 and report.agreement == 1.0
+    assert report.prefix_ratio == 1.0
 
 
 def test_an_early_flip_collapses_the_prefix_but_not_the_drift():
@@ -26,19 +26,19 @@ def test_an_early_flip_collapses_the_prefix_but_not_the_drift():
     # diverges at token 1; the reference tokens' log-probs moved by 0.1, 0.2, 0, 0.1
     got = [_s([5, 9, 7, 8], [-1.1, -2.2, -0.5, -0.2])]
     report = guardrail.compare(ref, got, ["p"])
-    assert report["prefix_ratio"] == 0.25  # 1 of 4 tokens before the flip
-    assert report["agreement"] == pytest.approx(0.75)  # 3 of 4 ids still matched in order
-    assert report["drift"] == pytest.approx((0.1 + 0.2 + 0.0 + 0.1) / 4)
-    assert report["drift_max"] == pytest.approx(0.2)
-    assert report["worst"][0]["diverges_at"] == 1
+    assert report.prefix_ratio == 0.25  # 1 of 4 tokens before the flip
+    assert report.agreement == pytest.approx(0.75)  # 3 of 4 ids still matched in order
+    assert report.drift == pytest.approx((0.1 + 0.2 + 0.0 + 0.1) / 4)
+    assert report.drift_max == pytest.approx(0.2)
+    assert report.worst[0]["diverges_at"] == 1
 
 
 def test_worst_prompts_come_first_and_overall_is_the_mean():
     ref = [_s([1], [-1.0]), _s([2], [-1.0]), _s([3], [-1.0])]
     got = [_s([1], [-1.0]), _s([2], [-3.0]), _s([3], [-1.5])]
     report = guardrail.compare(ref, got, ["a", "b", "c"])
-    assert [w["prompt"] for w in report["worst"]] == [1, 2, 0]
-    assert report["drift"] == pytest.approx((0 + 2.0 + 0.5) / 3)
+    assert [w["prompt"] for w in report.worst] == [1, 2, 0]
+    assert report.drift == pytest.approx((0 + 2.0 + 0.5) / 3)
 
 
 def test_thresholds_sit_on_the_noise_floor_and_explicit_values_win():
@@ -51,11 +51,11 @@ def test_thresholds_sit_on_the_noise_floor_and_explicit_values_win():
 def test_verdict_and_constraints():
     ref = Reference(["p"], 4, [], {"drift": 0.0, "agreement": 1.0},
                     {"drift": 0.05, "agreement": 0.5})
-    ok = guardrail.verdict({"drift": 0.01, "agreement": 0.9}, ref)
-    bad = guardrail.verdict({"drift": 0.2, "agreement": 0.9}, ref)
-    assert ok["passed"] and not bad["passed"]
-    assert guardrail.constraints(Quality.from_dict(ok)) == {"quality": 0.0}
-    assert guardrail.constraints(Quality.from_dict(bad)) == {"quality": 1.0}
+    ok = guardrail.verdict(Quality(drift=0.01, agreement=0.9), ref)
+    bad = guardrail.verdict(Quality(drift=0.2, agreement=0.9), ref)
+    assert ok.passed and not bad.passed
+    assert guardrail.constraints(ok) == {"quality": 0.0}
+    assert guardrail.constraints(bad) == {"quality": 1.0}
     assert guardrail.constraints(None) == {"quality": 0.0}
 
 
@@ -90,9 +90,9 @@ def test_expected_outputs_make_an_agreement_only_reference(tmp_path):
     assert ref.thresholds["agreement"] == 0.5
     same = [Sample(s.prompt_ids, s.output_ids, s.text, []) for s in ref.samples]
     report = guardrail.verdict(guardrail.compare(ref.samples, same, ref.prompts), ref)
-    assert report["passed"] and report["drift"] == 0.0 and report["agreement"] == 1.0
+    assert report.passed and report.drift == 0.0 and report.agreement == 1.0
     other = [Sample([1], [1, 2], "", []), Sample([1], [3, 4], "", [])]
-    assert not guardrail.verdict(guardrail.compare(ref.samples, other, ref.prompts), ref)["passed"]
+    assert not guardrail.verdict(guardrail.compare(ref.samples, other, ref.prompts), ref).passed
 
 
 def test_prompts_without_expected_outputs_give_no_such_reference(tmp_path):
@@ -126,7 +126,7 @@ def _tasks(lost, gained, n=200, changed=None):
 def test_the_verdict_joins_drift_and_the_task_check(drift, lost, gained, require, said,
                                                      passed):
     spec = GuardrailSpec(require=require)
-    q = guardrail._verdict({"drift": drift, "agreement": 1.0}, _ref(), _tasks(lost, gained),
+    q = guardrail._verdict(Quality(drift=drift, agreement=1.0), _ref(), _tasks(lost, gained),
                            spec)
     assert (q.verdict, q.passed) == (said, passed)
     assert guardrail.constraints(q) == {"quality": 0.0 if passed else 1.0}
@@ -144,20 +144,20 @@ def test_the_verdict_joins_drift_and_the_task_check(drift, lost, gained, require
 
 
 def test_without_a_task_check_a_change_beyond_the_noise_is_worse():
-    q = guardrail._verdict({"drift": 0.07, "agreement": 1.0}, _ref(), None, GuardrailSpec())
+    q = guardrail._verdict(Quality(drift=0.07, agreement=1.0), _ref(), None, GuardrailSpec())
     assert q.verdict == "worse" and not q.passed and q.budget is None
     assert "no task check" in q.words()
-    assert guardrail._verdict({"drift": 0.0, "agreement": 1.0}, _ref(), None,
+    assert guardrail._verdict(Quality(drift=0.0, agreement=1.0), _ref(), None,
                               GuardrailSpec()).verdict == "unchanged"
 
 
 def test_quality_cells_and_the_noise_multiple():
-    q = guardrail._verdict({"drift": 0.07, "agreement": 0.9}, _ref(), _tasks(4, 2),
+    q = guardrail._verdict(Quality(drift=0.07, agreement=0.9), _ref(), _tasks(4, 2),
                            GuardrailSpec())
     assert q.short() == f"changed -1.0 ({q.tasks.difference_low:+.1f}.." \
                         f"{q.tasks.difference_high:+.1f})"
     assert q.noise_multiple() == "70x the noise floor"
-    worse = guardrail._verdict({"drift": 0.2, "agreement": 0.9}, _ref(), _tasks(30, 0),
+    worse = guardrail._verdict(Quality(drift=0.2, agreement=0.9), _ref(), _tasks(30, 0),
                                GuardrailSpec())
     assert worse.short().startswith("WORSE -15.0")
     zero = Quality.from_dict({"drift": 0.0, "noise": {"drift": 0.0}})

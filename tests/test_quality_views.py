@@ -15,7 +15,7 @@ from autotune.cli.main import main
 from autotune.config import GuardrailSpec
 from autotune.tuning import record
 from autotune.tuning.quality import accuracy, guardrail
-from autotune.tuning.quality.guardrail import Reference
+from autotune.tuning.quality.guardrail import Quality, Reference
 
 DIST = {"kv-cache-dtype": CategoricalDistribution(["auto", "fp8", "<b>evil</b>"])}
 HOSTILE = "<b>evil</b>"
@@ -31,8 +31,8 @@ def _quality(drift: float, lost: int, gained: int, made: bool | None = None):
     for i in range(gained):
         got[123 + i] = True
     tasks = accuracy.score(right, got, changed=lost + gained + (10 if lost or gained else 0))
-    return guardrail._verdict({"drift": drift, "agreement": 0.6, "prefix_ratio": 0.5,
-                               "worst": []}, ref, tasks, GuardrailSpec(), made)
+    return guardrail._verdict(Quality(drift=drift, agreement=0.6, prefix_ratio=0.5,
+                               worst=[]), ref, tasks, GuardrailSpec(), made)
 
 
 @pytest.fixture

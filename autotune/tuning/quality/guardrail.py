@@ -28,7 +28,7 @@ import difflib
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -206,8 +206,9 @@ async def _answer(target: Target, prompts: list[str] | list[list[int]], max_toke
 
 
 def compare(reference: list[Sample], trial: list[Sample],
-            prompts: list[str]) -> dict[str, Any]:
-    """Agreement and drift of `trial` against `reference`, overall and per prompt.
+            prompts: list[str]) -> Quality:
+    """Agreement and drift of `trial` against `reference`, overall and per prompt (the
+    three worst), not yet judged.
 
     `trial[i].logprobs` must score the *reference* output of prompt i.
     """
@@ -229,14 +230,11 @@ def compare(reference: list[Sample], trial: list[Sample],
                      "drift_max": max(diffs, default=0.0), "diverges_at": prefix,
                      "prompt_text": prompts[i][:80], "reference": ref.text[:200],
                      "output": got.text[:200]})
-    agreement = sum(r["similarity"] for r in rows) / len(rows)
-    return {
-        "drift": sum(r["drift"] for r in rows) / len(rows),
-        "drift_max": max(r["drift_max"] for r in rows),
-        "agreement": agreement,
-        "prefix_ratio": sum(r["prefix_ratio"] for r in rows) / len(rows),
-        "worst": sorted(rows, key=lambda r: (-r["drift"], r["similarity"]))[:3],
-    }
+    return Quality(drift=sum(r["drift"] for r in rows) / len(rows),
+                   drift_max=max(r["drift_max"] for r in rows),
+                   agreement=sum(r["similarity"] for r in rows) / len(rows),
+                   prefix_ratio=sum(r["prefix_ratio"] for r in rows) / len(rows),
+                   worst=sorted(rows, key=lambda r: (-r["drift"], r["similarity"]))[:3])
 
 
 def thresholds(noise: dict[str, float], factor: float, drift: float | None,
@@ -265,7 +263,7 @@ def make_reference(target: Target, guard: Guard, context: dict[str, Any],
     second = watch.run(_run(target, prompts, spec.max_tokens, batched=False, reference=base),
                        alive)
     report = compare(first, second, guard.prompts)
-    base.noise = {"drift": report["drift"], "agreement": report["agreement"]}
+    base.noise = {"drift": report.drift or 0.0, "agreement": report.agreement or 0.0}
     base.thresholds = thresholds(base.noise, spec.noise_factor, spec.drift_threshold,
                                  spec.agreement_threshold)
     tasks_score = None
@@ -309,27 +307,25 @@ def _task_score(ref: TaskAnswers, items: list[tasks.Item], answers: list[str],
     return accuracy.score(ref.correct, right, changed, seconds)
 
 
-def _verdict(report: dict[str, Any], reference: Reference, tasks_score: accuracy.TaskScore
-             | None, spec: GuardrailSpec, made_reference: bool | None = None) -> Quality:
-    t = reference.thresholds
-    within = report["drift"] <= t["drift"] and report["agreement"] >= t["agreement"]
-    said = accuracy.verdict(within, tasks_score, spec.max_accuracy_drop)
+def _verdict(report: Quality, reference: Reference, tasks_score: accuracy.TaskScore | None,
+             spec: GuardrailSpec, made_reference: bool | None = None) -> Quality:
+    judged = verdict(report, reference)
+    said = accuracy.verdict(bool(judged.passed), tasks_score, spec.max_accuracy_drop)
     passed = said == accuracy.UNCHANGED if spec.require == "unchanged" \
         else said != accuracy.WORSE
-    return Quality.from_dict({
-        **report, "thresholds": t, "noise": reference.noise, "passed": passed,
-        "verdict": said, "template": reference.template, "tasks": tasks_score,
-        "budget": spec.max_accuracy_drop if tasks_score is not None else None,
-        "require": spec.require, "made_reference": made_reference})
+    return replace(judged, passed=passed, verdict=said, template=reference.template,
+                   tasks=tasks_score,
+                   budget=spec.max_accuracy_drop if tasks_score is not None else None,
+                   require=spec.require, made_reference=made_reference)
 
 
-def verdict(report: dict[str, Any], reference: Reference) -> dict[str, Any]:
+def verdict(report: Quality, reference: Reference) -> Quality:
     """`compare`'s report judged by the noise floor's thresholds alone (drift and
     agreement), the guardrail's rule before the task check; `check` adds the task check."""
     t = reference.thresholds
-    report.update(thresholds=t, noise=reference.noise,
-                  passed=report["drift"] <= t["drift"] and report["agreement"] >= t["agreement"])
-    return report
+    return replace(report, thresholds=t, noise=reference.noise,
+                   passed=(report.drift or 0.0) <= t["drift"]
+                   and (report.agreement or 0.0) >= t["agreement"])
 
 
 @dataclass(frozen=True)
