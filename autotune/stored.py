@@ -4,7 +4,9 @@ capacity): read from any record version, written back exactly as they were read.
 `from_dict` ignores keys it does not know and leaves missing ones at their defaults, so a
 study written by an older autotune still reads; it also notes which keys it read, so that
 `as_dict` gives back that very object (same keys, same order): copying or showing a record
-never adds a key its study did not store. A record made in code has every field.
+never adds a key its study did not store. A record made in code has every field, and the
+computed ones its class names in `EXTRA` (stored for readers of the study that do not
+compute them), less those that are None where its class is `SPARSE`.
 """
 
 from __future__ import annotations
@@ -21,23 +23,28 @@ R = TypeVar("R", bound="Stored")
 class Stored:
     """Base of a stored record; `NESTED` names the fields that hold records of their own (a
     tuple of them where the stored value is a list), `KEYED` those that hold a mapping of
-    names to records."""
+    names to records; `EXTRA` the computed attributes written beside the fields; `SPARSE`
+    leaves a None field out of a record made in code (a kind of record that has no such
+    thing, as records of the class were always written)."""
 
     # The keys `from_dict` read, in their order; None for a record made in code.
     read: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
     NESTED: ClassVar[Mapping[str, type[Stored]]] = {}
     KEYED: ClassVar[Mapping[str, type[Stored]]] = {}
+    EXTRA: ClassVar[tuple[str, ...]] = ()
+    SPARSE: ClassVar[bool] = False
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
         names = {f.name for f in dataclasses.fields(cls)} - {"read"}
         found = {k: _keyed(cls.KEYED[k], v) if k in cls.KEYED else _read(cls.NESTED.get(k), v)
                  for k, v in data.items() if k in names}
-        return cls(**found, read=tuple(found))
+        return cls(**found, read=tuple(k for k in data if k in names or k in cls.EXTRA))
 
     def as_dict(self) -> dict[str, Any]:
         keys = self.read if self.read is not None else \
-            [f.name for f in dataclasses.fields(self) if f.name != "read"]
+            [f.name for f in dataclasses.fields(self) if f.name != "read"
+             and not (self.SPARSE and getattr(self, f.name) is None)] + list(self.EXTRA)
         return {k: plain(getattr(self, k)) for k in keys}
 
 

@@ -208,7 +208,7 @@ def roofline(trials: list[TrialRecord], weights_bytes: float,
         m = t.metrics
         rate = m["capacity"]["request_throughput"]
         batch = rate * (m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 1000  # sequences decoding
-        kv_tok = t.memory_estimate["kv_bytes_per_token"]
+        kv_tok = t.memory_estimate.kv_bytes_per_token
         ctx = prompt + output / 2
         step_bytes = weights_bytes + batch * ctx * kv_tok
         roof = batch / (step_bytes / HBM_BPS)
@@ -248,8 +248,8 @@ def main(db: str) -> None:
         ("All trials", flags(trials)),
         ("Wall-time split per trial", timings(trials)),
         ("Start-up split from the engine logs (s)", startup(trials, root)),
-        ("Decode roofline", roofline(trials, launched.memory_estimate
-                                     ["weights_bytes"], prompt, output)),
+        ("Decode roofline", roofline(trials, launched.memory_estimate.weights_bytes,
+                                     prompt, output)),
     ]:
         print(f"### {title}\n\n{text}\n")
 

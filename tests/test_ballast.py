@@ -252,6 +252,6 @@ def test_the_emulated_card_is_a_hard_limit(tiny_model, tmp_path):
     assert outcome.state == trial.PRUNED, outcome
     assert outcome.reason == "oom", (outcome.reason, outcome.facts.detail)
     record = outcome.facts.ballast
-    assert record["free_gib"] == CARD_GIB and record["held_bytes"] > 0
-    assert CARD_GIB * GiB <= record["free_bytes"] < CARD_GIB * GiB + GRANULE
+    assert record is not None and record.free_gib == CARD_GIB and record.held_bytes > 0
+    assert CARD_GIB * GiB <= record.free_bytes < CARD_GIB * GiB + GRANULE
 

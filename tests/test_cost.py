@@ -109,6 +109,12 @@ def test_the_h200_winner_needs_fewer_replicas_at_500(tmp_path, capsys):
                                               math.ceil(500 / d["capacity_rps"]))
     assert data["replicas_saved"] == d["replicas"] - w["replicas"] > 0
     assert data["hour_saved"] == pytest.approx(PRICE * data["replicas_saved"])
+    # `plain` writes the computed figures after the fields, in the order `--json` always had
+    assert list(data) == ["price", "load", "winner", "reference", "reference_name",
+                          "replicas_saved", "hour_saved", "per_million_saved", "rows", "saving"]
+    assert data["rows"][0] == ["trial", f"#{w['number']} on {w['device']}",
+                               f"#{d['number']} on {d['device']}"]
+    assert data["saving"].startswith("saving over ")
 
 
 def test_show_without_load_prices_each_ranked_trial(tmp_path, capsys, monkeypatch):
@@ -141,6 +147,8 @@ def test_compare_ranks_two_committed_studies(tmp_path, capsys, monkeypatch):
         best = ranking.feasible_best(st)
         assert best is not None and e["winner"]["number"] == best.number
         assert e["capacity_rps_per_gpu"] == pytest.approx(from_steps(best)[0])
+        assert list(e) == ["study", "device", "price", "winner", "capacity_rps_per_gpu",
+                           "missing"]
     assert data["unpriced"][1]["device"] == "NVIDIA H200 as a 24-GiB card"
 
     monkeypatch.setenv("COLUMNS", "200")

@@ -77,7 +77,7 @@ def test_preempting_configuration_is_pruned_in_the_probe_phase(study):
     assert m["probes"]["preemptions"] > 0
     assert m["completed"] + m["failed"] == 12  # the probe only: the rest was never sent
     assert t.kv_capacity_reported == 3840  # 30 blocks of 128 (CPU default)
-    assert t.memory_estimate["kv_capacity_tokens"] == 3840
+    assert t.memory_estimate is not None and t.memory_estimate.kv_capacity_tokens == 3840
 
 
 def test_memory_model_prunes_before_launch(study):

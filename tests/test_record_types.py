@@ -1,6 +1,7 @@
-"""The trial record's typed values (measures, quality verdict, start-up, capacity search)
-read every committed study and give back exactly what it stored, key for key and in order:
-reading a study changes nothing in it, and `show --json` says what the raw attributes say."""
+"""The trial record's typed values (measures, quality verdict, start-up, memory estimate,
+speculation, worker, origin, capacity search) read every committed study and give back
+exactly what it stored, key for key and in order: reading a study changes nothing in it,
+and `show --json` says what the raw attributes say."""
 
 from __future__ import annotations
 
@@ -16,16 +17,20 @@ from autotune.cli import main as cli
 from autotune.engine.log import Startup, StartupFigures
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, StepRecord
+from autotune.measure.speculation import Speculation
 from autotune.tuning import record
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality import guardrail
 from autotune.tuning.quality.guardrail import Quality
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.record import Origin, TrialRecord, Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = sorted((ROOT / "studies").rglob("*.db"))
-TYPED = {"measures": Measures, "quality": Quality, "startup": Startup}
+TYPED = {"measures": Measures, "quality": Quality, "startup": Startup,
+         "memory_estimate": Estimate, "speculation": Speculation, "worker": Worker,
+         "origin": Origin}
 
 
 def _same(got: Any, stored: Any) -> None:
@@ -91,6 +96,8 @@ def test_the_record_is_typed_and_gives_back_the_stored_dicts(db):
         assert isinstance(rec.startup, Startup)
         assert rec.measures is None or isinstance(rec.measures, Measures)
         assert rec.quality is None or isinstance(rec.quality, Quality)
+        for key, kind in TYPED.items():
+            assert getattr(rec, key) is None or isinstance(getattr(rec, key), kind), key
         assert (rec.capacity is None) == (not _capacity(a))
         out = rec.as_dict()  # what `show --trial N --json` prints
         for key in TYPED:
@@ -201,10 +208,85 @@ def test_write_takes_typed_values_and_dicts_alike():
     assert attrs[0] == attrs[1]
     assert {k: attrs[2][k] for k in attrs[0]} == attrs[0]  # the copy adds its empty reason
     assert attrs[0]["quality"] == plain["quality"] and attrs[0]["quality_passed"] is True
-    for key in TYPED:
+    for key in ("measures", "quality", "startup"):
         assert getattr(typed_rec, key) == getattr(dict_rec, key) == fields[key], key
     assert isinstance(dict_rec.quality, Quality)
     assert copy_rec.startup == fields["startup"] and copy_rec.measures == fields["measures"]
     bare = TrialRecord(number=0, state=optuna.trial.TrialState.COMPLETE)
     assert bare.startup.as_dict() == {} and bare.as_dict()["startup"] == {}
     assert trial_mod.Facts.of_record(bare).fields()["startup"].as_dict() == {}
+
+
+# The four fields a record once kept as plain dicts, as an older autotune stored them: an
+# estimate and a worker missing keys, a relief move's origin, and speculation from before
+# `generated_tokens` was counted.
+OLDER = {"memory_estimate": {"kv_capacity_tokens": 3840, "max_model_len": 2048,
+                             "fits_one_sequence": True, "reason": ""},
+         "worker": {"id": "vm-1", "host": "vm", "pid": 12},
+         "origin": {"kind": record.RELIEF, "text": "relieves front_end of #0", "source": 0,
+                    "bottleneck": "front_end", "knob": "api-server-count", "before": 1,
+                    "after": 2},
+         "speculation": {"drafts": 10, "draft_tokens": 40, "accepted_tokens": 25,
+                         "accepted_per_position": [0.9, 0.6], "acceptance_rate": 0.625,
+                         "mean_acceptance_length": 3.5}}
+
+
+def test_older_dicts_of_the_newer_typed_fields_read_and_write_back_unchanged():
+    study = optuna.create_study()
+    record.add(study, values=[0.0], **OLDER)
+    stored = study.get_trials()[0].user_attrs
+    rec = record.records(study)[0]
+    est, worker, origin, spec = rec.memory_estimate, rec.worker, rec.origin, rec.speculation
+    assert isinstance(est, Estimate) and est.kv_capacity_tokens == 3840
+    assert est.weights_bytes == 0 and est.fits_workload is None  # missing: the defaults
+    assert isinstance(worker, Worker) and (worker.id, worker.pid, worker.started) == \
+        ("vm-1", 12, 0.0)
+    assert rec.tried_because is origin and origin.short == \
+        "relief #0 front_end: api-server-count 1->2"
+    assert isinstance(spec, Speculation) and spec.generated_tokens == 0
+    assert spec.acceptance_rate == 0.625 and spec.drafted_share is None
+    assert stored["spec_acceptance_length"] == 3.5
+    assert stored["tried_because"] == "relieves front_end of #0"
+    out = rec.as_dict()  # `show --trial N --json`
+    for key, old in OLDER.items():
+        _same(stored[key], old)
+        _same(out[key], old)
+        _same(getattr(rec, key).as_dict(), old)
+    _same(record.queued_again(rec)["origin"], OLDER["origin"])
+    # written again from the record (a twin's copy): the same JSON
+    record.add(study, values=[0.0], **{k: getattr(rec, k) for k in OLDER})
+    again = study.get_trials()[1].user_attrs
+    for key in (*OLDER, "tried_because", "spec_acceptance_rate", "spec_acceptance_length"):
+        _same(again[key], stored[key])
+
+
+def test_the_newer_typed_fields_made_in_code_write_what_they_always_wrote():
+    """Every field, as `dataclasses.asdict` gave them: an origin without the figures its
+    kind has not, speculation with its computed figures, and an empty object reads as
+    none."""
+    est = Estimate(1, 2, 3, 4, 5, 4, True, None, "")
+    worker = Worker("w0", "host", 7, 1.5)
+    baseline = Origin(record.BASELINE, "baseline vllm-defaults")
+    spec = Speculation(8, 32, 20, [0.5], 40)
+    study = optuna.create_study()
+    record.add(study, values=[0.0], memory_estimate=est, worker=worker, origin=baseline,
+               speculation=spec)
+    a = study.get_trials()[0].user_attrs
+    _same(a["memory_estimate"], {"weights_bytes": 1, "kv_bytes_per_token": 2,
+                                 "kv_budget_bytes": 3, "kv_capacity_tokens": 4,
+                                 "max_model_len": 5, "longest_model_len": 4,
+                                 "fits_one_sequence": True, "fits_workload": None,
+                                 "reason": ""})
+    _same(a["worker"], {"id": "w0", "host": "host", "pid": 7, "started": 1.5, "gpu": None})
+    _same(a["origin"], {"kind": "baseline", "text": "baseline vllm-defaults"})
+    _same(a["speculation"], {"drafts": 8, "draft_tokens": 32, "accepted_tokens": 20,
+                             "accepted_per_position": [0.5], "generated_tokens": 40,
+                             "acceptance_rate": 0.625, "mean_acceptance_length": 3.5,
+                             "drafted_share": 0.5})
+    rec = record.records(study)[0]
+    assert (rec.memory_estimate, rec.worker, rec.origin, rec.speculation) == \
+        (est, worker, baseline, spec)
+    record.add(study, values=[0.0], **{k: {} for k in OLDER})
+    empty = record.records(study)[1]
+    assert empty.memory_estimate is None and empty.worker is None and empty.origin is None
+    assert empty.speculation is None and empty.tried_because.kind == record.SAMPLER

@@ -17,7 +17,7 @@ from autotune.stored import plain
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import relief
-from autotune.tuning.record import DEFAULTS, RELIEF, SAMPLER, TrialRecord, records
+from autotune.tuning.record import DEFAULTS, RELIEF, SAMPLER, Origin, TrialRecord, records
 
 SPACE = """
 name: relief-test
@@ -119,7 +119,7 @@ def test_a_move_is_never_proposed_twice():
     assert move is not None and move.flags == {"api-server-count": 2, "stream-interval": 1}
     # The same configuration waiting in the queue, as its parameters: not proposed again.
     queued = TrialRecord(1, TrialState.WAITING, params=dict(move.params or {}),
-                         origin=move.origin.as_dict())
+                         origin=move.origin)
     again = first(base, sc, (queued,))
     assert again is not None and again.knob.name == "stream-interval"
     # Both taken (one ran, spelled with the default stream interval left out): nothing left.
@@ -174,12 +174,12 @@ def test_the_gpu_at_full_use_is_said():
 
 def test_due_alternates_with_the_sampler():
     done = lambda n, kind: TrialRecord(n, TrialState.COMPLETE,  # noqa: E731
-                                       origin={"kind": kind, "text": kind})
+                                       origin=Origin(kind, kind))
     assert relief.due([done(0, "baseline")], 2)
     assert not relief.due([done(0, "baseline"), done(1, RELIEF)], 2)
     assert relief.due([done(0, "baseline"), done(1, RELIEF), done(2, SAMPLER)], 2)
     assert relief.due([done(0, "baseline"), done(1, RELIEF)], 1)
-    waiting = TrialRecord(3, TrialState.WAITING, origin={"kind": RELIEF, "text": "r"})
+    waiting = TrialRecord(3, TrialState.WAITING, origin=Origin(RELIEF, "r"))
     assert not relief.due([done(0, "baseline"), waiting], 1)
     assert not relief.due([done(0, "baseline")], 3)
 
@@ -322,7 +322,7 @@ def test_a_tied_move_is_followed_by_the_next_suspects_move():
     first = relief.propose(recs, sc, defaults, recs)
     assert first is not None
     tied = dataclasses.replace(
-        recs[0], number=1, baseline=None, flags=first.flags, origin=first.origin.as_dict())
+        recs[0], number=1, baseline=None, flags=first.flags, origin=first.origin)
     assert capacity_tied(tied, recs[0])
     move = relief.propose([*recs, tied], sc, defaults, recs)
     assert move is not None and move.limit.kind == bn.ENGINE_CORE

@@ -93,7 +93,7 @@ def _study(tmp_path):
 def test_show_report_and_dashboard_carry_the_acceptance(tmp_path):
     st = _study(tmp_path)
     plain, spec = record.records(st)
-    assert plain.spec is None and spec.spec.acceptance_rate == 0.625
+    assert plain.speculation is None and spec.speculation.acceptance_rate == 0.625
     assert show.speculation_text(spec) == \
         "acceptance 62% (3.50 tokens a step, 50% of the output)"
     rows = [TrialRow.of(r) for r in (plain, spec)]

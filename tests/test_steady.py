@@ -10,6 +10,7 @@ from autotune.measure import capacity, steady
 from autotune.measure.loadgen import RunResult
 from autotune.measure.metrics import RequestResult
 from autotune.measure.probes import Sampler
+from autotune.stored import plain
 from autotune.traffic import CapacitySpec
 
 
@@ -52,6 +53,11 @@ def test_latency_growing_with_arrival_time_is_a_backlog():
     grew = steady.backlog(reqs, steady.window(100.0, 20.0, 0.2, 0.1))
     assert grew.growth > 40 and grew.share > 0.1
     assert grew.grows(0.05)
+    # the figures are kept at 4 decimals: a step's record holds the ones that judged it
+    stored = plain(grew)
+    assert list(stored) == ["growth", "share", "in_flight_mean", "arrivals",
+                            "in_flight_growth", "queue_mean"]
+    assert all(v == round(v, 4) for v in stored.values() if isinstance(v, float))
 
 
 def test_failed_requests_hold_no_slot():

@@ -175,7 +175,7 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
         assert r.values[0] == pytest.approx(math.log(canned.throughput(r.flags) / base))
     assert ranking.reference_trial(st).number == defaults.number
     # Both workers ran trials, and each trial names its worker.
-    assert {r.worker["id"] for r in recs} == {"w0", "w1"}
+    assert {r.worker.id for r in recs} == {"w0", "w1"}
 
 
 def test_a_worker_waits_for_the_same_configuration_running_elsewhere(tmp_path):
@@ -253,11 +253,11 @@ def test_a_killed_workers_trial_is_queued_again_and_finished_by_the_other(url, t
         a.wait()
     waited = time.monotonic() - t0
     recs = record.records(st)
-    assert recs[0].state == TrialState.FAIL and recs[0].worker["id"] == "A"
+    assert recs[0].state == TrialState.FAIL and recs[0].worker.id == "A"
     defaults = [r for r in recs if r.is_defaults]
     assert [(r.number, r.state) for r in defaults] == [(0, TrialState.FAIL),
                                                        (1, TrialState.COMPLETE)]
-    assert defaults[1].worker["id"] == "w1"
+    assert defaults[1].worker.id == "w1"
     assert [c["trial"] for c in b.calls if c["event"] == "launch"][0] == 1
     assert st.user_attrs["reference"]["trial"] == 1
     assert [r.number for r in recs if r.baseline == "half"] == [2]
@@ -291,11 +291,11 @@ def test_tune_gpus_runs_one_worker_per_gpu_with_one_progress_line_per_trial(tmp_
     recs = record.records(st)
     assert len(recs) == 5 and all(r.state == TrialState.COMPLETE for r in recs)
     host = socket.gethostname()
-    assert {r.worker["id"] for r in recs} == {f"{host}-gpu0", f"{host}-gpu1"}
+    assert {r.worker.id for r in recs} == {f"{host}-gpu0", f"{host}-gpu1"}
     # Each worker pinned to its GPU, and its own log.
     launches = _launches(log_path)
     assert {c["gpu"] for c in launches} == {"0", "1"}
-    assert all(r.worker["gpu"] == r.worker["id"][-1] for r in recs)
+    assert all(r.worker.gpu == r.worker.id[-1] for r in recs)
     for g in "01":
         assert (tmp_path / "shared" / "workers" / f"gpu{g}.log").exists()
     tune_log = (tmp_path / "shared" / "tune.log").read_text()
@@ -381,11 +381,11 @@ def test_a_dead_gpu_worker_leaves_its_trial_to_the_others_on_postgresql(postgres
     st = optuna.load_study(study_name="shared", storage=postgres_db)
     recs = record.records(st)
     lost = recs[hung["trial"]]
-    assert lost.state == TrialState.FAIL and lost.worker["id"].endswith("gpu1")
+    assert lost.state == TrialState.FAIL and lost.worker.id.endswith("gpu1")
     again = [r for r in recs if r.number > lost.number and r.flags == lost.flags
              and r.baseline == lost.baseline]
     assert again and again[0].state == TrialState.COMPLETE
-    assert again[0].worker["id"].endswith("gpu0")
+    assert again[0].worker.id.endswith("gpu0")
     assert not [r for r in recs if r.state == TrialState.RUNNING]
     assert len([r for r in recs if r.is_defaults and r.state == TrialState.COMPLETE]) == 1
     assert st.user_attrs["reference"]["trial"] == next(
@@ -471,7 +471,7 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     assert defaults.is_defaults and defaults.state == TrialState.COMPLETE
     assert defaults.quality.made_reference
     assert searched.state in (TrialState.COMPLETE, TrialState.PRUNED)
-    assert searched.worker["id"].rsplit("-", 1)[1] in ("gpu0", "gpu1")
+    assert searched.worker.id.rsplit("-", 1)[1] in ("gpu0", "gpu1")
     if searched.quality:
         assert searched.quality.made_reference is None
     assert st.user_attrs["reference"]["trial"] == 0
@@ -483,7 +483,7 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
         log = tmp_path / "two-workers" / "trials" / str(rec.number) / "engine.log"
         if rec.state == TrialState.PRUNED and not log.exists():
             continue  # pruned before its launch
-        slot = int(rec.worker["id"].rsplit("gpu", 1)[1])
+        slot = int(rec.worker.id.rsplit("gpu", 1)[1])
         cores = [int(c) for c in cpuplace.bind(slot, 2, cpuplace.physical_cores()).split(",")]
         assert f"local_rank=0, core ids={cores}" in log.read_text(), (rec.number, cores)
 

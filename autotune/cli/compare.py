@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from autotune.results.compare import compare
     from autotune.results.show import open_existing
+    from autotune.stored import plain
     from autotune.tuning.sharing import storage
 
     prices = dict(args.gpu_hour)
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         studies.append(open_existing(url, name, root))
     result = compare(studies, prices, args.load, args.any_model)
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
+        print(json.dumps(plain(result), indent=2, default=str))
     else:
         show(result, Console())
     return 0
@@ -114,6 +115,6 @@ def _cells(rank: int, e: Entry, load: bool) -> list[str]:
     head = [str(rank), e.study, e.device, f"#{w.number}" if w else "-"]
     if w is None:
         return head + ["-"] * (4 + 2 * load)
-    return head + [fmt(w.capacity_rps, ".3g"), fmt(e.per_gpu, ".3g"), money(w.replica_hour, cur),
-                   money(w.per_million, cur),
+    return head + [fmt(w.capacity_rps, ".3g"), fmt(e.capacity_rps_per_gpu, ".3g"),
+                   money(w.replica_hour, cur), money(w.per_million, cur),
                    *([fmt(w.replicas, "d"), money(w.load_hour, cur)] if load else [])]

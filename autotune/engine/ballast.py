@@ -25,9 +25,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 from autotune.errors import AutotuneError
+from autotune.stored import Stored
 
 GiB = 1 << 30
 # The driver backs large allocations with 2 MiB pages: free memory moves in these steps.
@@ -157,6 +158,17 @@ def main(argv: list[str] | None = None) -> int:
 # -- the tuner's side -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Held(Stored):
+    """What a trial keeps of its ballast (its record's `ballast`): the free memory it left
+    on `device` (GiB asked, bytes measured) and the bytes it held."""
+
+    free_gib: float | None = None
+    device: int = 0
+    held_bytes: int | None = None
+    free_bytes: int | None = None
+
+
 class Ballast:
     """The ballast process for one engine launch: `with Ballast(24):` around the engine.
 
@@ -186,12 +198,11 @@ class Ballast:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> Held | None:
         """What the trial stores (its record's `ballast`): None without a ballast."""
         if not self.active:
             return None
-        return {"free_gib": self.free_gib, "device": self.device,
-                "held_bytes": self.held_bytes, "free_bytes": self.free_bytes}
+        return Held(self.free_gib, self.device, self.held_bytes, self.free_bytes)
 
     def start(self) -> None:
         """Start the process and wait for its `ready` line; BallastError otherwise."""

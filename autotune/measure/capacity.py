@@ -463,7 +463,7 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
                 whole.get("completed", 0) + whole.get("failed", 0), figures,
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
-                backlog=grew.as_dict() if grew else {}, bottleneck=plain(limit),
+                backlog=plain(grew) if grew else {}, bottleneck=plain(limit),
                 probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}},
                 latencies=latency_figures(summary))
 

@@ -98,11 +98,11 @@ def _stats(metric: str, values: list[float], percentiles: Sequence[float]) -> di
     return out
 
 
-def _peaks(ok: Sequence[RequestResult]) -> dict[str, Any]:
+def _peaks(ok: Sequence[RequestResult]) -> tuple[float, int]:
     """vLLM's `max_output_tokens_per_s` and `max_concurrent_requests`: one-second buckets from
     the first send; "tokens" are content events (first event plus one per ITL gap)."""
     if not ok:
-        return {"max_output_tokens_per_s": 0.0, "max_concurrent_requests": 0}
+        return 0.0, 0
     t0 = min(r.start_time for r in ok)
     t_end = max(r.start_time + r.latency for r in ok)
     n = int(np.ceil(t_end - t0)) + 1
@@ -120,10 +120,7 @@ def _peaks(ok: Sequence[RequestResult]) -> dict[str, Any]:
                 tokens[bucket] += 1
         for second in range(int(r.start_time - t0), int((r.start_time + r.latency) - t0) + 1):
             running[second] += 1
-    return {
-        "max_output_tokens_per_s": float(np.max(tokens)),
-        "max_concurrent_requests": int(np.max(running)),
-    }
+    return float(np.max(tokens)), int(np.max(running))
 
 
 def summarize(
@@ -164,6 +161,7 @@ def summarize(
         good = sum(all(lim >= v for lim, v in zip(limits, row, strict=True)) for row in rows)
     total_in = sum(r.prompt_len for r in ok)
     total_out = sum(out_lens)
+    peak_tokens, peak_running = _peaks(ok)
     summary: dict[str, Any] = {
         "duration": duration_s,
         "completed": len(ok),
@@ -174,7 +172,8 @@ def summarize(
         "request_goodput": None if good is None else good / duration_s,
         "output_throughput": total_out / duration_s,
         "total_token_throughput": (total_in + total_out) / duration_s,
-        **_peaks(ok),
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_running,
     }
     for metric, values in zip(LATENCY_METRICS, (ttfts, tpots, itls, e2els), strict=True):
         summary.update(_stats(metric, values, percentiles))

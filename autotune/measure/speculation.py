@@ -15,9 +15,10 @@ output the drafts supplied.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from autotune.engine.prometheus import by_label, scrape
+from autotune.stored import Stored
 
 PREFIX = "vllm:spec_decode"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -54,8 +55,10 @@ def _position(key: str) -> int:
 
 
 @dataclass(frozen=True)
-class Speculation:
-    """What speculation did over a window: counts and vLLM's two summary figures."""
+class Speculation(Stored):
+    """What speculation did over a window: counts and vLLM's two summary figures. A trial
+    record keeps it (`TrialRecord.speculation`); records made before `generated_tokens`
+    read it as 0."""
 
     EXTRA: ClassVar[tuple[str, ...]] = ("acceptance_rate", "mean_acceptance_length",
                                         "drafted_share")  # computed, but written out
@@ -81,13 +84,6 @@ class Speculation:
         the context holds a match, so a high acceptance rate can come with few drafts (open
         chat); this says how much of the answer speculation actually produced."""
         return self.accepted_tokens / self.generated_tokens if self.generated_tokens else None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Speculation:
-        return cls(int(data.get("drafts") or 0), int(data.get("draft_tokens") or 0),
-                   int(data.get("accepted_tokens") or 0),
-                   [float(x) for x in data.get("accepted_per_position") or []],
-                   int(data.get("generated_tokens") or 0))
 
 
 def between(before: Counters, after: Counters) -> Speculation | None:

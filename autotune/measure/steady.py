@@ -17,8 +17,7 @@ the engine (an API server at 100 % of a core queues requests before the schedule
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -60,7 +59,9 @@ class Backlog:
     in-flight count. `in_flight_growth` is the in-flight count's own trend, for the record:
     on the H200 the running batch itself grew by 30-70 % of its mean through 14-s windows
     at rates whose TTFT p95 stayed at a fifth of the SLO (a larger batch decodes slower,
-    so it settles higher), which is not a backlog.
+    so it settles higher), which is not a backlog. `backlog` rounds the figures to 4
+    decimals, as a step's record keeps them (`autotune.stored.plain`), so that the record
+    holds the very figures that judged the step.
     """
 
     growth: float
@@ -73,9 +74,6 @@ class Backlog:
     def grows(self, limit: float, floor: int = 4) -> bool:
         """True when more than `limit` of the arrivals (and `floor` requests) piled up."""
         return self.growth > floor and self.share > limit
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 def backlog(results: Sequence[RequestResult], w: Window, points: int = 64,
@@ -108,5 +106,6 @@ def backlog(results: Sequence[RequestResult], w: Window, points: int = 64,
         growth, queue_mean = growth_of(times, queue), float(queue.mean())
     else:
         growth, queue_mean = flight_growth, None
-    return Backlog(growth, growth / arrivals if arrivals else 0.0, float(flight.mean()),
-                   arrivals, flight_growth, queue_mean)
+    return Backlog(round(growth, 4), round(growth / arrivals, 4) if arrivals else 0.0,
+                   round(float(flight.mean()), 4), arrivals, round(flight_growth, 4),
+                   round(queue_mean, 4) if queue_mean is not None else None)

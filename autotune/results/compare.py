@@ -9,49 +9,52 @@ checked; studies without a price are ranked after, by capacity per GPU.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from autotune.errors import ConfigError
 from autotune.results import cost
 from autotune.results.cost import Price, TrialCost
 from autotune.results.show import model_text, slo_text
-from autotune.stored import plain
 from autotune.tuning import ranking
 from autotune.tuning.record import Snapshot, Source
+
+# Why a study has no winner to compare.
+NO_WINNER = "no single feasible winner (none met the SLOs, or a Pareto study)"
 
 
 @dataclass(frozen=True)
 class Entry:
     """One study: the device its winner ran on, its price, and its winner's figures (None
-    when the study has no feasible winner)."""
+    when the study has no feasible winner); as plain data (`--json`), with its capacity per
+    GPU and what is missing."""
+
+    EXTRA: ClassVar[tuple[str, ...]] = ("capacity_rps_per_gpu", "missing")
 
     study: str
     device: str
     price: Price
     winner: TrialCost | None
-    missing: str = ""
 
     @property
-    def per_gpu(self) -> float | None:
+    def capacity_rps_per_gpu(self) -> float | None:
         """Capacity at SLO per GPU, req/s: how the studies without a price are ranked."""
         w = self.winner
         return w.capacity_rps / w.gpus if w is not None and w.capacity_rps is not None \
             else None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"study": self.study, "device": self.device,
-                "price": dataclasses.asdict(self.price),
-                "winner": plain(self.winner),
-                "capacity_rps_per_gpu": self.per_gpu, "missing": self.missing}
+    @property
+    def missing(self) -> str:
+        """Why a figure is absent ("" when none is)."""
+        return self.winner.missing if self.winner is not None else NO_WINNER
 
 
 @dataclass(frozen=True)
 class Comparison:
     """The studies ranked: those with a price by cost per million output tokens (cheapest
-    first), then those without by capacity per GPU; `notes` are differences to know of."""
+    first), then those without by capacity per GPU; `notes` are differences to know of.
+    `autotune.stored.plain` gives it as plain data (`--json`)."""
 
     model: str
     slos: dict[str, float]
@@ -59,11 +62,6 @@ class Comparison:
     priced: tuple[Entry, ...]
     unpriced: tuple[Entry, ...]
     notes: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "slos": self.slos, "load": self.load,
-                "priced": [e.as_dict() for e in self.priced],
-                "unpriced": [e.as_dict() for e in self.unpriced], "notes": list(self.notes)}
 
 
 def compare(studies: Sequence[Source], prices: Mapping[str, float] | None = None,
@@ -119,10 +117,7 @@ def _entry(name: str, study: Snapshot, scenario: Mapping[str, Any], gpu_hour: fl
     device = figures.device if figures is not None else "-"
     if (memory := (scenario.get("hardware") or {}).get("memory_gib")) is not None:
         device += f" as a {memory:g}-GiB card"  # emulated: the GPU's name alone misleads
-    if figures is None:
-        return Entry(name, device, price, None, "no single feasible winner (none met the SLOs, "
-                     "or a Pareto study)")
-    return Entry(name, device, price, figures, figures.missing)
+    return Entry(name, device, price, figures)
 
 
 def _by_cost(e: Entry) -> tuple[bool, float]:
@@ -132,7 +127,7 @@ def _by_cost(e: Entry) -> tuple[bool, float]:
 
 
 def _by_rate(e: Entry) -> tuple[bool, float]:
-    return e.per_gpu is None, -(e.per_gpu or 0.0)
+    return e.capacity_rps_per_gpu is None, -(e.capacity_rps_per_gpu or 0.0)
 
 
 def _notes(names: Sequence[str], scenarios: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

@@ -24,15 +24,13 @@ met the SLOs) cannot serve at its SLO: it is said, never divided by.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from autotune.errors import ConfigError
 from autotune.results.export import gpu_count, on_cpu
-from autotune.stored import plain
 from autotune.tuning.record import TrialRecord
 
 CURRENCY = "USD"  # the scenario's default (`config.CostSpec`)
@@ -172,13 +170,18 @@ def trial_cost(rec: TrialRecord, price: Price, load: float | None = None) -> Tri
 @dataclass(frozen=True)
 class SideBySide:
     """The winner and the reference (vLLM's defaults, or the trial standing in for them)
-    priced alike, and what choosing the winner saves."""
+    priced alike, and what choosing the winner saves; as plain data (`--json`), with the
+    rows and the saving in words (fields and figures in the order `--json` has always
+    written them)."""
 
+    EXTRA: ClassVar[tuple[str, ...]] = ("replicas_saved", "hour_saved", "per_million_saved",
+                                        "rows", "saving")
+
+    price: Price
+    load: float | None
     winner: TrialCost
     reference: TrialCost | None
     reference_name: str
-    price: Price
-    load: float | None
 
     @property
     def replicas_saved(self) -> int | None:
@@ -196,6 +199,7 @@ class SideBySide:
         w, d = self.winner.per_million, self.reference.per_million if self.reference else None
         return 1 - w / d if w is not None and d else None
 
+    @property
     def rows(self) -> list[tuple[str, str, str]]:
         """(figure, winner, reference) in words, for the terminal and the report."""
         cur, load = self.price.currency, self.load
@@ -218,6 +222,7 @@ class SideBySide:
             out.append(row("cost per M output tokens", lambda c: money(c.per_million, cur)))
         return out
 
+    @property
     def saving(self) -> str:
         """What the winner saves against the reference, in one line."""
         parts = []
@@ -232,23 +237,13 @@ class SideBySide:
                 + ")"
         return "saving over " + self.reference_name + ": " + "; ".join(parts)
 
-    def as_dict(self) -> dict[str, Any]:
-        """Plain data for `--json`, with the rows and the saving in words."""
-        return {"price": dataclasses.asdict(self.price), "load": self.load,
-                "winner": plain(self.winner),
-                "reference": plain(self.reference),
-                "reference_name": self.reference_name,
-                "replicas_saved": self.replicas_saved, "hour_saved": self.hour_saved,
-                "per_million_saved": self.per_million_saved,
-                "rows": [list(r) for r in self.rows()], "saving": self.saving()}
-
 
 def side_by_side(winner: TrialRecord, reference: TrialRecord | None, reference_name: str,
                  price: Price, load: float | None = None) -> SideBySide:
     """The winner against the reference at one price and, with `load`, one load."""
-    return SideBySide(trial_cost(winner, price, load),
-                      trial_cost(reference, price, load) if reference else None,
-                      reference_name, price, load)
+    return SideBySide(price=price, load=load, winner=trial_cost(winner, price, load),
+                      reference=trial_cost(reference, price, load) if reference else None,
+                      reference_name=reference_name)
 
 
 def _num(value: float | None, spec: str) -> str:

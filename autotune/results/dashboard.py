@@ -26,7 +26,8 @@ import json
 import numbers
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -35,6 +36,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.results import show
+from autotune.stored import Stored, plain
 from autotune.tuning import ranking
 from autotune.tuning.record import records
 
@@ -72,26 +74,85 @@ def _text(value: Any) -> str:
     return str(value) if isinstance(value, numbers.Real) else json.dumps(value)
 
 
+# optuna-dashboard's JSON, read at the boundary: what this module reads of a study detail
+# (`serialize_study_detail`) as typed records; what it changes is written back into the
+# JSON objects as they came, so that every key it does not read passes through unchanged.
+
+
+@dataclass(frozen=True)
+class Attribute(Stored):
+    """A user attribute as the dashboard serialises one: its name and its text."""
+
+    key: str = ""
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class Column(Stored):
+    """A user attribute the trials table offers as a column, and whether it sorts."""
+
+    key: str = ""
+    sortable: bool = False
+
+
+@dataclass(frozen=True)
+class Trial(Stored):
+    """A trial of a study detail: its number (its attributes: `_attributes`)."""
+
+    number: int = -1
+
+
+# The key under which a trial's object keeps its user attributes (each an `Attribute`): read
+# by `_attributes`, not as a field, since only the record module reads a trial's attributes
+# by that name (tests/test_layers.py).
+ATTRIBUTES = "user_attrs"
+
+
+@dataclass(frozen=True)
+class Detail(Stored):
+    """A study detail (`/api/studies/<id>`): the study's name, its trials' JSON objects
+    (each read as a `Trial`) and the attribute columns."""
+
+    NESTED = {"union_user_attrs": Column}
+
+    name: str = ""
+    trials: list[dict[str, Any]] = field(default_factory=list)
+    union_user_attrs: tuple[Column, ...] = ()
+
+
 def amend(detail: dict[str, Any], study: optuna.Study) -> dict[str, Any]:
     """A study detail as optuna-dashboard serialised it, with every trial's short scalars
     as attributes (and their names in the union the trials table offers as columns)."""
     extra = attributes(study)
-    for t in detail.get("trials", []):
-        _add(t, extra.get(t["number"], {}))
-    keys = {k for attrs in extra.values() for k in attrs}
-    union = detail.setdefault("union_user_attrs", [])
-    have = {u.get("key") for u in union}
-    for key in sorted(keys - have):
-        numeric = all(isinstance(a.get(key), int | float) and not isinstance(a.get(key), bool)
-                      for a in extra.values() if key in a)
-        union.append({"key": key, "sortable": numeric})
-    return detail
+    read = Detail.from_dict(detail)
+    have = {c.key for c in read.union_user_attrs}
+    added = tuple(Column(key, all(_sortable(a[key]) for a in extra.values() if key in a))
+                  for key in sorted({k for a in extra.values() for k in a} - have))
+    return {**detail, "trials": [_add(t, extra) for t in read.trials],
+            "union_user_attrs": plain(read.union_user_attrs + added)}
 
 
-def _add(trial: dict[str, Any], extra: dict[str, Any]) -> None:
-    attrs = trial.setdefault("user_attrs", [])
-    have = {a["key"] for a in attrs}
-    attrs.extend({"key": k, "value": _text(v)} for k, v in extra.items() if k not in have)
+def _sortable(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _add(trial: dict[str, Any], extra: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """`trial`'s JSON object with the short scalars of its number in `extra` added as
+    attributes (those it already has kept)."""
+    shown = _attributes(trial)
+    have = {a.key for a in shown}
+    added = tuple(Attribute(k, _text(v))
+                  for k, v in extra.get(Trial.from_dict(trial).number, {}).items()
+                  if k not in have)
+    return {**trial, ATTRIBUTES: plain(shown + added)}
+
+
+def _attributes(trial: Mapping[str, Any]) -> tuple[Attribute, ...]:
+    return tuple(Attribute.from_dict(a) for a in trial.get(ATTRIBUTES) or ())
+
+
+def _by_number(trials: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {Trial.from_dict(t).number: t for t in trials}
 
 
 class View:
@@ -108,15 +169,16 @@ class View:
         return optuna.load_study(study_name=name, storage=self.storage)
 
     def _call(self, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
-        got: dict[str, Any] = {}
+        started: list[tuple[str, list[tuple[str, str]]]] = []  # start_response's arguments
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None
                   ) -> Callable[[bytes], None]:
-            got.update(status=status, headers=headers)
+            started.append((status, headers))
             return lambda _: None
 
         body = b"".join(self.app(environ, start))
-        return got["status"], got["headers"], body
+        status, headers = started[-1]
+        return status, headers, body
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
                  ) -> Iterable[bytes]:
@@ -127,20 +189,22 @@ class View:
         if status.startswith("200"):
             detail = json.loads(body)
             with self.lock:
-                study = self._study(detail["name"])
-                amend(detail, study)
+                study = self._study(Detail.from_dict(detail).name)
+                detail = amend(detail, study)
                 wanted = best_numbers(study)
-            by_number = {t["number"]: t for t in detail.get("trials", [])}
+            by_number = _by_number(Detail.from_dict(detail).trials)
             if any(n not in by_number for n in wanted):  # a tail (`?after=N`): ask for all
                 fresh = {k: v for k, v in environ.items() if not k.startswith("bottle.")}
-                _, _, whole = self._call({**fresh, "QUERY_STRING": ""})
-                for t in json.loads(whole).get("trials", []):
-                    if t["number"] in wanted and t["number"] not in by_number:
-                        with self.lock:
-                            _add(t, attributes(study).get(t["number"], {}))
-                        by_number[t["number"]] = t
-            detail["best_trials"] = [by_number[n] for n in wanted if n in by_number]
-            body = json.dumps(detail).encode()
+                _, _, tail = self._call({**fresh, "QUERY_STRING": ""})
+                whole = Detail.from_dict(json.loads(tail))
+                missing = [t for n, t in _by_number(whole.trials).items()
+                           if n in wanted and n not in by_number]
+                if missing:
+                    with self.lock:
+                        extra = attributes(study)
+                    by_number.update(_by_number(_add(t, extra) for t in missing))
+            body = json.dumps({**detail, "best_trials": [by_number[n] for n in wanted
+                                                         if n in by_number]}).encode()
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"] + \
                 [("Content-Length", str(len(body)))]
         start_response(status, headers)

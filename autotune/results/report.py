@@ -26,7 +26,7 @@ from autotune.config import latency_key
 from autotune.engine import phases
 from autotune.errors import ConfigError
 from autotune.results import summary
-from autotune.results.show import outcome, reason
+from autotune.results.show import Thresholds, outcome, reason
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.ranking import (
     choose,
@@ -550,14 +550,14 @@ def guardrail_figure(study: Source) -> go.Figure:
                          hovertext=hover, name="drift"), row=1, col=1)
     fig.add_trace(go.Bar(x=xs, y=[q.agreement for q in qs], marker_color=colours,
                          hovertext=hover, name="agreement"), row=1, col=2)
-    th: dict[str, Any] = next((q.thresholds for q in reversed(qs) if q.thresholds), {})
-    if th.get("drift") is not None:
-        fig.add_hline(y=th["drift"], line_dash="dash", line_color="#d62728", row=1, col=1,
-                      annotation_text=f"max {th['drift']:.3g}")
-    if th.get("agreement") is not None:
-        fig.add_hline(y=th["agreement"], line_dash="dash", line_color="#d62728", row=1, col=2,
-                      annotation_text=f"min {th['agreement']:.3g}")
-    shown = drifts + ([th["drift"]] if th.get("drift") else [])
+    th = Thresholds.of(next((q for q in reversed(qs) if q.thresholds), None))
+    if th.drift is not None:
+        fig.add_hline(y=th.drift, line_dash="dash", line_color="#d62728", row=1, col=1,
+                      annotation_text=f"max {th.drift:.3g}")
+    if th.agreement is not None:
+        fig.add_hline(y=th.agreement, line_dash="dash", line_color="#d62728", row=1, col=2,
+                      annotation_text=f"min {th.agreement:.3g}")
+    shown = drifts + ([th.drift] if th.drift else [])
     fig.update_yaxes(type="log", row=1, col=1, range=[math.log10(min(shown)) - 0.5,
                                                       math.log10(max(shown)) + 0.5])
     fig.update_yaxes(range=[0, 1.05], row=1, col=2)
@@ -574,7 +574,7 @@ PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e
 def speculation_figure(study: Source) -> go.Figure:
     """Acceptance of every speculative trial, with its mean acceptance length and the
     workload's TPOT: whether drafting paid on this traffic."""
-    spec = [(r, r.spec) for r in records(study) if r.spec is not None]
+    spec = [(r, r.speculation) for r in records(study) if r.speculation is not None]
     fig = go.Figure()
     fig.update_layout(title="Speculative decoding: draft tokens accepted", height=HEIGHT,
                       xaxis_title="accepted / drafted tokens", xaxis_range=[0, 1])

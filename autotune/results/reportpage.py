@@ -13,6 +13,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from autotune.errors import ConfigError
+from autotune.flags import Flags
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, report, show, summary, whatif
@@ -99,7 +100,7 @@ def _gain(r: TrialRecord, tied: set[int], best: int | None) -> str:
     return fmt(r.gain, "+.1%")
 
 
-def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> dict[str, Any]:
+def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> Flags:
     """The trial's flags less the scenario's fixed ones (those hold for every trial)."""
     return {k: v for k, v in r.flags.items() if fixed.get(k) != v}
 
@@ -144,7 +145,7 @@ def columns(study: Source, price: cost.Price | None = None) -> list[Column]:
          else _VERDICTS.get(_q(r).passed, ""), False),
         ("start-up s", lambda r: fmt(r.startup_s), True),
     ]
-    if any(r.spec for r in trials):
+    if any(r.speculation for r in trials):
         cols.append(("speculation: acceptance (tokens a step)",
                      lambda r: show.speculation_text(r).removeprefix("acceptance "), False))
     if any(r.capacity for r in trials):
@@ -207,35 +208,34 @@ def _about(study: Source) -> str:
     device = f"{first.engine_version} on {first.device_name}" if first else "-"
     if first and first.device_name == "cpu":
         device = f"{first.engine_version} on the CPU (vLLM's CPU build)"
-    items = {
-        "model": show.model_text(scenario.get("model") or {}),
-        "engine, device": device,
-        "workload": show.workload_text(w),
-        "objective": show.objective_text(o),
-        "fixed flags": _flags(fixed) if fixed else "none",
-        "trials": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none",
-        "best feasible": _best_line(study, top, fixed),
-    }
     ranked = summary.ranking(trials, ranking.not_overrides(study))
     tied = [r for r in ranked if r.tied]
-    if len(tied) > 1:
-        items["cannot separate"] = (
+    explained = ablation.latest(study)  # which of the winner's flags carry its gain
+    guided = [r for r in trials if r.origin_kind == RELIEF]
+    # (label, text) in the order shown; None: not said of this study.
+    items: list[tuple[str, str | None]] = [
+        ("model", show.model_text(scenario.get("model") or {})),
+        ("engine, device", device),
+        ("workload", show.workload_text(w)),
+        ("objective", show.objective_text(o)),
+        ("fixed flags", _flags(fixed) if fixed else "none"),
+        ("trials", ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"),
+        ("best feasible", _best_line(study, top, fixed)),
+        ("cannot separate", (
             f"the top {len(tied)} configurations ("
             + ", ".join(f"#{r.number}" for r in tied) + ") have overlapping capacity "
             "intervals: the study cannot tell them apart; the one with the fewest "
-            "overrides of vLLM's defaults is preferred")
-    if ranked and ranked[0].bottleneck:
-        items["limited by"] = f"#{ranked[0].number}: {ranked[0].bottleneck}"
-    if ceiling := relief.ceiling(top):
-        items["headroom"] = ceiling
-    if explained := ablation.latest(study):  # which of the winner's flags carry its gain
-        items["the gain rests on"] = " ".join(line.strip() for line in explained.lines())
-    guided = [r for r in trials if r.origin_kind == RELIEF]
-    if guided:
-        items["relief moves"] = f"{len(guided)} of {len(trials)} trials relieved another " \
-            "trial's bottleneck (column 'tried because')"
-    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items.items()) \
-        + "</dl>"
+            "overrides of vLLM's defaults is preferred") if len(tied) > 1 else None),
+        ("limited by", f"#{ranked[0].number}: {ranked[0].bottleneck}"
+         if ranked and ranked[0].bottleneck else None),
+        ("headroom", relief.ceiling(top) or None),
+        ("the gain rests on", " ".join(line.strip() for line in explained.lines())
+         if explained else None),
+        ("relief moves", f"{len(guided)} of {len(trials)} trials relieved another "
+         "trial's bottleneck (column 'tried because')" if guided else None),
+    ]
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in items
+                            if v is not None) + "</dl>"
 
 
 def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
@@ -265,7 +265,7 @@ def _guardrail(study: Source) -> str:
     if not checked:
         return "<p class='note'>No trial was checked against reference outputs.</p>"
     q = checked[-1][1]
-    th, noise = q.thresholds or {}, q.noise or {}
+    th, noise = show.Thresholds.of(q), q.noise or {}
     rejected = [f"#{number}" for number, verdict in checked if not verdict.passed]
     worded = "".join(f"<li>#{number}: {_e(v.words())}</li>" for number, v in checked
                      if v.verdict)
@@ -281,8 +281,8 @@ def _guardrail(study: Source) -> str:
             f"noise floor: drift {fmt(noise.get('drift'), '.2g')} nats, agreement "
             f"{fmt(noise.get('agreement'), '.3f')}. "
             f"{'Its log-probs are unchanged' if rule else 'A trial passes'} with drift &le; "
-            f"{fmt(th.get('drift'), '.3g')} nats and agreement &ge; "
-            f"{fmt(th.get('agreement'), '.3g')}. Checked: {len(checked)} trial(s); rejected: "
+            f"{fmt(th.drift, '.3g')} nats and agreement &ge; "
+            f"{fmt(th.agreement, '.3g')}. Checked: {len(checked)} trial(s); rejected: "
             f"{_e(', '.join(rejected) or 'none')}.</p>")
 
 
@@ -315,12 +315,12 @@ def cost_section(study: Source, price: cost.Price, load: float) -> str:
                              ranking.reference_name(study), price, load)
     head = "".join(f"<th>{_e(c)}</th>" for c in ("", "winner", side.reference_name))
     rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
-                   for row in side.rows())
+                   for row in side.rows)
     return (f"<p>Price: {_e(price.text())}. Each replica is sized at its capacity at SLO, "
             "the highest sustained request rate at which every SLO held: a load of R req/s "
             "needs R / capacity replicas, rounded up, and a million output tokens cost what a "
             "replica costs while it makes them at that rate.</p>"
-            f"<table><tr>{head}</tr>{rows}</table><p>{_e(side.saving())}</p>")
+            f"<table><tr>{head}</tr>{rows}</table><p>{_e(side.saving)}</p>")
 
 
 def build(study: Source, what_if: Sequence[Slo] = (), *, load: float | None = None,
@@ -351,7 +351,7 @@ def build(study: Source, what_if: Sequence[Slo] = (), *, load: float | None = No
             "counted them; the label gives the tokens a verification step yielded on "
             "average (1 + accepted per draft).</p>"
             + _figure(report.speculation_figure(study), "speculation"))]
-          if any(r.spec for r in records(study)) else []),
+          if any(r.speculation for r in records(study)) else []),
         ("Engine start-up", "<p>Each bar is one engine start, from launch to the first "
          "completed request, split where the engine's log shows each phase ending. A warm "
          "start has already imported vLLM in its API server.</p>"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from autotune import reasons
 from autotune.errors import ConfigError
 from autotune.measure.capacity import CapacityRecord
 from autotune.slo import Slo
+from autotune.stored import Stored
+from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.record import TrialRecord
 from autotune.tuning.sharing import storage
 
@@ -94,7 +97,7 @@ def reason(r: TrialRecord) -> str:
 
 def speculation_text(r: TrialRecord) -> str:
     """`acceptance 62% (2.9 tokens a step)`, or "" for a trial that did not speculate."""
-    spec = r.spec
+    spec = r.speculation
     if spec is None or spec.acceptance_rate is None:
         return ""
     share = "" if spec.drafted_share is None else f", {spec.drafted_share:.0%} of the output"
@@ -121,11 +124,36 @@ TINY = {"tiny": "autotune's tiny random-weight test model (2 layers; `autotune t
                     "(`autotune tiny-model --preset qwen3-4b`)"}
 
 
+@dataclass(frozen=True)
+class StoredModel(Stored):
+    """The scenario's model as a study stored it (`config.ModelSpec`'s fields), read as it
+    is: a preset this version does not know still names itself."""
+
+    tiny: str | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds(Stored):
+    """The guardrail's thresholds a quality verdict was judged by (`Quality.thresholds`, kept
+    as a mapping): a trial passes with drift at most `drift` and agreement at least
+    `agreement`; None where the verdict has none."""
+
+    drift: float | None = None
+    agreement: float | None = None
+
+    @classmethod
+    def of(cls, q: Quality | None) -> Thresholds:
+        return cls.from_dict((q.thresholds or {}) if q is not None else {})
+
+
 def model_text(model: Mapping[str, Any]) -> str:
-    """`random weights in Qwen3-4B's shapes (...)` or the model's path or id."""
-    if model.get("tiny"):
-        return TINY.get(model["tiny"], f"the {model['tiny']} random-weight model")
-    return str(model.get("path") or "-")
+    """`random weights in Qwen3-4B's shapes (...)` or the model's path or id, from the
+    stored scenario's `model`."""
+    m = StoredModel.from_dict(model)
+    if m.tiny:
+        return TINY.get(m.tiny, f"the {m.tiny} random-weight model")
+    return str(m.path or "-")
 
 
 def _rate(value: Any) -> str:

@@ -114,9 +114,15 @@ class TrialRow:
                    m.memory_mib if m else None,
                    list(r.values) if r.values is not None else None, r.gain, r.startup_s,
                    CapacityRow.of(r), r.bottleneck.text if r.bottleneck else None, r.detail,
-                   QualityCell.of(r.quality), r.spec,
+                   QualityCell.of(r.quality), _whole(r.speculation),
                    r.validation.headline() if r.validation else None,
                    r.validation_vllm.headline() if r.validation_vllm else None)
+
+
+def _whole(spec: Speculation | None) -> Speculation | None:
+    """`spec` with every figure, as made now (`read` None): the row shows the same keys for
+    a record of any version (one written before `generated_tokens` has it as 0)."""
+    return dataclasses.replace(spec, read=None) if spec is not None else None
 
 
 @dataclass(frozen=True)
@@ -168,9 +174,9 @@ class MemoryModel:
     @classmethod
     def of(cls, trials: Sequence[TrialRecord]) -> MemoryModel:
         launched = [r for r in trials if r.duplicate_of is None]
-        errors = sorted(r.memory_estimate["kv_capacity_tokens"] / r.kv_capacity_reported - 1
+        errors = sorted(r.memory_estimate.kv_capacity_tokens / r.kv_capacity_reported - 1
                         for r in launched
-                        if r.memory_estimate and r.memory_estimate.get("kv_capacity_tokens")
+                        if r.memory_estimate and r.memory_estimate.kv_capacity_tokens
                         and r.kv_capacity_reported)
         return cls(len(errors), errors[len(errors) // 2] if errors else None,
                    max((abs(e) for e in errors), default=None),
@@ -214,8 +220,6 @@ class Summary:
         no what-if SLOs) or does not apply (`pareto` of one objective, `best` of several) is
         absent, not null."""
         out = plain(self)
-        if self.cost is not None:  # with its rows and saving in words
-            out["cost"] = self.cost.as_dict()
         absent = ["pareto"] if self.weighted else [
             "best", "best_changes", "best_left_out", "ceiling", "best_gain", "gain_over"]
         absent += ["load", "cost"] if self.load is None else []

@@ -21,7 +21,7 @@ from rich.text import Text
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, whatif
-from autotune.results.show import fmt, outcome, reason, speculation_text
+from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
 from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning.policy import relief
 from autotune.tuning.record import TrialRecord
@@ -177,10 +177,10 @@ def print_cost(side: cost.SideBySide | None, console: Console) -> None:
         if price.gpu_hour is not None else cost.NO_PRICE)))
     for col in ("", "winner", side.reference_name):
         table.add_column(Text(col), overflow="fold")
-    for row in side.rows():
+    for row in side.rows:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
-    console.print(side.saving(), highlight=False, markup=False)
+    console.print(side.saving, highlight=False, markup=False)
 
 
 def print_what_if(data: whatif.Rerank, console: Console) -> None:
@@ -294,8 +294,8 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                       f"{fmt(m.get('median_ttft_ms'))}/{fmt(m.get('p95_ttft_ms'))} ms; TPOT p50 "
                       f"{fmt(m.get('median_tpot_ms'), '.2f')} ms; completed {m.get('completed')}"
                       f", failed {m.get('failed')}")
-    if r.spec is not None:
-        spec = r.spec
+    if r.speculation is not None:
+        spec = r.speculation
         console.print(f"speculation: {speculation_text(r) or 'nothing accepted'}; "
                       f"{spec.accepted_tokens:,} of {spec.draft_tokens:,} draft tokens accepted "
                       f"in {spec.drafts:,} drafts, of {spec.generated_tokens:,} output tokens; "
@@ -322,7 +322,7 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
             console.print(f"  {vv.workload_note}")
     q = r.quality
     if q and q.checked:
-        th = q.thresholds or {}
+        th = Thresholds.of(q)
         if q.verdict is not None:
             console.print(f"quality: {q.words()}", highlight=False, markup=False)
             t = q.tasks
@@ -334,9 +334,9 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                               highlight=False)
         console.print(f"{'  log-probs' if q.verdict else 'quality'}: "
                       f"{'' if q.verdict else ('passed' if q.passed else 'REJECTED') + '; '}"
-                      f"drift {q.drift:.4f} nats (max {fmt(th.get('drift'), '.4f')}; "
+                      f"drift {q.drift:.4f} nats (max {fmt(th.drift, '.4f')}; "
                       f"{q.noise_multiple()}), agreement "
-                      f"{q.agreement:.3f} (min {fmt(th.get('agreement'), '.3f')}), "
+                      f"{q.agreement:.3f} (min {fmt(th.agreement, '.3f')}), "
                       f"common prefix {q.prefix_ratio:.3f}; noise floor drift "
                       f"{(q.noise or {}).get('drift', 0):.4f}"
                       + (f"; prompts sent {q.template}" if q.template else ""),

@@ -170,7 +170,7 @@ def real_overrides(study: ranking.Source, rec: TrialRecord) -> Flags:
 
 
 def without(flags: Mapping[str, Any], names: Sequence[str], fixed: Mapping[str, Any]
-            ) -> dict[str, Any]:
+            ) -> Flags:
     """`flags` with `names` taken away: back to the scenario's fixed value where it has
     one (every trial runs with those), else left to vLLM."""
     out = {k: v for k, v in flags.items() if k not in names}

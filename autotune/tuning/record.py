@@ -4,9 +4,11 @@ A study database must explain itself, so each trial keeps what it ran and measur
 Optuna's user attributes. Those are a dictionary of string keys; read by hand in many places
 they drift apart (one reader took a missing `feasible` for true, another for false). Here
 they are read in one place, `TrialRecord.of`, and written in one place, `write`; every other
-module sees a typed `TrialRecord`. Its measures, quality verdict, start-up and capacity
-search are typed too (`autotune.stored`: any record version reads, and writes back as it
-was stored), each defined by the module that makes it.
+module sees a typed `TrialRecord`. Its measures, quality verdict, start-up, memory
+estimate, speculation, worker and origin are typed too (`autotune.stored`: any record
+version reads, and writes back as it was stored), each defined by the module that makes it,
+but for the worker (`Worker`) and the origin (`Origin`): the modules that make those
+(`sharing.heartbeat`, `policy.relief`, `ablation`) import this one, so they are defined here.
 
 Feasible has one meaning: the trial completed and every Optuna constraint on it is met
 (<= 0). Constraints are Optuna's named constraints (`Trial.set_constraint`); studies written
@@ -27,21 +29,26 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
+import psutil
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import reasons
+from autotune.engine.ballast import Held
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck, capacity
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacity import CapacityRecord
 from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, plain
+from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality.guardrail import Quality
 from autotune.validation import Recheck, Validation
@@ -60,21 +67,21 @@ BASELINE, SAMPLER, RELIEF, ABLATION = "baseline", "sampler", "relief", "ablation
 
 
 @dataclass(frozen=True)
-class Origin:
+class Origin(Stored):
     """Why a trial was tried, in words (`text`) and, for a relief move, which trial's
-    limit it relieves and the flag it moved."""
+    limit it relieves and the flag it moved. Stored without the figures its kind has not
+    (`SPARSE`): a baseline's origin is its kind and text."""
 
-    kind: str
-    text: str
+    SPARSE = True
+
+    kind: str = ""
+    text: str = ""
     source: int | None = None
     bottleneck: str | None = None
     knob: str | None = None
     before: Any = None
     after: Any = None
     why: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     @property
     def short(self) -> str:
@@ -83,10 +90,38 @@ class Origin:
             return self.text
         return f"relief #{self.source} {self.bottleneck}: {self.knob} {self.before}->{self.after}"
 
+
+@dataclass(frozen=True)
+class Worker(Stored):
+    """One process working on a study (`autotune.tuning.sharing.heartbeat`); stored with
+    each trial it runs. A key missing from a stored worker reads as empty (no such
+    process)."""
+
+    id: str = ""
+    host: str = ""
+    pid: int = 0
+    started: float = 0.0  # the process's start time: a recycled pid is another process
+    gpu: str | None = None
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Origin:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def here(cls, worker_id: str | None = None, gpu: str | None = None) -> Worker:
+        host, pid = socket.gethostname(), os.getpid()
+        return cls(worker_id or f"{host}-{pid}", host, pid, psutil.Process(pid).create_time(),
+                   gpu)
+
+    def sees_gone(self, other: Worker | None) -> bool:
+        """Whether the worker `other` ran on this host and its process is gone (on another
+        host only its heartbeat can tell)."""
+        if other is None or other.host != self.host or not other.pid:
+            return False
+        try:
+            proc = psutil.Process(other.pid)
+            return proc.status() == psutil.STATUS_ZOMBIE \
+                or abs(proc.create_time() - other.started) > 1.0
+        except psutil.NoSuchProcess:
+            return True
+        except (psutil.Error, TypeError, ValueError):
+            return False
 
 
 @dataclass(frozen=True)
@@ -113,15 +148,15 @@ class TrialRecord:
     env: dict[str, str] = field(default_factory=dict)
     log_path: str | None = None
     launched: bool | None = None
-    memory_estimate: dict[str, Any] | None = None
+    memory_estimate: Estimate | None = None
     kv_capacity_reported: int | None = None
     startup: Startup = field(default_factory=lambda: Startup.from_dict({}))
     timings: dict[str, float] = field(default_factory=dict)
-    ballast: dict[str, Any] | None = None
-    # Which worker ran it (`autotune.tuning.sharing.heartbeat.Worker`): id, host, pid, GPU.
-    worker: dict[str, Any] | None = None
-    # Why it was tried (`Origin.as_dict`); queued with the trial for a relief move.
-    origin: dict[str, Any] | None = None
+    ballast: Held | None = None
+    # Which worker ran it: id, host, pid, GPU.
+    worker: Worker | None = None
+    # Why it was tried (see `tried_because`); queued with the trial for a relief move.
+    origin: Origin | None = None
     # How it ended and what it measured.
     outcome: str | None = None
     reason: str = ""
@@ -131,7 +166,7 @@ class TrialRecord:
     measures: Measures | None = None
     quality: Quality | None = None
     # What speculative decoding did during the workload (`autotune.measure.speculation`).
-    speculation: dict[str, Any] | None = None
+    speculation: Speculation | None = None
     gain: float | None = None
     validation: Validation | None = None
     validation_vllm: Recheck | None = None
@@ -143,18 +178,18 @@ class TrialRecord:
         a = t.user_attrs
         known = {f.name for f in dataclasses.fields(cls)} - _FROM_TRIAL
         fields_ = {k: a[k] for k in known if a.get(k) is not None}
-        for key, kind in _TYPED.items():
-            if key not in (VALIDATION, VALIDATION_VLLM) and isinstance(fields_.get(key), Mapping):
-                fields_[key] = kind.from_dict(fields_[key])
-        constraints = dict(t.constraints)
-        if not constraints and isinstance(a.get("constraints"), list):  # version 1, no system attr
-            constraints = {str(i): float(c) for i, c in enumerate(a["constraints"])}
         for key in (VALIDATION, VALIDATION_VLLM):
             later = study.validation(key, t.number) if study is not None else None
             if later is not None:
                 fields_[key] = later
-            if isinstance(fields_.get(key), Mapping):
-                fields_[key] = _TYPED[key].from_dict(fields_[key]) if fields_[key] else None
+        for key, kind in _TYPED.items():
+            value = fields_.get(key)
+            if isinstance(value, Mapping):
+                fields_[key] = kind.from_dict(value) if value or key not in _NONE_IF_EMPTY \
+                    else None
+        constraints = dict(t.constraints)
+        if not constraints and isinstance(a.get("constraints"), list):  # version 1, no system attr
+            constraints = {str(i): float(c) for i, c in enumerate(a["constraints"])}
         return cls(number=t.number, state=t.state,
                    values=tuple(t.values) if t.values is not None else None,
                    params=dict(t.params), datetime_start=t.datetime_start,
@@ -186,8 +221,8 @@ class TrialRecord:
     def tried_because(self) -> Origin:
         """Why the trial was tried; records made before origins were kept read as a
         baseline or the sampler."""
-        if self.origin:
-            return Origin.from_dict(self.origin)
+        if self.origin is not None:
+            return self.origin
         if self.baseline:
             return Origin(BASELINE, f"baseline {self.baseline}")
         return Origin(SAMPLER, "sampler")
@@ -216,11 +251,6 @@ class TrialRecord:
         return capacity.limiting_probes(cap) if cap else dict(self.metrics.get("probes") or {})
 
     @property
-    def spec(self) -> Speculation | None:
-        """Speculative decoding's counts and acceptance, if the engine drafted."""
-        return Speculation.from_dict(self.speculation) if self.speculation else None
-
-    @property
     def startup_s(self) -> float | None:
         return self.timings.get("startup_s")
 
@@ -247,7 +277,13 @@ class TrialRecord:
 
 # Fields stored as JSON objects that the record reads as typed values.
 _TYPED: dict[str, type[Stored]] = {"measures": Measures, "quality": Quality, "startup": Startup,
+                                   "memory_estimate": Estimate, "worker": Worker,
+                                   "origin": Origin, "speculation": Speculation, "ballast": Held,
                                    VALIDATION: Validation, VALIDATION_VLLM: Recheck}
+# Those where an empty object says there is none (nothing estimated or drafted, no worker or
+# origin known, not validated), as their readers always took it.
+_NONE_IF_EMPTY = {"memory_estimate", "worker", "origin", "speculation", "ballast", VALIDATION,
+                  VALIDATION_VLLM}
 # Fields of a record that come from Optuna's own trial, not from user attributes.
 _FROM_TRIAL = {"number", "state", "values", "params", "datetime_start", "datetime_complete",
                "constraints", "version"}
@@ -271,13 +307,12 @@ def _capacity(metrics: Mapping[str, Any]) -> CapacityRecord | None:
 
 
 def _scalars(metrics: Mapping[str, Any] | None, quality: Quality | None,
-             spec: Mapping[str, Any] | None = None, origin: Mapping[str, Any] | None = None
-             ) -> dict[str, Any]:
+             spec: Speculation | None = None, origin: Origin | None = None) -> dict[str, Any]:
     """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
     `spec` (speculative decoding's acceptance) and `origin` (why the trial was tried)."""
     out: dict[str, Any] = {}
-    if origin:
-        out["tried_because"] = origin.get("text")
+    if origin is not None:
+        out["tried_because"] = origin.text
     if metrics is not None:
         cap = _capacity(metrics)
         out.update(capacity_rps=(cap.request_throughput if cap.low else 0.0) if cap else None,
@@ -290,9 +325,9 @@ def _scalars(metrics: Mapping[str, Any] | None, quality: Quality | None,
         out.update(drift=quality.drift, agreement=quality.agreement,
                    quality_passed=quality.passed,
                    quality_verdict=quality.words() if quality.verdict else None)
-    if spec:
-        out.update(spec_acceptance_rate=spec.get("acceptance_rate"),
-                   spec_acceptance_length=spec.get("mean_acceptance_length"))
+    if spec is not None:
+        out.update(spec_acceptance_rate=spec.acceptance_rate,
+                   spec_acceptance_length=spec.mean_acceptance_length)
     return out
 
 
@@ -316,9 +351,18 @@ def user_attrs(**values: Any) -> dict[str, Any]:
     quality = out.get("quality")
     short = _scalars(out.get("metrics"),
                      Quality.from_dict(quality) if quality is not None else None,
-                     out.get("speculation"), out.get("origin"))
+                     _stored(Speculation, out.get("speculation")),
+                     _stored(Origin, out.get("origin")))
     out.update((k, v) for k, v in short.items() if v is not None)
     return out
+
+
+S = TypeVar("S", bound=Stored)
+
+
+def _stored(kind: type[S], value: Any) -> S | None:
+    """The record a stored (plain) field holds; None for an empty or missing one."""
+    return kind.from_dict(value) if isinstance(value, Mapping) and value else None
 
 
 def append(study: optuna.Study, state: TrialState, values: Sequence[float] | None,
@@ -354,8 +398,8 @@ def queued_again(rec: TrialRecord) -> dict[str, Any]:
     """What a trial that did not finish takes back into the queue: its baseline or its
     queued flags, and why it was tried."""
     out = queued(rec.baseline, rec.baseline_flags) if rec.baseline_flags is not None else {}
-    if rec.origin:
-        out["origin"] = rec.origin
+    if rec.origin is not None:
+        out["origin"] = plain(rec.origin)
     return out
 
 

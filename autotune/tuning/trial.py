@@ -19,7 +19,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import aiohttp
 from autotune import reasons
 from autotune.config import Scenario, parse_duration
 from autotune.engine import gpu
-from autotune.engine.ballast import Ballast
+from autotune.engine.ballast import Ballast, Held
 from autotune.engine.info import installed
 from autotune.engine.log import Startup
 from autotune.engine.server import Server
@@ -66,7 +66,7 @@ class Facts:
     kv_capacity_reported: int | None = None
     startup: Startup | None = None
     timings: dict[str, float] | None = None
-    ballast: dict[str, Any] | None = None
+    ballast: Held | None = None
     speculation: dict[str, Any] | None = None
     detail: str | None = None
     duplicate_of: int | None = None
@@ -158,7 +158,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         return Outcome(PRUNED, reasons.INVALID_COMBINATION, facts=facts)
     spec = scenario.prune
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
-    facts.memory_estimate = asdict(estimate) if estimate else None
+    facts.memory_estimate = plain(estimate) if estimate else None
     if why := (spec.enabled and prune.too_short(flags, scenario.workload)) or \
             prune.before_launch(estimate, spec):
         reason, _, facts.detail = why.partition(": ")

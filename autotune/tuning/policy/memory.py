@@ -18,6 +18,7 @@ from typing import Any
 from autotune import reasons
 from autotune.engine.defaults import Machine, platform_rules
 from autotune.flags import integer
+from autotune.stored import Stored
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
@@ -143,19 +144,20 @@ def default_overhead(shape: ModelShape, max_num_batched_tokens: int) -> int:
 
 
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(Stored):
     """The prediction for one launch. `reason` is empty when it fits, else starts with the
-    pruning reason vLLM's failure would be classified as (`oom`, `kv_too_small`)."""
+    pruning reason vLLM's failure would be classified as (`oom`, `kv_too_small`). A trial
+    record keeps it (`TrialRecord.memory_estimate`); a figure missing there reads as 0."""
 
-    weights_bytes: int
-    kv_bytes_per_token: int
-    kv_budget_bytes: int
-    kv_capacity_tokens: int  # vLLM's "KV cache size: N tokens"
-    max_model_len: int
-    longest_model_len: int  # vLLM's "estimated maximum model length" (null block held back)
-    fits_one_sequence: bool
-    fits_workload: bool | None
-    reason: str
+    weights_bytes: int = 0
+    kv_bytes_per_token: int = 0
+    kv_budget_bytes: int = 0
+    kv_capacity_tokens: int = 0  # vLLM's "KV cache size: N tokens"
+    max_model_len: int = 0
+    longest_model_len: int = 0  # vLLM's "estimated maximum model length" (null block held back)
+    fits_one_sequence: bool = False
+    fits_workload: bool | None = None
+    reason: str = ""
 
 
 def estimate(shape: ModelShape, *, device_memory_bytes: int | None,

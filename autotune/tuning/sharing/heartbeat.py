@@ -12,8 +12,8 @@ public API is used:
   the database's write lock first, see `storage`) and its configuration goes back into the queue
   (`Requeue`, the storage's stale-trial callback). A trial whose process is gone from this
   host is queued again at once, without waiting for the grace period;
-- a trial records its flags and then its worker (`TrialRecord.worker`) before its engine
-  starts, so no worker launches a configuration that another is running: the
+- a trial records its flags and then its worker (`TrialRecord.worker`, a `record.Worker`)
+  before its engine starts, so no worker launches a configuration that another is running: the
   higher-numbered twin waits for the lower one and copies its result (`wait_for_twin`);
 - vLLM's defaults come first: while they run on one worker, the others wait before asking
   for a trial (`wait_for_defaults`), since the guardrail's reference and every weighted
@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import random
-import socket
 import threading
 import time
 import warnings
@@ -41,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-import psutil
 import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import event
@@ -49,7 +47,7 @@ from sqlalchemy import event
 from autotune.flags import normalize
 from autotune.stored import plain
 from autotune.tuning import record
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.record import TrialRecord, Worker
 from autotune.tuning.sharing.storage import masked
 
 log = logging.getLogger("autotune")
@@ -72,37 +70,6 @@ ANNOUNCE_S = 120.0
 REQUEUE_S = 30.0
 
 QUEUED, RUNNING, DONE = "queued", "running", "done"
-
-
-@dataclass(frozen=True)
-class Worker:
-    """One process working on a study; stored with each trial it runs."""
-
-    id: str
-    host: str
-    pid: int
-    started: float  # the process's start time: a recycled pid is another process
-    gpu: str | None = None
-
-    @classmethod
-    def here(cls, worker_id: str | None = None, gpu: str | None = None) -> Worker:
-        host, pid = socket.gethostname(), os.getpid()
-        return cls(worker_id or f"{host}-{pid}", host, pid, psutil.Process(pid).create_time(),
-                   gpu)
-
-    def sees_gone(self, info: Mapping[str, Any] | None) -> bool:
-        """Whether the worker `info` describes ran on this host and its process is gone
-        (on another host only its heartbeat can tell)."""
-        if not info or info.get("host") != self.host:
-            return False
-        try:
-            proc = psutil.Process(int(info["pid"]))
-            return proc.status() == psutil.STATUS_ZOMBIE \
-                or abs(proc.create_time() - float(info["started"])) > 1.0
-        except psutil.NoSuchProcess:
-            return True
-        except (psutil.Error, KeyError, TypeError, ValueError):
-            return False
 
 
 def flags_key(flags: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> str:
@@ -156,8 +123,7 @@ def enqueue_again(study: optuna.Study, rec: TrialRecord) -> None:
 
 
 def _who(rec: TrialRecord) -> str:
-    w = rec.worker or {}
-    return str(w.get("id") or "another worker")
+    return rec.worker.id if rec.worker is not None and rec.worker.id else "another worker"
 
 
 @dataclass

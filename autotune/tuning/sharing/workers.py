@@ -229,7 +229,7 @@ def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, 
             on_progress: Callable[[Progress], None] | None) -> None:
     """One progress line per trial of this run's workers that has finished since."""
     new = [r for r in record.records(study, FINISHED)
-           if r.number not in seen and (r.worker or {}).get("id") in ids]
+           if r.number not in seen and r.worker is not None and r.worker.id in ids]
     new.sort(key=lambda r: (r.datetime_complete or dt.datetime.min, r.number))
     for rec in new:
         seen.add(rec.number)
