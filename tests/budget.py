@@ -15,50 +15,50 @@ LIMIT_S = 60.0
 
 # Why each test over the limit is worth its time (the name without xdist's `@group`).
 REASONS = {
-    "tests/test_init_engine.py::test_tune_with_no_yaml_writes_the_scenario_that_resumes_it":
+    "tests/cli/test_init_engine.py::test_tune_with_no_yaml_writes_the_scenario_that_resumes_it":
         "the one-command form end to end: a study from no YAML, resumed from the file it "
         "wrote (two engines)",
-    "tests/test_prune_engine.py::test_every_documented_outcome_within_the_budget":
+    "tests/tuning/test_prune_engine.py::test_every_documented_outcome_within_the_budget":
         "its set-up runs the shipped cpu-pressure study, whose every outcome the README "
         "promises (five engines)",
-    "tests/test_validate_engine.py::test_validate_reruns_both_and_stores_the_interval":
+    "tests/verify/test_validate_engine.py::test_validate_reruns_both_and_stores_the_interval":
         "validate's pairs: four fresh engines, each with a capacity search",
-    "tests/test_dashboard.py::test_dashboard_serves_the_study":
+    "tests/results/test_dashboard.py::test_dashboard_serves_the_study":
         "its set-up runs the session's shared CPU study (three trials) for every test "
         "that reads it",
-    "tests/test_realmodel_engine.py::test_a_real_model_answers_and_measures_its_noise_floor":
+    "tests/tuning/test_realmodel_engine.py::test_a_real_model_answers_and_measures_its_noise_floor":
         "its set-up serves the real SmolLM2 and makes the guardrail's reference",
-    "tests/test_realmodel_engine.py::test_a_speculative_rescheduled_trial_records_its_"
+    "tests/tuning/test_realmodel_engine.py::test_a_speculative_rescheduled_trial_records_its_"
     "acceptance_and_passes_the_guardrail":
         "a speculating trial of the real model, checked by the guardrail",
-    "tests/test_realmodel_engine.py::test_a_wrong_rope_base_is_worse":
+    "tests/tuning/test_realmodel_engine.py::test_a_wrong_rope_base_is_worse":
         "the real model with a wrong RoPE base on an engine of its own, its guardrail "
         "check answering the task items (64-72 s in CI)",
-    "tests/test_crosscheck_engine.py::test_validate_with_vllms_client[side-by-side]":
+    "tests/verify/test_crosscheck_engine.py::test_validate_with_vllms_client[side-by-side]":
         "vLLM's own client on two engines side by side",
-    "tests/test_faults_engine.py::test_killed_engine_ends_the_trial_as_crashed"
+    "tests/tuning/test_faults_engine.py::test_killed_engine_ends_the_trial_as_crashed"
     "[api-server-between-steps]":
         "an engine started, its API server killed as the burst ends, every process of it "
         "checked gone (83 s in a slow CI run, under a minute in others)",
-    "tests/test_frontend_engine.py::test_two_api_servers_serve_and_keep_the_probed_metrics":
+    "tests/engine/test_frontend_engine.py::test_two_api_servers_serve_and_keep_the_probed_metrics":
         "an engine of its own with two API server processes, each importing vLLM (75 s in "
         "a slow CI run)",
-    "tests/test_faults_engine.py::test_trial_timeout_bounds_the_whole_trial":
+    "tests/tuning/test_faults_engine.py::test_trial_timeout_bounds_the_whole_trial":
         "a trial's 40-s budget held from its engine's start-up through its stop (62 s in "
         "one CI run)",
-    "tests/test_crosscheck_engine.py::test_validate_with_vllms_client[alternating]":
+    "tests/verify/test_crosscheck_engine.py::test_validate_with_vllms_client[alternating]":
         "vLLM's own client on engines one after the other",
-    "tests/test_workers.py::test_tune_gpus_on_the_cpu_engine":
+    "tests/tuning/test_workers.py::test_tune_gpus_on_the_cpu_engine":
         "tune --gpus: two workers, each with engines of its own",
-    "tests/test_warm_engine.py::test_a_warm_start_is_the_same_engine":
+    "tests/engine/test_warm_engine.py::test_a_warm_start_is_the_same_engine":
         "a warm start against a cold one, on the same flags",
-    "tests/test_study_engine.py::test_rerun_resumes_without_repeating":
+    "tests/tuning/test_study_engine.py::test_rerun_resumes_without_repeating":
         "two more trials of the shared study, resumed",
-    "tests/test_study_engine.py::test_ctrl_c_cleans_up_and_the_study_resumes":
+    "tests/tuning/test_study_engine.py::test_ctrl_c_cleans_up_and_the_study_resumes":
         "Ctrl-C in the middle of a trial, then the study resumed",
-    "tests/test_explain_engine.py::test_the_flag_that_carries_the_gain_is_all_that_stays":
+    "tests/tuning/test_explain_engine.py::test_the_flag_that_carries_the_gain_is_all_that_stays":
         "its set-up runs tune with both last phases: explain's runs and the re-check",
-    "tests/test_capacity_engine.py::test_search_holds_its_slos_within_the_step_budget":
+    "tests/measure/test_capacity_engine.py::test_search_holds_its_slos_within_the_step_budget":
         "its set-up starts the module's two engines and runs the loose search the other "
         "capacity tests compare against",
 }

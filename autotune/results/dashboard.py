@@ -104,7 +104,7 @@ class Trial(Stored):
 
 # The key under which a trial's object keeps its user attributes (each an `Attribute`): read
 # by `_attributes`, not as a field, since only the record module reads a trial's attributes
-# by that name (tests/test_layers.py).
+# by that name (tests/project/test_layers.py).
 ATTRIBUTES = "user_attrs"
 
 

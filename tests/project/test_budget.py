@@ -1,0 +1,46 @@
+"""The report of tests over a minute (`tests/budget.py`): names as the report gives them,
+newcomers flagged, and the report printed by a real pytest run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests import budget
+from tests.paths import ROOT
+
+
+def test_xdist_groups_are_left_out_of_the_name():
+    assert budget.name("tests/test_a.py::test_b@cpu_study") == "tests/test_a.py::test_b"
+    assert budget.name("tests/test_a.py::test_b[x@y]") == "tests/test_a.py::test_b[x@y]"
+
+
+def test_a_slow_test_without_a_reason_is_flagged_as_new():
+    known = next(iter(budget.REASONS))
+    slow = budget.over({known: 90.0, "tests/t.py::new": 75.0, "tests/t.py::quick": 3.0})
+    assert [t for t, _, _ in slow] == [known, "tests/t.py::new"]
+    assert slow[0][2] == budget.REASONS[known]
+    assert slow[1][2].startswith("NEW: no reason recorded")
+
+
+def test_a_run_prints_the_report(tmp_path):
+    root = ROOT
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+        "from tests import budget\nbudget.LIMIT_S = 0.2\n"
+        "from tests.budget import pytest_runtest_logreport, pytest_terminal_summary\n")
+    (tmp_path / "test_slow.py").write_text("import time\n\ndef test_slow():\n"
+                                           "    time.sleep(0.3)\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", str(tmp_path)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    assert "tests over 0 s (tests/budget.py)" in proc.stdout
+    assert "test_slow.py::test_slow: NEW: no reason recorded" in proc.stdout
+
+
+def test_every_reason_names_a_test_that_exists():
+    root = ROOT
+    for test in budget.REASONS:
+        path, _, func = test.partition("::")
+        assert f"def {func.split('[')[0]}(" in (root / path).read_text(), test

@@ -1,0 +1,114 @@
+"""The package's shape: imports point down the layers, and only the record module touches
+Optuna's user attributes (docs/architecture.md's layers, checked on the source itself)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.paths import ROOT
+
+PACKAGE = ROOT / "autotune"
+# Lowest first: a module may import its own layer and those below it.
+LAYERS = ("", "engine", "measure", "tuning", "verify", "results", "cli")
+
+
+def _layer(module: str) -> int:
+    """The layer of a dotted module name under `autotune` ("" for the top-level basics)."""
+    parts = module.split(".")[1:]
+    sub = parts[0] if len(parts) > 1 or (parts and parts[0] in LAYERS) else ""
+    return LAYERS.index(sub if sub in LAYERS else "")
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(p for p in rel.parts if p != "__init__")
+        out.append((name, path))
+    return out
+
+
+def _imports(name: str, path: Path) -> list[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("autotune")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("autotune"):
+                found += [f"{target}.{a.name}" if _is_module(f"{target}.{a.name}") else target
+                          for a in node.names]
+    return found
+
+
+def _is_module(dotted: str) -> bool:
+    rel = Path(*dotted.split(".")[1:])
+    return (PACKAGE / rel).with_suffix(".py").exists() or (PACKAGE / rel / "__init__.py").exists()
+
+
+def test_the_folder_listing_shows_the_layers():
+    assert {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()} == \
+        set(LAYERS[1:])
+    for sub in LAYERS[1:]:
+        assert ast.get_docstring(ast.parse((PACKAGE / sub / "__init__.py").read_text())), sub
+
+
+@pytest.mark.parametrize(("name", "path"), _modules(), ids=[m for m, _ in _modules()])
+def test_imports_point_down_the_layers(name, path):
+    own = _layer(name) if name != "autotune.__main__" else LAYERS.index("cli")
+    upward = [i for i in _imports(name, path) if _layer(i) > own]
+    assert not upward, f"{name} ({LAYERS[own] or 'top level'}) imports a higher layer: {upward}"
+
+
+def test_layer_of_names():
+    assert _layer("autotune.config") == 0 and _layer("autotune.engine") == 1
+    assert _layer("autotune.engine.server") == 1 and _layer("autotune.cli.main") == 6
+    # The checker itself would see an upward import.
+    assert _layer("autotune.results.show") > _layer("autotune.tuning.study")
+    assert _layer("autotune.tuning.study") < _layer("autotune.verify.validate") < \
+        _layer("autotune.results.show")
+
+
+# Reading or writing Optuna's user attributes, of a trial or of the study, whatever the
+# name before the dot (`study.user_attrs`, `t.user_attrs`, `s.set_user_attr(...)`).
+USER_ATTRS = re.compile(r"user_attrs\[|\.user_attrs\b|\.set_user_attr\(|\bset_user_attr\b")
+
+
+def _touching_user_attrs(allowed: set[Path]) -> list[str]:
+    return [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in sorted(PACKAGE.rglob("*.py"))
+            if p not in allowed for i, line in enumerate(p.read_text().splitlines(), 1)
+            if USER_ATTRS.search(line)]
+
+
+def test_only_the_record_module_reads_or_writes_user_attributes():
+    """Trials' user attributes and the study's own (its scenario, engine defaults,
+    reference, baselines, workers, validations) go through `tuning/record.py`
+    (`TrialRecord`, `StudyRecord` and their writers); no other module touches them."""
+    found = _touching_user_attrs({PACKAGE / "tuning" / "record.py"})
+    assert not found, found
+
+
+def test_the_user_attribute_check_sees_study_and_trial_access():
+    for line in ("x = study.user_attrs.get('scenario')", "study.set_user_attr('k', 1)",
+                 "a = t.user_attrs", "trial.set_user_attr('reason', 'oom')",
+                 "attrs['user_attrs'] = user_attrs['x']"):
+        assert USER_ATTRS.search(line), line
+    for line in ("study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))",
+                 "attrs = trial.setdefault('user_attrs', [])"):
+        assert not USER_ATTRS.search(line), line
+
+
+def test_no_private_optuna_internals():
+    pattern = re.compile(r"\._storage\b|\._trial_id\b|storages\._rdb|filterwarnings")
+    found = [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in PACKAGE.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found

@@ -1,0 +1,53 @@
+"""The report of every committed study as a person sees it in a 1,280-px browser window
+(headless Chromium): the page fits the window, no label covers another, the tilted axis
+titles of the parallel coordinates stand apart, and `autotune report` prints nothing but
+its one line (no warnings)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from browser import load
+
+from autotune.cli.main import main
+from tests.paths import ROOT
+
+STUDIES = ROOT / "studies"
+COMMITTED = sorted(STUDIES.glob("*.db"))
+# Measured after plotly has placed its annotations (a moment after the plots are drawn).
+PROBE = """new Promise(done => setTimeout(() => {
+  const rects = sel => [...document.querySelectorAll(sel)].map(e => e.getBoundingClientRect())
+    .filter(r => r.width > 0);
+  const overlaps = bs => { const out = [];
+    for (let i = 0; i < bs.length; i++) for (let j = i + 1; j < bs.length; j++) {
+      const a = bs[i], b = bs[j];
+      if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 &&
+          b.top < a.bottom - 1) out.push([i, j]); }
+    return out; };
+  const xs = [...document.querySelectorAll('#parallel .axis-title')]
+    .map(e => e.getBoundingClientRect().left).sort((a, b) => a - b);
+  done({width: document.documentElement.scrollWidth,
+        labels: rects('#pareto g.annotation text').length,
+        pareto: overlaps(rects('#pareto g.annotation text')),
+        history: overlaps(rects('#history g.annotation text')),
+        gap: xs.length > 1 ? Math.min(...xs.slice(1).map((x, i) => x - xs[i])) : 1e9,
+        title: parseFloat(getComputedStyle(document.querySelector('#parallel .axis-title') ||
+                                           document.body).fontSize)});
+}, 1000))"""
+
+
+@pytest.mark.parametrize("db", COMMITTED, ids=[p.stem for p in COMMITTED])
+def test_report_fits_1280_px_with_no_overlapping_labels(db, tmp_path, capsys):
+    page = tmp_path / "report.html"
+    assert main(["report", str(db), "-o", str(page)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err  # no warnings
+    run = load(page, PROBE, width=1280)
+    assert run.errors == []
+    got = run.probe
+    assert got["width"] <= 1280, got
+    assert got["labels"] >= 2 and got["pareto"] == [] and got["history"] == [], got
+    # Axis titles tilted by 30 degrees clear each other when the axes stand further apart
+    # than the text's height divided by sin(30 degrees).
+    assert got["gap"] * math.sin(math.radians(30)) > 1.2 * got["title"], got
