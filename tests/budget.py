@@ -26,6 +26,9 @@ REASONS = {
     "tests/results/test_dashboard.py::test_dashboard_serves_the_study":
         "its set-up runs the session's shared CPU study (three trials) for every test "
         "that reads it",
+    "tests/project/test_notebooks.py::test_pareto_notebook":
+        "its set-up runs the session's shared CPU study (three trials) when it is the first "
+        "of that study's tests (tests/project/ comes before tests/results/)",
     "tests/tuning/test_realmodel_engine.py::test_a_real_model_answers_and_measures_its_noise_floor":
         "its set-up serves the real SmolLM2 and makes the guardrail's reference",
     "tests/tuning/test_realmodel_engine.py::test_a_speculative_rescheduled_trial_records_its_"
