@@ -105,6 +105,8 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     from autotune.tuning.policy import space
     from autotune.tuning.sharing import heartbeat, storage, workers
     # a refused scenario or storage leaves no study folder and no database behind.
+    if parent_pid is not None:  # a worker: from its first second, stop once the parent is gone
+        workers.watch_parent(parent_pid)
     if cmd.gpus is not None and cmd.worker_id is not None:
         raise ConfigError("tune: --gpus starts one worker per GPU; --worker-id names one "
                           "worker (give one or the other)")
@@ -168,8 +170,6 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
         scenario, where, trials, timeout,
         heartbeat.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
         claim=workers.Tickets(run_tickets).take if run_tickets is not None else None)
-    if parent_pid is not None:
-        workers.watch_parent(parent_pid)
     with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
         result = study.tune(request, on_progress=on_progress)
     if run_tickets is None and cmd.worker_id is None:  # one of several workers: not here

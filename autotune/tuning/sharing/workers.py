@@ -120,14 +120,19 @@ class Tickets:
         return int(json.loads(self.path.read_text()).get("taken", 0))
 
 
-def watch_parent(parent: int, interval_s: float = 1.0) -> None:
+def watch_parent(parent: int, interval_s: float = 1.0, again_s: float = 15.0) -> None:
     """In a worker: once the process that started it is gone, stop as on SIGTERM (the
-    trial is marked interrupted and queued again, the engine stopped)."""
+    trial is marked interrupted and queued again, the engine stopped). The signal is sent
+    again every `again_s` while the worker lives: a clean stop takes seconds, and one
+    SIGTERM that came at an unlucky moment once left a CI worker sleeping in its trial
+    after its parent was killed."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(interval_s)
-        os.kill(os.getpid(), signal.SIGTERM)
+        while True:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(again_s)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
