@@ -157,7 +157,7 @@ if [ "${BOX_VERB:-tune}" = job ]; then
       echo $! > "$jobdir/pid" )
     say "job started (pid $(cat "$jobdir/pid")): ${job[*]}"
   fi
-  cmd=(bash -c 'while [ ! -f "$1/rc" ]; do sleep 5; done; exit "$(cat "$1/rc")"' wait "$jobdir")
+  cmd=(bash -c 'while [ ! -f "$1/rc" ]; do sleep 1; done; exit "$(cat "$1/rc")"' wait "$jobdir")
 elif [ "${BOX_VERB:-tune}" = validate ]; then
   cmd=(python3 -m autotune validate "$db" "${args[@]}")
 elif [ "${BOX_VERB:-tune}" = quality ]; then

@@ -202,3 +202,31 @@ def test_a_new_reference_goes_through_the_chat_template(tmp_path, tiny_model):
     plain = Scenario.model_validate({"model": {"path": str(tiny_model)},
                                      "guardrail": {"template": "plain"}})
     assert guardrail.make_guard(plain, tmp_path / "other").template == "plain"
+
+
+@pytest.mark.parametrize("where", ["file", "config", "extra-folder", "none", "empty-config"])
+def test_a_local_models_chat_template_is_found_where_transformers_finds_it(tmp_path, tiny_model,
+                                                                           where):
+    """The folder is read without loading the tokenizer, and must agree with it."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    template = (model / "chat_template.jinja").read_text()
+    (model / "chat_template.jinja").unlink()
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    if where == "file":
+        (model / "chat_template.jinja").write_text(template)
+    elif where == "config":
+        config["chat_template"] = template
+    elif where == "extra-folder":
+        (model / "additional_chat_templates").mkdir()
+        (model / "additional_chat_templates" / "tool_use.jinja").write_text(template)
+    elif where == "empty-config":
+        config["chat_template"] = ""
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    said = guardrail.has_chat_template(str(model))
+    assert said == bool(AutoTokenizer.from_pretrained(str(model)).chat_template)
+    assert said == (where in ("file", "config", "extra-folder"))

@@ -433,7 +433,23 @@ class Guard:
 
 
 def has_chat_template(model: str) -> bool:
-    """Whether the model's tokenizer carries a chat template."""
+    """Whether the model's tokenizer carries a chat template.
+
+    A local model folder is read the way transformers reads it (`chat_template.jinja`,
+    `additional_chat_templates/*.jinja`, or `chat_template` in `tokenizer_config.json`)
+    without loading the tokenizer: that import and load is about 3 s of a CPU at every
+    `tune` and `--gpus` worker start, most of the start of a run whose trials are pruned
+    before launch. A model named by its hub id is asked through its tokenizer."""
+    folder = Path(model)
+    if folder.is_dir():
+        if (folder / "chat_template.jinja").is_file() or any(
+                (folder / "additional_chat_templates").glob("*.jinja")):
+            return True
+        try:
+            config = json.loads((folder / "tokenizer_config.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return bool(isinstance(config, dict) and config.get("chat_template"))
     try:
         return bool(getattr(Tokenizer.of(model).tok, "chat_template", None))
     except (OSError, ValueError):
