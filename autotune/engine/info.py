@@ -116,7 +116,8 @@ def base_command(python: str | None = None, api_servers: int = 1) -> list[str]:
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model"]
 
 
-def _cache_path(dist: str, version: str) -> Path:
+def cache_path(dist: str, version: str) -> Path:
+    """Where the flags of one engine version are kept (AUTOTUNE_CACHE, else ~/.cache)."""
     root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune")
     return Path(root) / f"engine-flags-{dist}-{version}.json"
@@ -125,7 +126,7 @@ def _cache_path(dist: str, version: str) -> Path:
 def engine_info(use_cache: bool = True) -> EngineInfo:
     """The installed engine with the flags its parser accepts (cached per version)."""
     dist, version = installed()
-    cache = _cache_path(dist, version)
+    cache = cache_path(dist, version)
     raw: dict[str, Any] | None = None
     if use_cache and cache.exists():
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.engine.info import cache_path, engine_info
 from tests.paths import ROOT
 
 
@@ -47,6 +49,16 @@ objective: {{mode: weighted, latency: e2el_p95, slos: {{e2el_p95_ms: 800}}}}
     return root
 
 
+def _seed_flags(cache: Path) -> None:
+    """The installed engine's flags, read once here, in a box's fresh cache: otherwise each
+    box reads them from vLLM's parser (an import of vLLM, 3-5 s of a CPU), which is the
+    engine's business, not the scripts'."""
+    info = engine_info()
+    known = cache_path(info.distribution, info.version)
+    (cache / "autotune").mkdir(parents=True, exist_ok=True)
+    shutil.copy(known, cache / "autotune" / known.name)
+
+
 def _installed_pack(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(parts, site, out): a pack already installed on the machine, and the $OUT folder."""
     parts, site, out = tmp_path / "parts", tmp_path / "site", tmp_path / "out"
@@ -67,6 +79,8 @@ def checkout(tmp_path: Path, tiny_model: Path) -> Path:
 def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
                                                 tiny_model: Path):
     parts, site, out = _installed_pack(tmp_path)
+    for i in range(2):
+        _seed_flags(tmp_path / f"cache-gpu{i}")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "BOX_NGPU": "2", "BOX_MODEL": "none", "BOX_PARTS": str(parts),
            "BOX_SITE": str(site), "BOX_BACKUP": str(tmp_path / "backup"),
@@ -127,6 +141,7 @@ def test_a_job_longer_than_a_call_runs_from_its_own_copy(checkout: Path, tmp_pat
     (`scripts/gpu/lastphases.py`) on a study whose every trial was pruned: both phases are
     skipped, saying why, and it exits 1."""
     parts, site, out = _installed_pack(tmp_path)
+    _seed_flags(tmp_path / "cache")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "BOX_MODEL": "none", "BOX_PARTS": str(parts), "BOX_SITE": str(site),
            "BOX_BACKUP": str(tmp_path / "backup"), "BOX_CACHE": str(tmp_path / "cache"),
