@@ -80,6 +80,8 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
         raise ConfigError(f"--workload {workload!r}: not one of "
                           f"{', '.join(starter.WORKLOADS)} and no such file")
     model = os.path.expanduser(args.model)
+    if problem := config.model_problem(model):  # before a scenario is built, or written
+        raise ConfigError(f"--model {args.model}: {problem}")
     try:
         shape = memory.load_shape(model)
     except ValueError as err:
@@ -94,7 +96,8 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
                           "the CPU build")
     start = starter.build(model, slos, card=card, engine=info, shape=shape, workload=workload,
                           name=args.study, trials=trials, timeout=timeout,
-                          memory_gib=args.memory_gib)
+                          memory_gib=args.memory_gib,
+                          check=starter.check_tokens(model) if shape is not None else None)
     name, root = str(start.scenario.name), Path(args.studies_dir)
     # the study's own folder (`tune --model --storage ...` keeps it beside that database)
     url = getattr(args, "storage", None) or os.environ.get(workers.STORAGE_ENV) \

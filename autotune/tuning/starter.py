@@ -135,14 +135,35 @@ def _powers(low: int, high: int) -> list[int]:
     return out
 
 
+def check_tokens(model: str) -> int | None:
+    """Tokens the quality check needs of one sequence with the guardrail's defaults: its
+    longest prompt (or task item) as sent, plus its answer and the scoring request's one
+    more token; None when the model's tokenizer cannot be read here."""
+    from autotune.config import GuardrailSpec
+    from autotune.tuning.quality import guardrail, tasks
+
+    spec = GuardrailSpec()
+    template = guardrail.CHAT if guardrail.has_chat_template(model) else guardrail.PLAIN
+    guard = guardrail.Guard(spec, guardrail.default_prompts(), None, template, model)
+    try:
+        prompts = guard.lengths(guard.sent(guard.prompts))
+        items = guard.lengths(guard.sent([i.prompt for i in tasks.generate(spec.tasks,
+                                                                           spec.task_seed)]))
+    except (OSError, ValueError):
+        return None
+    return max(max(prompts) + spec.max_tokens, max(items) + spec.task_tokens) + 1
+
+
 def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineInfo,
           shape: memory.ModelShape | None, workload: str = "random", name: str | None = None,
           trials: int | None = None, timeout: str | None = None,
-          memory_gib: float | None = None) -> Start:
+          memory_gib: float | None = None, check: int | None = None) -> Start:
     """The scenario for `model` on `card` under `slos`, and why each value was chosen.
 
     `shape` is the model's config.json (None for a Hub id not on disk: ranges then come
     from the card alone). `memory_gib` emulates a smaller card (`hardware.memory_gib`).
+    `check` is what the quality check needs of one sequence (`check_tokens`): the
+    max-model-len holds it too, or the check would be refused by the engine it checks.
     """
     cpu = card.memory_gib is None
     choices: list[Choice] = []
@@ -159,7 +180,9 @@ def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineIn
     request = longest or 2048  # chat histories and files: measured by the engine itself
     flags: dict[str, Any] = {}
     context = shape.max_position_embeddings if shape else None
-    need = max(2048, 1 << math.ceil(math.log2(max(request, 1))))
+    need = max(2048, 1 << math.ceil(math.log2(max(request, check or 1, 1))))
+    if context is not None and check is not None and check > request and need >= context:
+        need = context  # the check's prompts cannot get more than the model has
     if context is None or need < context:
         flags["max-model-len"] = need
         whole = None  # does one sequence of the model's own context fit the KV cache?
@@ -171,6 +194,8 @@ def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineIn
         choices.append(Choice("max-model-len", (
             f"max-model-len {need}: the workload's longest request is {longest} tokens"
             if longest else f"max-model-len {need}: room for chat histories and file prompts")
+            + (f", the quality check's longest prompt and answer {check:,}"
+               if check is not None else "")
             + (f" (the model allows {context:,}" if context else "")
             + (", more than this card's KV cache holds for one sequence)" if whole is False
                else ")" if context else "")))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -45,6 +46,8 @@ from autotune.tuning.policy import prune
 from autotune.tuning.policy.space import relation_violation
 from autotune.tuning.quality import guardrail
 from autotune.tuning.record import TrialRecord
+
+log = logging.getLogger("autotune")
 
 COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are pruned reasons
 
@@ -262,7 +265,9 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
 def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, alive: Alive
              ) -> tuple[guardrail.Quality, guardrail.Reference | None]:
     """Check against the reference, or make the reference (with its noise floor); a check
-    that could not run is a verdict with its error."""
+    that could not run is a verdict with its error (the engine failed under it: the trial
+    is pruned) or `not_checked` (the engine refused a request autotune built: the trial
+    stands, unchecked)."""
     try:
         if guard.reference is not None:
             return guardrail.check(target, guard, alive), None
@@ -272,5 +277,8 @@ def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, a
                                     "device": facts.device},
             alive=alive)
         return quality, ref
+    except guardrail.Refused as err:  # autotune's request, not the configuration: unchecked
+        log.warning("quality check not run: %s", err)
+        return guardrail.Quality(not_checked=str(err)), None
     except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:
         return guardrail.Quality.from_dict({"error": f"{type(err).__name__}: {err}"}), None

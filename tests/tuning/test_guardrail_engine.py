@@ -65,8 +65,10 @@ def test_the_reference_configuration_passes(eager_server, tiny_model, reference)
 
 @pytest.mark.usefixtures("no_leftover_engine")
 def test_float32_drifts_and_is_rejected_under_a_strict_threshold(tiny_model, reference, tmp_path):
+    """Also on a context shorter than two of the prompts: those are left out and named,
+    the rest are judged (one engine for both: each start is ~40 s of two cores)."""
     ref, _ = reference
-    flags = {"enforce-eager": True, "dtype": "float32"}
+    flags = {"enforce-eager": True, "dtype": "float32", "max-model-len": 1024}
     with Server(str(tiny_model), flags, log_path=tmp_path / "e.log") as srv:
         q = guardrail.check(Target(srv.url, str(tiny_model), srv.headers),
                             _guard(tiny_model, ref))
@@ -75,6 +77,10 @@ def test_float32_drifts_and_is_rejected_under_a_strict_threshold(tiny_model, ref
     assert guardrail.constraints(q) == {"quality": 1.0}
     assert "requires unchanged" in q.words()
     assert q.worst[0]["drift"] >= q.drift
+    # prompts 13 and 14 (2,039 and 1,329 tokens through the template) do not fit 1,024
+    assert q.left_out == ["guardrail prompt 13 (2,039 tokens), 14 (1,329 tokens) + 32 to "
+                          "answer: longer than the engine's 1,024-token context, left out"]
+    assert q.left_out[0] in q.words()
     # Under the default threshold (3 x noise + 0.01 nats) the same change is unchanged.
     lenient = guardrail.thresholds(ref.noise, 3.0, None, None)
     assert q.drift < lenient["drift"]

@@ -28,6 +28,7 @@ import difflib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -69,6 +70,7 @@ class TaskAnswers:
     max_tokens: int
     outputs: list[str]
     correct: list[bool]
+    left_out: list[int] = field(default_factory=list)  # items too long for the engine
 
 
 @dataclass
@@ -87,6 +89,9 @@ class Reference:
     context: dict[str, Any] = field(default_factory=dict)  # model, engine, flags
     template: str = PLAIN
     tasks: TaskAnswers | None = None
+    # Prompts too long for the reference engine's context: their samples are empty and
+    # no check compares them.
+    left_out: list[int] = field(default_factory=list)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,13 +148,50 @@ def expected_reference(path: str, limit: int, max_tokens: int, tokenizer: Any,
                      thresholds(noise, 1.0, None, None), {**context, "expected_outputs": True})
 
 
+class Refused(RuntimeError):
+    """The engine refused a request the guardrail built (HTTP 4xx): autotune's problem
+    (a prompt longer than the engine's context, a parameter it does not take), not the
+    configuration's, so the trial is not pruned for it."""
+
+
 async def _post(http: aiohttp.ClientSession, target: Target, body: dict[str, Any]) -> dict:
     async with http.post(target.url + "/v1/completions", json={"model": target.model, **body},
                          headers=target.headers) as resp:
         if resp.status != 200:
-            raise RuntimeError(f"guardrail request failed: HTTP {resp.status}: "
-                               f"{(await resp.text())[:200]}")
+            kind = Refused if 400 <= resp.status < 500 else RuntimeError
+            raise kind(f"guardrail request failed: HTTP {resp.status}: "
+                       f"{(await resp.text())[:200]}")
         return await resp.json()
+
+
+async def engine_context(target: Target) -> int | None:
+    """The engine's context length (`max_model_len` of `/v1/models`), None if unsaid."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
+                                     trust_env=False) as http:
+        async with http.get(target.url + "/v1/models", headers=target.headers) as resp:
+            if resp.status != 200:
+                return None
+            cards = (await resp.json()).get("data") or []
+    found = [c.get("max_model_len") for c in cards if isinstance(c, dict)]
+    return next((int(n) for n in found if isinstance(n, int)), None)
+
+
+def fitting(lengths: Sequence[int], answer: int, context: int | None) -> list[int]:
+    """The items whose prompt (`lengths`, tokens) and `answer` tokens fit `context`; one
+    more token for the scoring request, which sends prompt + answer and asks for one."""
+    return [i for i, n in enumerate(lengths) if context is None or n + answer + 1 <= context]
+
+
+def left_out_text(what: str, skipped: Sequence[int], lengths: Sequence[int], answer: int,
+                  context: int | None) -> str | None:
+    """`prompt 13 (2,039 tokens + 48 to answer): longer than the engine's 2,048-token
+    context`, naming at most three; None when nothing was left out."""
+    if not skipped:
+        return None
+    named = ", ".join(f"{i + 1} ({lengths[i]:,} tokens)" for i in list(skipped)[:3])
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return (f"{what} {named}{more} + {answer} to answer: longer than the engine's "
+            f"{context or 0:,}-token context, left out")
 
 
 async def _sample(http: aiohttp.ClientSession, target: Target, prompt: str | list[int],
@@ -173,26 +215,28 @@ async def _score(http: aiohttp.ClientSession, target: Target, prompt_ids: list[i
     return [float(e[str(t)]["logprob"]) for e, t in zip(entries, output_ids, strict=True)]
 
 
-async def _run(target: Target, prompts: list[str] | list[list[int]], max_tokens: int,
-               batched: bool, reference: Reference | None = None) -> list[Sample]:
-    """Greedy samples of `prompts` (text, or token ids already templated)."""
+async def _run(target: Target, prompts: Sequence[str | list[int]], max_tokens: int,
+               batched: bool, scored: list[Sample] | None = None) -> list[Sample]:
+    """Greedy samples of `prompts` (text, or token ids already templated); with `scored`
+    (another run's samples of the same prompts) those outputs are scored instead of the
+    new ones."""
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(connector=loadgen.engine_connector(), timeout=timeout,
                                      trust_env=False) as http:
-        own = reference is None  # otherwise the reference outputs are scored instead
+        own = scored is None
         if batched:
             samples = await asyncio.gather(*(_sample(http, target, p, max_tokens, own)
                                              for p in prompts))
         else:
             samples = [await _sample(http, target, p, max_tokens, own) for p in prompts]
-        if reference is not None:  # also score the reference outputs under this config
-            for s, ref in zip(samples, reference.samples, strict=True):
+        if scored is not None:  # also score the reference outputs under this config
+            for s, ref in zip(samples, scored, strict=True):
                 s.logprobs = await _score(http, target, ref.prompt_ids, ref.output_ids) \
                     if ref.logprobs else []
     return list(samples)
 
 
-async def _answer(target: Target, prompts: list[str] | list[list[int]], max_tokens: int,
+async def _answer(target: Target, prompts: Sequence[str | list[int]], max_tokens: int,
                   limit: int) -> list[str]:
     """Greedy answers of the task check, `limit` requests at a time (0: all at once)."""
     timeout = aiohttp.ClientTimeout(total=600)
@@ -251,60 +295,104 @@ def make_reference(target: Target, guard: Guard, context: dict[str, Any],
                    alive: watch.Alive | None = None) -> tuple[Reference, Quality]:
     """Two reference runs (batched, then one by one; the task check all at once, then in
     four waves, so each item shares its batch with others): the first is the reference,
-    the pair gives the noise floor. Returns
-    the reference and the reference trial's own verdict (the second run against the
-    first). `alive` watches the engine (`autotune.measure.watch`): `Halted` once it names
-    a reason.
+    the pair gives the noise floor. Items longer than the engine's context are left out
+    and named. Returns the reference and the reference trial's own verdict (the second
+    run against the first). `alive` watches the engine (`autotune.measure.watch`):
+    `Halted` once it names a reason.
     """
-    spec, prompts = guard.spec, guard.sent(guard.prompts)
-    first = watch.run(_run(target, prompts, spec.max_tokens, batched=True), alive)
-    base = Reference(guard.prompts, spec.max_tokens, first, {}, {}, context,
-                     template=guard.template)
-    second = watch.run(_run(target, prompts, spec.max_tokens, batched=False, reference=base),
+    spec = guard.spec
+    window = watch.run(engine_context(target), alive)
+    sent = guard.sent(guard.prompts)
+    lengths = guard.lengths(sent)
+    keep = fitting(lengths, spec.max_tokens, window)
+    if not keep:
+        raise Refused(left_out_text("every guardrail prompt:", range(len(sent)), lengths,
+                                    spec.max_tokens, window) or "no prompt")
+    asked, texts = [sent[i] for i in keep], [guard.prompts[i] for i in keep]
+    first = watch.run(_run(target, asked, spec.max_tokens, batched=True), alive)
+    second = watch.run(_run(target, asked, spec.max_tokens, batched=False, scored=first),
                        alive)
-    report = compare(first, second, guard.prompts)
-    base.noise = {"drift": report.drift or 0.0, "agreement": report.agreement or 0.0}
+    report = compare(first, second, texts)
+    skipped = [i for i in range(len(sent)) if i not in keep]
+    by_index = dict(zip(keep, first, strict=True))
+    base = Reference(guard.prompts, spec.max_tokens,
+                     [by_index.get(i, Sample([], [], "", [])) for i in range(len(sent))],
+                     {"drift": report.drift or 0.0, "agreement": report.agreement or 0.0},
+                     {}, context, template=guard.template, left_out=skipped)
     base.thresholds = thresholds(base.noise, spec.noise_factor, spec.drift_threshold,
                                  spec.agreement_threshold)
+    notes = [left_out_text("guardrail prompt", skipped, lengths, spec.max_tokens, window)]
     tasks_score = None
     if spec.tasks:
         items = tasks.generate(spec.tasks, spec.task_seed)
-        asked = guard.sent([i.prompt for i in items])
+        every = guard.sent([i.prompt for i in items])
+        task_lengths = guard.lengths(every)
+        ok = fitting(task_lengths, spec.task_tokens, window)
         t0 = time.monotonic()
-        answers = watch.run(_answer(target, asked, spec.task_tokens, limit=0), alive)
+        got = watch.run(_answer(target, [every[i] for i in ok], spec.task_tokens, limit=0),
+                        alive)
         seconds = time.monotonic() - t0
-        again = watch.run(_answer(target, asked, spec.task_tokens,
-                                  limit=max(1, len(items) // 4)), alive)
-        right = [tasks.correct(i, a) for i, a in zip(items, answers, strict=True)]
-        base.tasks = TaskAnswers(spec.tasks, spec.task_seed, spec.task_tokens, answers, right)
-        tasks_score = _task_score(base.tasks, items, again, seconds)
-    return base, _verdict(report, base, tasks_score, spec, made_reference=True)
+        again = watch.run(_answer(target, [every[i] for i in ok], spec.task_tokens,
+                                  limit=max(1, len(ok) // 4)), alive)
+        answers = dict(zip(ok, got, strict=True))
+        outputs = [answers.get(i, "") for i in range(len(items))]
+        right = [i in answers and tasks.correct(item, answers[i])
+                 for i, item in enumerate(items)]
+        base.tasks = TaskAnswers(spec.tasks, spec.task_seed, spec.task_tokens, outputs, right,
+                                 [i for i in range(len(items)) if i not in answers])
+        tasks_score = _task_score(base.tasks, items, ok, again, seconds)
+        notes.append(left_out_text("task item", base.tasks.left_out, task_lengths,
+                                   spec.task_tokens, window))
+    quality = _verdict(report, base, tasks_score, spec, made_reference=True)
+    return base, replace(quality, left_out=[n for n in notes if n])
 
 
 def check(target: Target, guard: Guard, alive: watch.Alive | None = None) -> Quality:
     """This configuration's outputs and task answers against the reference, with its
-    verdict; `alive` as in `make_reference`."""
+    verdict; items longer than this engine's context (or left out of the reference) are
+    left out of both sides and named. `alive` as in `make_reference`."""
     reference = guard.reference
     assert reference is not None, "check needs a reference; make_reference makes one"
-    samples = watch.run(_run(target, guard.sent(reference.prompts), reference.max_tokens,
-                             batched=True, reference=reference), alive)
-    report = compare(reference.samples, samples, reference.prompts)
+    window = watch.run(engine_context(target), alive)
+    sent = guard.sent(reference.prompts)
+    lengths = guard.lengths(sent)
+    fits = fitting(lengths, reference.max_tokens, window)
+    keep = [i for i in fits if i not in reference.left_out]
+    if not keep:
+        raise Refused(left_out_text("every guardrail prompt:", range(len(sent)), lengths,
+                                    reference.max_tokens, window) or "no prompt")
+    ref_samples = [reference.samples[i] for i in keep]
+    samples = watch.run(_run(target, [sent[i] for i in keep], reference.max_tokens,
+                             batched=True, scored=ref_samples), alive)
+    report = compare(ref_samples, samples, [reference.prompts[i] for i in keep])
+    notes = [left_out_text("guardrail prompt", [i for i in range(len(sent)) if i not in fits],
+                           lengths, reference.max_tokens, window)]
     tasks_score = None
     if reference.tasks is not None and guard.spec.tasks:
         ref = reference.tasks
         items = tasks.generate(ref.items, ref.seed)
+        every = guard.sent([i.prompt for i in items])
+        task_lengths = guard.lengths(every)
+        ok_here = fitting(task_lengths, ref.max_tokens, window)
+        ok = [i for i in ok_here if i not in ref.left_out]
         t0 = time.monotonic()
-        answers = watch.run(_answer(target, guard.sent([i.prompt for i in items]),
-                                    ref.max_tokens, limit=0), alive)
-        tasks_score = _task_score(ref, items, answers, time.monotonic() - t0)
-    return _verdict(report, reference, tasks_score, guard.spec)
+        answers = watch.run(_answer(target, [every[i] for i in ok], ref.max_tokens, limit=0),
+                            alive)
+        tasks_score = _task_score(ref, items, ok, answers, time.monotonic() - t0)
+        notes.append(left_out_text("task item", [i for i in range(len(items))
+                                                 if i not in ok_here],
+                                   task_lengths, ref.max_tokens, window))
+    quality = _verdict(report, reference, tasks_score, guard.spec)
+    return replace(quality, left_out=[n for n in notes if n])
 
 
-def _task_score(ref: TaskAnswers, items: list[tasks.Item], answers: list[str],
-                seconds: float) -> accuracy.TaskScore:
-    right = [tasks.correct(i, a) for i, a in zip(items, answers, strict=True)]
-    changed = sum(a.strip() != b.strip() for a, b in zip(ref.outputs, answers, strict=True))
-    return accuracy.score(ref.correct, right, changed, seconds)
+def _task_score(ref: TaskAnswers, items: list[tasks.Item], keep: Sequence[int],
+                answers: list[str], seconds: float) -> accuracy.TaskScore:
+    """The paired score over the items in `keep` (`answers` are theirs, in order)."""
+    right = [tasks.correct(items[i], a) for i, a in zip(keep, answers, strict=True)]
+    changed = sum(ref.outputs[i].strip() != a.strip() for i, a in zip(keep, answers,
+                                                                       strict=True))
+    return accuracy.score([ref.correct[i] for i in keep], right, changed, seconds)
 
 
 def _verdict(report: Quality, reference: Reference, tasks_score: accuracy.TaskScore | None,
@@ -355,6 +443,10 @@ class Quality(Stored):
     tasks: accuracy.TaskScore | None = None
     budget: float | None = None
     require: str | None = None
+    left_out: list[str] = field(default_factory=list)  # items too long for the engine
+    # Why the check could not run for a reason of autotune's (a request the engine
+    # refused as built): the trial stands, unchecked, rather than pruned.
+    not_checked: str | None = None
 
     @property
     def checked(self) -> bool:
@@ -387,8 +479,8 @@ class Quality(Stored):
     def words(self) -> str:
         """The verdict in words: the task check's figures and the budget, or what the
         drift rule said for a record without a verdict."""
-        if self.error:
-            return f"not checked: {self.error}"
+        if self.error or self.not_checked:
+            return f"not checked: {self.error or self.not_checked}"
         if self.verdict is None:
             if not self.checked or self.passed is None:
                 return ""
@@ -396,13 +488,14 @@ class Quality(Stored):
         said = accuracy.in_words(self.verdict, self.tasks, self.budget)
         if self.require == "unchanged" and self.verdict != accuracy.UNCHANGED:
             said += " (rejected: the scenario requires unchanged)"
-        return said
+        return "; ".join([said, *self.left_out])
 
 
 def constraints(report: Quality | None) -> dict[str, float]:
     """One named Optuna constraint, `quality` (<= 0 is met): 1 when the guardrail rejected
-    the trial, 0 otherwise or when it is off."""
-    if report is None:
+    the trial, 0 otherwise, when it is off or when it could not run for autotune's own
+    reason (`not_checked`: no verdict, so no rejection)."""
+    if report is None or report.not_checked:
         return {"quality": 0.0}
     assert report.passed is not None, "a verdict says whether it passed"
     return {"quality": 0.0 if report.passed else 1.0}
@@ -430,6 +523,14 @@ class Guard:
         return [tok.encode(tok.apply_chat_template([{"role": "user", "content": p}],
                                                    tokenize=False, add_generation_prompt=True),
                            add_special_tokens=False) for p in prompts]
+
+    def lengths(self, sent: Sequence[str | list[int]]) -> list[int]:
+        """Tokens of each prompt as `sent` (ids are counted; texts are encoded as vLLM
+        encodes a completion's prompt); 0 each without a model to count with."""
+        if self.model is None:
+            return [len(p) if isinstance(p, list) else 0 for p in sent]
+        tok = Tokenizer.of(self.model).tok
+        return [len(p) if isinstance(p, list) else len(tok.encode(p)) for p in sent]
 
 
 def has_chat_template(model: str) -> bool:
