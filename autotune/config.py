@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -63,6 +63,9 @@ FLAG_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
 
 # A Hugging Face model id: `org/name`, nothing that reads as a path.
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+# How long a check waits for the Hugging Face hub to say whether it serves a model id that
+# is not in the local cache (a machine without a network answers at once).
+HUB_TIMEOUT_S = 10.0
 # A study name becomes a file name (`studies/NAME.db`) and a folder (`studies/NAME/`).
 _STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
@@ -470,10 +473,14 @@ def check_files(scenario: Scenario, path: str | Path) -> None:
 
     Relative paths are read from the working directory, as the engine and the load
     generator read them. A model that is not a local path is taken as a Hugging Face id when
-    it reads as one (`org/name`); it is not looked up, as the engine fetches it itself.
+    it reads as one (`org/name`), and must be in the local cache or on a hub that answers
+    (`hub_problem`), with the engine's environment and its --download-dir and --revision.
     """
     if scenario.model.path is not None:
-        problem = _model_problem(scenario.model.path)
+        flags = scenario.engine.flags
+        problem = model_problem(scenario.model.path, env=scenario.engine.env,
+                                download_dir=flags.get("download-dir"),
+                                revision=flags.get("revision"))
         if problem:
             raise ConfigError(f"{path}: model.path: {problem}")
     for key, name in (("workload.path", scenario.workload.path),
@@ -488,8 +495,11 @@ def check_files(scenario: Scenario, path: str | Path) -> None:
             raise ConfigError(f"{path}: workload.path: {err}") from None
 
 
-def _model_problem(name: str) -> str | None:
-    """Why the engine could not load `name`, or None when it can be served."""
+def model_problem(name: str, *, env: Mapping[str, str] | None = None,
+                  download_dir: str | None = None, revision: str | None = None
+                  ) -> str | None:
+    """Why the engine could not load `name` (a path, or a Hugging Face id with what
+    `hub_problem` takes), or None when it can be served."""
     local = Path(name)
     if local.is_dir():
         if (local / "config.json").is_file():
@@ -499,6 +509,67 @@ def _model_problem(name: str) -> str | None:
         return None if local.suffix == ".gguf" else (
             f"{name!r} is a file; a model is a directory with config.json (or a .gguf file)")
     if _MODEL_ID.fullmatch(name):
-        return None
+        return hub_problem(name, env=env, download_dir=download_dir, revision=revision)
     return (f"{name!r} does not exist; give a local directory with config.json or a Hugging "
             "Face id such as Qwen/Qwen3-4B-Instruct-2507")
+
+
+def _on(value: str | None) -> bool:
+    """An environment switch as huggingface_hub reads one (1, ON, YES, TRUE)."""
+    return (value or "").upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_problem(model_id: str, *, env: Mapping[str, str] | None = None,
+                download_dir: str | None = None, revision: str | None = None,
+                endpoint: str | None = None, timeout: float = HUB_TIMEOUT_S) -> str | None:
+    """Why the engine could not fetch the Hugging Face model `model_id`, or None.
+
+    A model in the local cache (`download_dir`, else the cache of `env` or of this process)
+    is served; one that is not must come from the hub. The engine finds out that the hub is
+    off (HF_HUB_OFFLINE, here or in `env`), out of reach or without the model only after
+    seconds to minutes of start-up, so the hub is asked here, within `timeout`, through
+    huggingface_hub's public API (vLLM's own dependency: without it there is no engine).
+    """
+    env = dict(env or {})
+    if _on(env.get("VLLM_USE_MODELSCOPE", os.environ.get("VLLM_USE_MODELSCOPE"))):
+        return None  # ModelScope's ids, fetched by the engine itself
+    try:
+        import huggingface_hub
+        from huggingface_hub import errors
+    except ImportError:
+        return None
+    cache = download_dir or env.get("HF_HUB_CACHE") or (
+        os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None)
+    try:
+        cached = huggingface_hub.try_to_load_from_cache(model_id, "config.json",
+                                                        cache_dir=cache, revision=revision)
+    except (errors.HFValidationError, ValueError) as err:
+        return f"{model_id!r} is not a Hugging Face id: {str(err).splitlines()[0]}"
+    if cached is not None:  # its config.json, or the cache's note that it has none
+        return None
+    missing = (f"{model_id!r} is not in the local Hugging Face cache "
+               f"({cache or huggingface_hub.constants.HF_HUB_CACHE})")
+    advice = (f"download it where the hub can be reached (`hf download {model_id}`) or give "
+              "a local directory with config.json")
+    if huggingface_hub.is_offline_mode() or _on(env.get("HF_HUB_OFFLINE")):
+        return f"{missing} and HF_HUB_OFFLINE is set: {advice}"
+    endpoint = endpoint or env.get("HF_ENDPOINT") or huggingface_hub.constants.ENDPOINT
+    url = huggingface_hub.hf_hub_url(model_id, "config.json", revision=revision,
+                                     endpoint=endpoint)
+    try:
+        huggingface_hub.get_hf_file_metadata(url, timeout=timeout,
+                                             token=env.get("HF_TOKEN") or None)
+    except errors.GatedRepoError:
+        return (f"{model_id!r} is gated on the Hugging Face hub: accept its terms on the "
+                "model's page and set HF_TOKEN")
+    except errors.RepositoryNotFoundError:
+        return (f"{model_id!r}: no such model on the Hugging Face hub ({endpoint}; a "
+                "private one needs HF_TOKEN)")
+    except errors.RevisionNotFoundError:
+        return f"{model_id!r} has no revision {revision!r} on the Hugging Face hub"
+    except errors.HfHubHTTPError:
+        return None  # the hub answered (no config.json, or busy): the engine's to judge
+    except Exception as err:  # the transport's own errors differ between releases
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return f"{missing} and the hub ({endpoint}) cannot be reached ({why}): {advice}"
+    return None

@@ -16,6 +16,7 @@ KV_TOO_SMALL = "kv_too_small"
 INVALID_FLAG = "invalid_flag"
 PORT_IN_USE = "port_in_use"
 TIMEOUT = "timeout"
+FAILED_TO_START = "failed_to_start"
 CRASHED = "crashed"
 # Before launch: flags that contradict each other, or that cannot serve the workload.
 INVALID_COMBINATION = "invalid_combination"
@@ -46,6 +47,8 @@ REASONS: dict[str, str] = {
     INVALID_FLAG: "vLLM rejected a flag or a flag value",
     PORT_IN_USE: "the engine's port was taken by another process",
     TIMEOUT: "the trial's time (start-up or trial_timeout) was spent",
+    FAILED_TO_START: "the engine exited before it served, with no memory, KV-cache or flag "
+                     "error in its log; the detail quotes its last error",
     CRASHED: "the engine died while it was being measured",
     INVALID_COMBINATION: "flags that contradict each other; not launched",
     MAX_MODEL_LEN_TOO_SHORT: "max-model-len is below the workload's longest request; "

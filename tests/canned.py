@@ -40,7 +40,7 @@ model: {tiny: tiny}
 engine: {flags: {enforce-eager: true}}
 space:
   max-num-seqs: {choices: [2, 8, 32]}
-  block-size: {choices: [16, 32]}
+  block-size: {choices: [32, 128]}
 workload: {kind: random, num_requests: 16, input_len: 32, output_len: 16}
 objective:
   mode: weighted

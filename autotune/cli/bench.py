@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,13 +31,16 @@ DESCRIPTION = ("Benchmark a vLLM server like `vllm bench serve`. Pass vLLM flags
 def add_arguments(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="base URL of a running server, e.g. http://127.0.0.1:8000")
-    where.add_argument("--model", help="model path or id: launch a server for it")
+    where.add_argument("--model", help="model path or Hugging Face id: launch a server for it "
+                       "(vLLM flags after `--`)")
     p.add_argument("--served-model-name", help="model name to send (default: --model, or the "
                    "server's first model with --url)")
     p.add_argument("--api-key", help="API key of a running server")
     p.add_argument("--tokenizer", help="tokenizer for building prompts (default: the model)")
     p.add_argument("--workload", default="random",
-                   choices=["random", "jsonl", "sharegpt", "chat", "text", "trace"])
+                   choices=["random", "jsonl", "sharegpt", "chat", "text", "trace"],
+                   help="the traffic: random token counts (default), prompts from a JSONL or "
+                   "ShareGPT file, chat conversations, shipped real text, or a trace")
     p.add_argument("--path", help="prompt file for jsonl and sharegpt workloads; the trace "
                    "file (CSV or JSONL) for a trace")
     p.add_argument("--dataset", choices=[*DATASETS, *TRACES],
@@ -47,22 +52,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-tokens", type=int, default=None,
                    help="trace: prompt tokens per hash id (default 512, the Mooncake "
                    "traces'; 64 for the shipped trace)")
-    p.add_argument("--api", choices=["completions", "chat"], default="completions")
-    p.add_argument("--input-len", type=int, default=256)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--range-ratio", type=float, default=0.0)
-    p.add_argument("--prefix-len", type=int, default=0)
-    p.add_argument("--num-requests", type=int, default=100)
-    p.add_argument("--conversations", type=int, default=8, help="chat workload")
-    p.add_argument("--turns", type=int, default=4, help="chat workload")
-    p.add_argument("--system-len", type=int, default=256, help="chat workload")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions",
+                   help="the OpenAI endpoint requests go to (default completions)")
+    p.add_argument("--input-len", type=int, default=256,
+                   help="random: prompt tokens per request (default 256)")
+    p.add_argument("--output-len", type=int, default=128,
+                   help="tokens generated per request (default 128)")
+    p.add_argument("--range-ratio", type=float, default=0.0,
+                   help="random: lengths vary uniformly by this share around --input-len "
+                   "and --output-len, in [0, 1) (default 0: exact)")
+    p.add_argument("--prefix-len", type=int, default=0,
+                   help="random: tokens of a prefix every prompt shares (default 0)")
+    p.add_argument("--num-requests", type=int, default=100,
+                   help="requests to send, warm-up excluded (default 100)")
+    p.add_argument("--conversations", type=int, default=8,
+                   help="chat workload: conversations sent side by side (default 8)")
+    p.add_argument("--turns", type=int, default=4,
+                   help="chat workload: turns of each conversation, each with its history "
+                   "(default 4)")
+    p.add_argument("--system-len", type=int, default=256,
+                   help="chat workload: tokens of the system prompt the conversations share "
+                   "(default 256)")
     p.add_argument("--concurrency", type=int, default=None, help="max requests in flight")
     p.add_argument("--request-rate", type=float, default=math.inf,
                    help="requests/s (Poisson; default inf: all at once)")
-    p.add_argument("--burstiness", type=float, default=1.0)
+    p.add_argument("--burstiness", type=float, default=1.0,
+                   help="shape of the arrival gaps with a finite --request-rate: 1 is "
+                   "Poisson, below 1 burstier, above 1 more even (default 1)")
     p.add_argument("--warmup", type=int, default=0, help="uncounted requests sent first")
-    p.add_argument("--max-duration", type=float, default=None, help="seconds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-duration", type=float, default=None,
+                   help="send no request after this many seconds (default: no limit)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the prompts and the arrival times (default 0)")
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help="e.g. ttft_ms=500 (per request: goodput) or ttft_p95_ms=500 (a percentile: "
                    "with --capacity); repeatable")
@@ -82,12 +103,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cap.add_argument("--backlog-limit", type=float, default=None,
                      help="fail a step whose requests in flight grow by more than this "
                      "share of its arrivals (default 0.05)")
-    cap.add_argument("--min-success-rate", type=float, default=1.0)
+    cap.add_argument("--min-success-rate", type=float, default=1.0,
+                     help="fail a step where a smaller share of its requests succeeded "
+                     "(default 1.0: all)")
     p.add_argument("--json", action="store_true",
                    help="print the result as JSON on stdout (the tables go to stderr)")
     p.add_argument("-o", "--output", type=Path, help="also write the result (JSON) here")
-    p.add_argument("--startup-timeout", type=positive, default=900.0, help="seconds")
-    p.add_argument("--log", type=Path, default=None, help="engine log (with --model)")
+    p.add_argument("--startup-timeout", type=positive, default=900.0,
+                   help="with --model: seconds the engine may take to serve (default 900)")
+    p.add_argument("--log", type=Path, default=None,
+                   help="with --model: the engine's log (default: beside --output as "
+                   "NAME.engine.log, else in a new temporary folder, named on stderr)")
     p.set_defaults(func=run)
 
 
@@ -178,7 +204,10 @@ def run(args: argparse.Namespace) -> int:
         target = Target(args.url.rstrip("/"), name, headers)
         result = _measure(target, spec, args.tokenizer or name, slos, percentile)
     else:
-        log = args.log or Path(f"autotune-bench-{Path(args.model).name}.log")
+        _check_launch(args.model, args.engine_args)
+        log = engine_log(args.log, args.output)
+        if args.log is None:  # a place autotune chose: say where it is
+            print(f"autotune bench: engine log {log}", file=sys.stderr, flush=True)
         extra = list(args.engine_args)
         if args.served_model_name:
             extra += ["--served-model-name", args.served_model_name]
@@ -207,6 +236,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def engine_log(log: Path | None, output: Path | None) -> Path:
+    """Where a launched engine writes its log: `--log`, else beside `--output`
+    (`result.json` -> `result.engine.log`), else a new temporary folder; never the working
+    directory, which a benchmark run from a checkout would litter."""
+    if log is not None:
+        return log
+    if output is not None:
+        return output.with_name(f"{output.stem}.engine.log")
+    return Path(tempfile.mkdtemp(prefix="autotune-bench-")) / "engine.log"
+
+
+def _check_launch(model: str, engine_args: list[str]) -> None:
+    """What the engine would refuse only after a start-up, refused now in one line: a model
+    it cannot get, a block size its attention kernels do not take."""
+    from autotune import config
+    from autotune.engine.info import engine_info
+
+    if problem := config.model_problem(model, download_dir=_engine_arg(engine_args,
+                                                                          "download-dir"),
+                                       revision=_engine_arg(engine_args, "revision")):
+        raise ConfigError(f"bench: --model {model}: {problem}")
+    block = _engine_arg(engine_args, "block-size")
+    if block is not None:
+        info = engine_info()
+        if problem := info.multiple_problem("block-size", block):
+            raise ConfigError(f"bench: --block-size {block} is not accepted by "
+                              f"{info.distribution} {info.version}; {problem}")
+
+
+def _engine_arg(args: list[str], flag: str) -> str | None:
+    """The value of `--flag V` or `--flag=V` (or `--flag_name`) among vLLM flags, the last
+    one as vLLM's parser takes it; None where it is not given."""
+    value = None
+    for i, arg in enumerate(args):
+        name, eq, given = arg.partition("=")
+        if name.startswith("--") and name[2:].replace("_", "-") == flag:
+            value = given if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return value
+
+
 def _first_model(url: str, headers: dict[str, str]) -> str:
     import urllib.request
 
@@ -230,6 +299,8 @@ def _print(result: dict, stderr: bool = False) -> None:
     for label, value in summary_rows(result):
         table.add_row(label, value)
     console.print(table)
+    if isinstance(result.get("replayed"), dict):  # a trace: which part of it was measured
+        console.print(traces.Replay.from_dict(result["replayed"]).text())
     if result.get("capacity"):
         from autotune.results.views import print_capacity
 

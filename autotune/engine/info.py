@@ -52,8 +52,29 @@ for action in parser._actions:
             "boolean": boolean,
             "type": getattr(action.type, "__name__", None),
         }
+# The platform's rule for --block-size, where it can be read without a device: the CPU
+# build's attention kernels (`get_supported_kernel_block_sizes`). The parser takes any int.
+try:
+    from vllm.platforms import current_platform
+    if current_platform.is_cpu() and "block-size" in flags:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        flags["block-size"]["multiple_of"] = {"cpu": [
+            int(getattr(s, "base", s))
+            for s in CPUAttentionBackend.get_supported_kernel_block_sizes()]}
+except Exception:  # another release's layout: the table by device (BLOCK_SIZE_MULTIPLES)
+    pass
 json.dump(flags, sys.stdout)
 """
+
+# What --block-size the attention kernels take, by device, where the engine's own rule was
+# not read (`_DUMP_PARSER` reads the CPU build's). On NVIDIA GPUs every attention backend of
+# vLLM 0.26-0.32 takes multiples of 16 at least (FlashAttention, the default, and Triton and
+# FlexAttention: `MultipleOf(16)`; FlashInfer 16, 32 or 64); the CPU build's kernels take
+# multiples of 32 (`v1/attention/backends/cpu_attn.py`). vLLM's parser takes any int > 0
+# and the start-up refuses the rest (`No common block size for 129`) after 40 s or more.
+BLOCK_SIZE_MULTIPLES = {"cpu": [32], "cuda": [16]}
+# The cache file's layout; a new one re-reads the engine once (2: the block-size rule).
+CACHE_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,9 @@ class FlagInfo:
     default: Any = None
     boolean: bool = False
     type: str | None = None
+    # By device, as the engine said: a whole number it takes only as a multiple of one of
+    # these (--block-size: the attention kernels'), though its parser takes any.
+    multiple_of: dict[str, list[int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,33 @@ class EngineInfo:
     def knows(self, flag: str) -> bool:
         name = flag[3:] if flag.startswith("no-") else flag
         return name in self.flags
+
+    def multiples(self, flag: str) -> list[int] | None:
+        """The numbers a value of `flag` must be a multiple of (one of them) on this device:
+        what the engine said (`_DUMP_PARSER`), else for --block-size the table by device
+        (`BLOCK_SIZE_MULTIPLES`); None where any value its parser takes will do."""
+        read = (self.flags.get(flag, FlagInfo()).multiple_of or {}).get(self.device)
+        return read or (BLOCK_SIZE_MULTIPLES.get(self.device) if flag == "block-size" and
+                        flag in self.flags else None)
+
+    def multiple_problem(self, flag: str, value: Any) -> str | None:
+        """Why the engine would refuse `value` for a flag it takes only in multiples (the
+        parser accepts it, the start-up does not), or None."""
+        bases = self.multiples(flag)
+        try:
+            number = int(str(value))
+        except ValueError:
+            return None  # not a whole number: the parser's own check says so
+        if not bases or any(number > 0 and number % b == 0 for b in bases):
+            return None
+        return f"allowed: {multiples_text(bases)}"
+
+
+def multiples_text(bases: list[int]) -> str:
+    """`a multiple of 32 (its attention kernels'), e.g. 32, 64, 128`."""
+    base = min(bases)
+    return " or ".join(f"a multiple of {b}" for b in bases) + \
+        f" (its attention kernels'), e.g. {', '.join(str(base * k) for k in (1, 2, 4))}"
 
 
 def installed() -> tuple[str, str]:
@@ -120,7 +171,7 @@ def cache_path(dist: str, version: str) -> Path:
     """Where the flags of one engine version are kept (AUTOTUNE_CACHE, else ~/.cache)."""
     root = os.environ.get("AUTOTUNE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune")
-    return Path(root) / f"engine-flags-{dist}-{version}.json"
+    return Path(root) / f"engine-flags-{dist}-{version}.v{CACHE_FORMAT}.json"
 
 
 def engine_info(use_cache: bool = True) -> EngineInfo:

@@ -23,8 +23,9 @@ KV_TOO_SMALL = reasons.KV_TOO_SMALL
 INVALID_FLAG = reasons.INVALID_FLAG
 PORT_IN_USE = reasons.PORT_IN_USE
 TIMEOUT = reasons.TIMEOUT
+FAILED_TO_START = reasons.FAILED_TO_START
 CRASHED = reasons.CRASHED
-REASONS = (OOM, KV_TOO_SMALL, INVALID_FLAG, PORT_IN_USE, TIMEOUT, CRASHED)
+REASONS = (OOM, KV_TOO_SMALL, INVALID_FLAG, PORT_IN_USE, TIMEOUT, FAILED_TO_START, CRASHED)
 
 # First match wins: a KV-capacity error also mentions memory, and config
 # validation errors are wrapped in ValueError.
@@ -135,23 +136,27 @@ def parse_startup(log: str) -> StartupFigures:
 
 
 def classify_failure(log: str, returncode: int | None) -> str:
-    """The reason a server that exited during start-up failed."""
+    """The reason a server that exited during start-up failed: what its log names, else
+    `failed_to_start` (an engine that never served did not crash while measured)."""
     for reason, pattern in _FAILURES:
         if pattern.search(log):
             return reason
     # Killed by the kernel's OOM killer (or anyone) with SIGKILL: host memory.
     if returncode is not None and returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
         return OOM
-    return CRASHED
+    return FAILED_TO_START
 
 
 def error_summary(log: str, limit: int = 300) -> str:
-    """The most telling line of a failed start, for one-line reports."""
+    """The most telling line of a failed start, for one-line reports: the line a failure
+    reason was read from, else the log's last error line (`last_error`)."""
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     for _, pattern in _FAILURES:
         for line in reversed(lines):
             if pattern.search(line):
                 return _shorten(line, limit)
+    if error := last_error(log, limit):
+        return error
     for line in reversed(lines):
         if re.search(r"Error|error|Exception", line):
             return _shorten(line, limit)

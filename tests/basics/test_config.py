@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from autotune import config
 from autotune.config import (
     ModelSpec,
     Objective,
@@ -395,8 +396,13 @@ def test_model_path_must_resolve(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["Qwen/Qwen3-4B-Instruct-2507", "org/name.v2", "a-b/c_d"])
-def test_a_model_id_is_taken_as_is(tmp_path, name):
+def test_a_model_id_is_taken_as_is(tmp_path, name, monkeypatch):
+    """An id goes to the hub check as it is (which asks the local cache or the hub:
+    tests/basics/test_hub.py)."""
+    asked = []
+    monkeypatch.setattr(config, "hub_problem", lambda model, **kw: asked.append(model))
     assert load(write(tmp_path, f"model: {{path: {name}}}\n")).model.path == name
+    assert asked == [name]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "./org/name", "/abs/org/name", "org/name/extra",

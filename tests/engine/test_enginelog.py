@@ -46,7 +46,26 @@ def test_classifies_gpu_messages(line, reason):
 
 def test_sigkill_without_message_is_host_memory():
     assert enginelog.classify_failure("INFO loading weights\n", -9) == enginelog.OOM
-    assert enginelog.classify_failure("INFO loading weights\n", 1) == enginelog.CRASHED
+    assert enginelog.classify_failure("INFO loading weights\n", 1) == \
+        enginelog.FAILED_TO_START
+
+
+def test_a_start_that_died_for_another_reason_failed_to_start_with_its_last_error():
+    """An engine that never served did not crash while measured: `failed_to_start`, and the
+    summary is the log's last error line (here an unknown model id under HF_HUB_OFFLINE=1,
+    which `tune` now refuses before launching, as the real case of such a death)."""
+    log = (LOGS / "hf-offline-unknown-model.log").read_text()
+    assert enginelog.classify_failure(log, 1) == enginelog.FAILED_TO_START
+    assert enginelog.error_summary(log, limit=2000) == (
+        "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached "
+        "snapshot folder for the specified revision on the local disk and outgoing traffic has "
+        "been disabled. To enable repo look-ups and downloads online, pass "
+        "'local_files_only=False' as input.")
+    # vLLM's prefix of a logged error line is left out; the reaper's last words are no error.
+    logged = ("(EngineCore pid=7) ERROR 12-03 12:40:56 [core.py:1] RuntimeError: no kernel\n"
+              "[autotune reaper] engine command (pid 7) exited with code 1 (status 1)\n")
+    assert enginelog.classify_failure(logged, 1) == enginelog.FAILED_TO_START
+    assert enginelog.error_summary(logged) == "RuntimeError: no kernel"
 
 
 def test_startup_figures_from_real_log():

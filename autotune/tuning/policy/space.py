@@ -15,7 +15,7 @@ from typing import Any
 import optuna
 
 from autotune.config import FlagSite, Param, Scenario, flag_sites
-from autotune.engine.info import EngineInfo, FlagInfo
+from autotune.engine.info import EngineInfo, FlagInfo, multiples_text
 from autotune.errors import ConfigError
 from autotune.flags import Flags
 
@@ -112,8 +112,10 @@ def _tokens(value: Any) -> int | None:
 def check_against_engine(scenario: Scenario, info: EngineInfo, path: str | Path) -> None:
     """Every flag the scenario sets must exist in the installed engine, with a value its
     parser takes: one of its choices, a number where it converts to one, true/false for an
-    on/off flag. Checked before any launch: vLLM refuses a bad value only at start-up,
-    where it costs an engine start and reads as a pruned `invalid_flag` trial."""
+    on/off flag; and a multiple of what the device's attention kernels take for
+    --block-size (`EngineInfo.multiples`), which the parser does not check. Checked before
+    any launch: vLLM refuses a bad value only at start-up, where it costs an engine start
+    and reads as a pruned `invalid_flag` trial."""
     sites = flag_sites(scenario)
     if scenario.speculative is not None:
         sites.append(FlagSite("speculative", "speculative-config", [], False))
@@ -123,22 +125,33 @@ def check_against_engine(scenario: Scenario, info: EngineInfo, path: str | Path)
         if not info.knows(site.name):
             raise ConfigError(f"{path}: {site.key}: {engine} has no flag --{bare}")
         flag = info.flags.get(bare, FlagInfo())
-        problem = _range_problem(scenario.space[site.name], flag) if site.is_range else None
+        problem = _range_problem(scenario.space[site.name], flag, info.multiples(bare)) \
+            if site.is_range else None
         if problem:
             raise ConfigError(f"{path}: {site.key}: {problem}")
         for value in [] if site.is_range else site.values:
-            problem = _value_problem(value, flag)
+            problem = _value_problem(value, flag) or info.multiple_problem(bare, value)
             if problem:
                 raise ConfigError(f"{path}: {site.key}: {value!r} is not accepted by "
                                   f"{engine}; {problem}")
 
 
-def _range_problem(p: Param, flag: FlagInfo) -> str | None:
+def _range_problem(p: Param, flag: FlagInfo, multiples: list[int] | None = None
+                   ) -> str | None:
     """Why a searched range cannot be passed to this flag, or None."""
     if flag.boolean:
         return "an on/off flag is searched with `choices: [true, false]`, not a range"
     if flag.type == "int" and p.type != "int":
         return "the flag takes whole numbers: give `low`, `high` and `step` as integers"
+    if multiples and p.low is not None and p.high is not None:
+        # Every value the range can draw must be a multiple: its low end and its step.
+        low, step = int(p.low), int(p.step or 1)
+        fixed = p.low == p.high
+        if not any(low > 0 and low % b == 0 and (fixed or (not p.log and step % b == 0))
+                   for b in multiples):
+            return (f"the range draws values the engine refuses (allowed: "
+                    f"{multiples_text(multiples)}); search `choices`, or a range whose "
+                    "`low` and `step` are such multiples")
     return None
 
 
