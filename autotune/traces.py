@@ -13,8 +13,9 @@ A trace keeps its arrival gaps. It is replayed `time_scale` times faster than re
 so the capacity of a configuration on it is a time-scale factor (`autotune.measure
 .capacity`). A step shorter than the trace replays a few stretches of it spread over the
 whole trace (`Trace.sample`: each keeps its bursts and lulls, together they keep the day's
-shape); a step longer than the trace replays it again. The blocks become prompt token ids
-in `autotune.measure.workloads`.
+shape); a step longer than the trace replays it again. Every run says which part it
+replayed (`Replay`, in its summary and each capacity step's record). The blocks become
+prompt token ids in `autotune.measure.workloads`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import ConfigError
+from autotune.stored import Stored
 from autotune.traffic import WorkloadSpec
 
 # The Azure traces' columns; matched without regard to case.
@@ -87,16 +89,100 @@ class Trace:
             loop = self.duration_s + 1.0 / self.mean_rate
             return [(k * loop + r.at_s, r) for k in range(math.ceil(n / total))
                     for r in self.requests][:n]
-        parts = min(windows, n)
-        width = n / self.mean_rate / parts
+        width, starts = self._stretches(n, windows)
         times = [r.at_s for r in self.requests]
         out: list[tuple[float, Request]] = []
-        for i in range(parts):
-            start = (i + 0.5) * self.duration_s / parts - width / 2
+        for i, start in enumerate(starts):
             first, end = bisect.bisect_left(times, start), bisect.bisect_left(times, start + width)
             out += [(i * width + times[j] - start, self.requests[j]) for j in range(first, end)]
         # Stretches of silence only (a sparse trace, few requests asked): the middle one.
         return out or [(0.0, self.requests[total // 2])]
+
+    def _stretches(self, n: int, windows: int) -> tuple[float, list[float]]:
+        """The recorded length of each stretch `sample` takes for `n` requests (fewer than
+        the trace holds), and where each begins: together they last as long as `n`
+        requests at the mean rate."""
+        parts = min(windows, n)
+        width = n / self.mean_rate / parts
+        return width, [(i + 0.5) * self.duration_s / parts - width / 2 for i in range(parts)]
+
+    def replay(self, n: int, windows: int = WINDOWS) -> Replay:
+        """What `sample(n)` replays of the trace: how many requests, from how many
+        stretches, and what share of the recorded time."""
+        picked = self.sample(n, windows)
+        total = len(self.requests)
+        if n >= total:  # the whole trace, again from the start for more
+            share = picked[-1][0] / self.duration_s
+            return Replay(len(picked), total, 0, round(share, 4), round(self.duration_s, 3))
+        width, starts = self._stretches(n, windows)
+        return Replay(len(picked), total, len(starts),
+                      round(width * len(starts) / self.duration_s, 4),
+                      round(self.duration_s, 3))
+
+
+@dataclass(frozen=True)
+class Replay(Stored):
+    """What a run replayed of its trace: `requests` of the trace's `trace_requests`, from
+    `stretches` stretches of it (0: the whole trace, from its start, again for more), which
+    cover `share` of its recorded `trace_s` seconds (above 1 when it was replayed again).
+
+    A step shorter than the trace sends part of it, and stretches of bursts send more
+    requests than their share of the time (133 of a 360-request trace where 100 were
+    asked): a run says which part it measured, and `density` how much busier its
+    stretches were than the whole trace, so how much more (or less) a step at a given pace
+    offered than the trace's mean rate times the pace."""
+
+    requests: int = 0
+    trace_requests: int = 0
+    stretches: int = 0
+    share: float = 0.0
+    trace_s: float = 0.0
+
+    @property
+    def density(self) -> float:
+        """The replayed requests' rate over the trace's mean rate (1: as busy as the whole)."""
+        if not (self.share and self.trace_requests):
+            return 1.0
+        return self.requests / self.trace_requests / self.share
+
+    def text(self) -> str:
+        """One line: `replayed 133 of 360 requests: 4 stretches, 28 % of the trace's
+        2m16s, 1.32x its mean rate`."""
+        whole = _span(self.trace_s)
+        if self.stretches:
+            text = (f"replayed {self.requests} of {self.trace_requests} requests: "
+                    f"{self.stretches} stretch{'es' if self.stretches != 1 else ''}, "
+                    f"{_percent(self.share)} of the trace's {whole}")
+        elif self.requests == self.trace_requests:
+            text = f"replayed all {self.requests} requests: the whole trace's {whole}"
+        else:
+            text = (f"replayed {self.requests} requests: the whole trace of "
+                    f"{self.trace_requests}, {self.share:.3g} times its {whole}")
+        if abs(self.density - 1) > 0.05:
+            text += f", {self.density:.2f}x its mean rate"
+        return text
+
+    def short(self) -> str:
+        """A table cell: `133/360 (28 %)` (requests of the trace's, share of its time),
+        `2340 (6.5x)` (the whole trace, again and again)."""
+        if self.stretches:
+            return f"{self.requests}/{self.trace_requests} ({_percent(self.share)})"
+        return f"{self.requests} ({self.share:.2g}x)"
+
+
+def _percent(share: float) -> str:
+    """`37 %`, `1.2 %`: a share as the project writes percentages."""
+    return f"{share * 100:.0f} %" if share >= 0.1 else f"{share * 100:.2g} %"
+
+
+def _span(seconds: float) -> str:
+    """A recorded length for people: `45s`, `6m00s`, `2h05m`."""
+    whole = round(seconds)
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole // 60 % 60:02d}m"
 
 
 def shipped(name: str) -> Path:

@@ -1,8 +1,9 @@
 """One benchmark of one running server: send a workload, watch the engine, summarise.
 
 The result is a flat dict with `vllm bench serve --save-result`'s keys plus
-autotune's extras (`probes`, `workload`, `truncated`), so it can be saved,
-stored on a trial, or compared with vLLM's own file.
+autotune's extras (`probes`, `workload`, `truncated`; for a trace `replayed`, which
+part of it was sent: `autotune.traces.Replay`), so it can be saved, stored on a trial,
+or compared with vLLM's own file.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from autotune.measure import bottleneck, loadgen, metrics, probes, watch
+from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.stored import plain
 from autotune.traffic import WorkloadSpec
@@ -50,6 +51,8 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
                    bottleneck=plain(bottleneck.attribute(seen, client)),
                    truncated=any(run.truncated for run, _ in runs),
                    workload=spec.model_dump(mode="json"))
+    if (replay := workloads.replayed(spec)) is not None:
+        summary["replayed"] = plain(replay)  # which part of the trace this run measured
     return summary
 
 

@@ -162,9 +162,14 @@ def attribute(probes: Mapping[str, Any], lag: Mapping[str, float] | None = None
     lag = lag or {}
     client, lag_p99 = probes.get("client_cpu"), lag.get("lag_p99_ms")
     if (client or 0) >= BUSY_CORE or (lag_p99 or 0) >= CLIENT_LAG_MS:
-        return Bottleneck(CLIENT, f"client saturated: its process {_pct(client)} of a core, "
-                          f"event loop p99 lag {lag_p99 or 0:.0f} ms; latencies are the "
-                          "client's, the step is not a valid measurement", valid=False)
+        # A busy process is saturated; a lagging loop in an idle process was starved of
+        # CPU by others on the machine (on 2 shared cores, the engine): say which.
+        why = (f"client saturated: its process {_pct(client)} of a core"
+               if (client or 0) >= BUSY_CORE else
+               f"client starved: its event loop woke {lag_p99 or 0:.0f} ms late (p99) with "
+               f"its process at {_pct(client)} of a core, the machine's cores busy elsewhere")
+        return Bottleneck(CLIENT, f"{why}; latencies are the client's, the step is not a "
+                          "valid measurement", valid=False)
     preempted = probes.get("preemptions") or 0
     kv_max = probes.get("kv_cache_usage_max") or 0
     if preempted > 0 or (kv_max >= 0.98 and (probes.get("requests_waiting_max") or 0) > 0):

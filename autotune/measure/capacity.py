@@ -47,6 +47,7 @@ from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer
 from autotune.stored import Stored, plain
+from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")
@@ -73,7 +74,8 @@ THROUGHPUTS = ("request_throughput", "output_throughput", "total_token_throughpu
 class StepRecord(Stored):
     """One load level as the trial's record keeps it: what was offered, what came back,
     and whether the SLOs held. Steps recorded before the steady window and the attribution
-    lack `whole` ... `latencies`."""
+    lack `whole` ... `latencies`; before the window's rates and the trace's replay, lack
+    `window_offered_rps` ... `replayed`."""
 
     index: int = 0
     kind: str = ""  # burst | ceiling | expand | bisect | repeat
@@ -96,6 +98,14 @@ class StepRecord(Stored):
     # Every latency figure of the judged window, by SLO key (`ttft_p95_ms`), so that a
     # study can be re-ranked under another SLO later (`autotune.results.whatif`).
     latencies: dict[str, float] = field(default_factory=dict)
+    # Requests/s over the judged window: offered (the arrival schedule's) and achieved
+    # (taken into service: arrivals less the queue's growth, `steady.Backlog`); a step
+    # passes only when achieved keeps within `backlog_limit` of offered. `achieved_rps`
+    # is the whole step's, its drain included: no figure to hold against the rate.
+    window_offered_rps: float | None = None
+    window_achieved_rps: float | None = None
+    replayed: Replay | None = None  # a trace's step: which part of the trace it sent
+    NESTED = {"replayed": Replay}
 
     @property
     def load(self) -> float:
@@ -313,8 +323,9 @@ def plan(measure: Measure, spec: CapacitySpec, should_stop: StopRule | None = No
         # The SLOs held only some of the time: that rate fails (they must hold at the
         # reported rate); the capacity is the next passing rate below, searched further
         # while steps remain.
-        log.info("capacity: the SLOs held in %d of %d runs at %.3g req/s",
-                 sum(s.passed for s in again), len(again), best.load)
+        log.info("capacity: %.3g req/s met the SLOs in %d of %d runs, so it is not the "
+                 "capacity; looking below it", best.load, sum(s.passed for s in again),
+                 len(again))
         high = best.load
         shrink = spec.expand_factor  # that rate passed once: the capacity is close below
         below = [s for s in steps if s.passed and s.kind not in ("repeat", "burst")
@@ -419,6 +430,41 @@ def tied(a: CapacityRecord, b: CapacityRecord) -> bool:
     return alo <= bhi and blo <= ahi
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """One capacity over another (a configuration's over vLLM's defaults'): the ratio of the
+    two and the interval their intervals allow (low over high, high over low)."""
+
+    ratio: float
+    low: float
+    high: float
+    reference_rps: float
+
+    @property
+    def verdict(self) -> str:
+        """`gain`, `loss` or `within noise`: a gain only when the interval excludes 1."""
+        if self.low > 1:
+            return "gain"
+        return "loss" if self.high < 1 else "within noise"
+
+    def text(self, reference: str) -> str:
+        """`1.21x vLLM defaults at 7.5 req/s (1.05-1.40x: gain)`."""
+        return (f"{self.ratio:.2f}x {reference} at {self.reference_rps:.3g} req/s "
+                f"({self.low:.2f}-{self.high:.2f}x: {self.verdict})")
+
+
+def ratio(cap: CapacityRecord, reference: CapacityRecord) -> Ratio | None:
+    """`cap` over `reference`, None where either found no capacity."""
+    if not cap.low or not reference.low:
+        return None
+    blo, bhi = interval(cap)
+    rlo, rhi = interval(reference)
+    if rlo <= 0 or rhi <= 0:
+        return None
+    return Ratio(cap.request_throughput / reference.request_throughput, blo / rhi, bhi / rlo,
+                 reference.request_throughput)
+
+
 def summary_of(result: Result) -> dict[str, Any]:
     """The figures the trial is scored on: the step at capacity, else the gentlest failure."""
     if result.best is not None:
@@ -431,7 +477,8 @@ def summary_of(result: Result) -> dict[str, Any]:
 def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
           run: loadgen.RunResult, sampler: probes.Sampler, cap: CapacitySpec,
           slos: Mapping[str, float]) -> Step:
-    """A step's verdict: the SLOs on its steady window and no backlog growing through it.
+    """A step's verdict: the SLOs on its steady window, and the engine keeping pace there
+    with what was offered (no backlog growing through it: `steady.Backlog`).
 
     The burst (everything at once) has no steady state and is judged whole.
     """
@@ -447,11 +494,18 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
                            k: whole.get(k) for k in ("completed", "failed", "duration",
                                                      "request_throughput",
                                                      "output_throughput")})
+        if "replayed" in whole:
+            summary["replayed"] = whole["replayed"]
         grew = steady.backlog(run.results, win,
                               running=sampler.series("vllm:num_requests_running"))
     broken = violations(summary, slos, cap.min_success_rate)
     if grew is not None and grew.grows(cap.backlog_limit):
-        broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals)")
+        # One rule, said both ways: the queue grew by more than the limit's share of the
+        # arrivals, so the engine achieved more than that share less than was offered.
+        broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals): "
+                      f"achieved {grew.achieved_rps:.3g} of {grew.offered_rps:.3g} req/s "
+                      "offered")
+    replay = whole.get("replayed")
     figures = slo_figures(summary, slos)
     figures["preemptions"] = (summary.get("probes") or {}).get("preemptions", 0)
     seen = summary.get("probes") or {}
@@ -465,7 +519,10 @@ def judge(kind: str, rate: float | None, index: int, whole: dict[str, Any],
                 window_s=round(win.seconds, 3) if win else None,
                 backlog=plain(grew) if grew else {}, bottleneck=plain(limit),
                 probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}},
-                latencies=latency_figures(summary))
+                latencies=latency_figures(summary),
+                window_offered_rps=grew.offered_rps if grew else None,
+                window_achieved_rps=grew.achieved_rps if grew else None,
+                replayed=Replay.from_dict(replay) if isinstance(replay, Mapping) else None)
 
 
 def latency_figures(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -534,10 +591,11 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
         step = replace(judge(kind, rate, index, whole, run, sampler, spec.capacity, slos),
                        idle_wait_s=round(waited, 3),
                        duration_s=round(time.monotonic() - t0, 3))
-        log.info("capacity step %d (%s): %s -> %.3g req/s, %s; %s", index, kind,
-                 "burst" if rate is None else f"{rate:.3g} req/s", step.achieved_rps,
+        log.info("capacity step %d (%s): %s -> %s, %s; %s%s", index, kind,
+                 "burst" if rate is None else f"{rate:.3g} req/s", rates(step),
                  "pass" if step.passed else "fail: " + ", ".join(step.violations),
-                 step.bottleneck.get("text", ""))
+                 step.bottleneck.get("text", ""),
+                 f"; {step.replayed.text()}" if step.replayed else "")
         return step
 
     result = plan(measure, cap, should_stop, start=start, factor=factor, burst=burst,
@@ -547,18 +605,41 @@ def search(target: Target, spec: WorkloadSpec, *, tokenizer_model: str,
     return summary
 
 
+def rates(step: StepRecord) -> str:
+    """What a step offered and achieved, for a log line: `117 req/s offered, 86.4
+    achieved` over its judged window, else `86.4 req/s` achieved (the burst, older steps)."""
+    if step.window_offered_rps is None or step.window_achieved_rps is None:
+        return f"{step.achieved_rps:.3g} req/s"
+    return (f"{step.window_offered_rps:.3g} req/s offered, {step.window_achieved_rps:.3g} "
+            "achieved")
+
+
+def step_columns(cap: CapacityRecord, slo_keys: Sequence[str]) -> list[str]:
+    """The headers of `step_rows`: a trace's steps add what each replayed."""
+    traced = any(s.replayed for s in cap.steps)
+    return ["step", "kind", "rate req/s", "offered req/s", "achieved req/s", "out tok/s",
+            *slo_keys, "preempt", "backlog", "limit", *(["replayed"] if traced else []),
+            "verdict"]
+
+
 def step_rows(cap: CapacityRecord, slo_keys: Sequence[str]) -> list[list[str]]:
-    """A table of the steps for a terminal: step, kind, offered, achieved, SLO figures of
-    the judged window, backlog growth, what limited the step, verdict."""
+    """A table of the steps for a terminal (`step_columns`): step, kind, the search's rate,
+    what the judged window was offered and achieved (requests/s; steps recorded before
+    the window's rates: the rate and the whole step's), SLO figures of the window,
+    backlog growth, what limited the step, what a trace's step replayed, verdict."""
+    traced = any(s.replayed for s in cap.steps)
     rows = []
     for s in cap.steps:
-        offered = "burst" if s.rate is None else f"{s.rate:.3g}"
+        rate = "burst" if s.rate is None else f"{s.rate:.3g}"
+        offered = rate if s.window_offered_rps is None else f"{s.window_offered_rps:.3g}"
+        achieved = s.achieved_rps if s.window_achieved_rps is None else s.window_achieved_rps
         figs = [f"{s.figures.get(k, float('nan')):.1f}" for k in slo_keys]
-        rows.append([str(s.index), s.kind, offered, f"{s.achieved_rps:.3g}",
+        rows.append([str(s.index), s.kind, rate, offered, f"{achieved:.3g}",
                      f"{s.output_throughput:.1f}", *figs,
                      f"{s.figures.get('preemptions', 0):g}",
                      f"{s.backlog['share']:+.0%}" if s.backlog else "-",
                      s.bottleneck.get("kind", "-") if s.bottleneck else "-",
+                     *([s.replayed.short() if s.replayed else "-"] if traced else []),
                      "pass" if s.passed else "fail"])
     return rows
 

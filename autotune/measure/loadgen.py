@@ -241,7 +241,8 @@ async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[S
                 if delay > 0:
                     await asyncio.sleep(delay)
                 tasks.append(asyncio.create_task(
-                    _session(http, target, spec, session, sem, results, deadline, on_result)))
+                    _session(http, target, spec, session, sem, results, deadline, on_result,
+                             due=t0 + offset)))
             truncated = any(await asyncio.gather(*tasks)) or truncated
         except BaseException:
             # Cancelled (the engine died, Ctrl-C): no request may outlive its session.
@@ -259,8 +260,10 @@ async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[S
 async def _session(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec,
                    session: Session, sem: asyncio.Semaphore, results: list[RequestResult],
                    deadline: float | None,
-                   on_result: Callable[[RequestResult], None] | None) -> bool:
-    """Send a session's turns in order; chat turns carry the replies received so far.
+                   on_result: Callable[[RequestResult], None] | None,
+                   due: float | None = None) -> bool:
+    """Send a session's turns in order; chat turns carry the replies received so far. The
+    first turn's result keeps `due`, when the schedule had it sent (perf_counter).
 
     True when the deadline stopped it before its last turn.
     """
@@ -271,6 +274,7 @@ async def _session(http: aiohttp.ClientSession, target: Target, spec: WorkloadSp
                 return True
             res = await send(http, target, spec,
                              turn, Session([turn], session.system, history))
+        res.due, due = due, None
         results.append(res)
         if on_result is not None:
             on_result(res)

@@ -31,6 +31,9 @@ class RequestResult:
     `itl`: gaps between consecutive content events (per event, not per token);
     `latency`: last content event minus send time (E2EL); `output_tokens`: the server's
     `usage.completion_tokens`; `success`: HTTP 200 and at least one content event.
+    `due` (autotune's): when the arrival schedule had it sent; later than that, the
+    client fell behind the load it was to offer. None where no schedule set it (a chat
+    conversation's later turns, sent when the reply before them ended).
     """
 
     success: bool
@@ -42,6 +45,12 @@ class RequestResult:
     start_time: float = 0.0
     error: str = ""
     generated_text: str = ""
+    due: float | None = None
+
+    @property
+    def arrival(self) -> float:
+        """When the request arrived as offered load: its due time, else its send time."""
+        return self.start_time if self.due is None else self.due
 
 
 def percentile_key(metric: str, p: float) -> str:

@@ -174,6 +174,14 @@ def pace(spec: WorkloadSpec) -> float | None:
     return traces.of(spec).mean_rate
 
 
+def replayed(spec: WorkloadSpec) -> traces.Replay | None:
+    """What a trace workload replays of its trace (`traces.Trace.replay`; None for other
+    workloads): a run says which part of the trace it measured."""
+    if spec.kind != "trace":
+        return None
+    return traces.of(spec).replay(spec.num_requests)
+
+
 def dataset_path(name: str) -> Path:
     """A shipped real-text workload (`kind: text`), built by scripts/make_workloads.py."""
     return Path(str(resources.files("autotune").joinpath(f"data/workloads/{name}.jsonl")))

@@ -18,7 +18,9 @@ from autotune import config, traces
 from autotune.errors import ConfigError
 from autotune.measure import loadgen, workloads
 from autotune.measure.workloads import Tokenizer
+from autotune.stored import plain
 from autotune.traffic import WorkloadSpec
+from tests import azure
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44
@@ -114,6 +116,34 @@ def test_a_step_replays_stretches_that_keep_the_recorded_pace():
     assert [r for _, r in whole[-3:]] == list(trace.requests[:3])
     assert whole[len(trace.requests)][0] == pytest.approx(
         trace.duration_s + 1 / trace.mean_rate)
+
+
+def test_a_replay_says_which_part_of_the_trace_it_sent(tmp_path):
+    """A 360-request trace replayed for 100 requests sends stretches of it, and more or
+    fewer than 100 requests: the run says how many, and what share of the recorded time."""
+    path = azure.write(tmp_path / "azure.csv")  # 360 requests over 2m16s
+    trace = traces.load(path, 512)
+    part = trace.replay(100)
+    assert part.requests == len(trace.sample(100)) != 100
+    assert (part.trace_requests, part.stretches, part.trace_s) == (360, 4, 136.3)
+    assert part.share == pytest.approx(100 / 360, abs=1e-4)  # 4 stretches of 9.5 s
+    assert part.density == pytest.approx(part.requests / 100, rel=1e-3)
+    assert part.text().startswith(f"replayed {part.requests} of 360 requests: 4 stretches, "
+                                  "28 % of the trace's 2m16s")
+    assert f"{part.density:.2f}x its mean rate" in part.text()
+    assert part.short() == f"{part.requests}/360 (28 %)"
+    whole = trace.replay(360)
+    assert (whole.requests, whole.stretches, whole.share) == (360, 0, 1.0)
+    assert whole.text() == "replayed all 360 requests: the whole trace's 2m16s"
+    again = trace.replay(2340)  # a 20-s step at 117 req/s: the trace six and a half times
+    assert (again.requests, again.stretches) == (2340, 0)
+    assert 6 < again.share < 6.6 and again.text().startswith(
+        "replayed 2340 requests: the whole trace of 360, ")
+    # as the summary and a step's record keep it, and as an older record without it reads
+    assert traces.Replay.from_dict(plain(part)) == part
+    assert traces.Replay.from_dict({"requests": 93}).text().startswith("replayed 93 ")
+    spec = WorkloadSpec(kind="trace", path=str(path), num_requests=100)
+    assert workloads.replayed(spec) == part and workloads.replayed(WorkloadSpec()) is None
 
 
 def test_the_shipped_trace_is_bursty_daily_and_shares_prefixes():

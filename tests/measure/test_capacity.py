@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, Step
 from autotune.stored import plain
+from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning import ranking
 from autotune.tuning.record import TrialRecord
@@ -266,3 +267,42 @@ def test_a_flaky_rate_near_capacity_leaves_a_capacity_below_it():
                                                 "bisect", "repeat"]
     assert engine.calls[6][1] == pytest.approx(60.2 / 1.25)  # not halved to 30
     assert r.request_rate == pytest.approx(60.2 / 1.25) and r.high == pytest.approx(60.2)
+
+
+def test_a_trace_step_record_says_what_it_replayed_and_reads_without_it():
+    """A trace's steps keep which part of the trace each replayed and what their window
+    was offered and achieved; the step table shows both; records from before read."""
+    part = Replay(118, 360, 4, 0.2778, 136.3)
+    passed = Step(1, "ceiling", 15.0, True, 13.9, 139.0, [], 300, {"e2el_p95_ms": 900.0},
+                  backlog={"share": 0.01}, window_offered_rps=16.5, window_achieved_rps=16.4,
+                  replayed=part)
+    failed = Step(2, "expand", 117.0, False, 86.8, 868.0, ["backlog +410 requests"], 2340,
+                  {"e2el_p95_ms": 4000.0}, backlog={"share": 0.24},
+                  window_offered_rps=118.9, window_achieved_rps=90.1,
+                  replayed=Replay(2340, 360, 0, 6.59, 136.3))
+    burst = Step(0, "burst", None, True, 40.0, 400.0, [], 360, {"e2el_p95_ms": 800.0},
+                 replayed=Replay(360, 360, 0, 1.0, 136.3))
+    cap = CapacityRecord(request_throughput=15.0, low=15.0, high=117.0,
+                         steps=(burst.record(), passed.record(), failed.record()))
+    stored = plain(cap)
+    assert stored["steps"][1]["replayed"] == plain(part)
+    assert stored["steps"][1]["window_offered_rps"] == 16.5
+    assert CapacityRecord.from_dict(stored) == cap
+    columns = capacity.step_columns(cap, ["e2el_p95_ms"])
+    rows = capacity.step_rows(cap, ["e2el_p95_ms"])
+    assert len(columns) == len(rows[0]) and columns[-2] == "replayed"
+    table = [dict(zip(columns, row, strict=True)) for row in rows]
+    assert [(t["rate req/s"], t["offered req/s"], t["achieved req/s"]) for t in table] == [
+        ("burst", "burst", "40"), ("15", "16.5", "16.4"), ("117", "119", "90.1")]
+    assert [t["replayed"] for t in table] == ["360 (1x)", "118/360 (28 %)", "2340 (6.6x)"]
+    assert capacity.rates(failed) == "119 req/s offered, 90.1 achieved"
+    assert capacity.rates(burst) == "40 req/s"
+    # a step recorded before: no replay, no window rates; the table shows its rate and the
+    # whole step's achieved rate, with no replay column for a record that has none
+    old = {k: v for k, v in stored["steps"][1].items()
+           if k not in ("window_offered_rps", "window_achieved_rps", "replayed")}
+    step = capacity.StepRecord.from_dict(old)
+    assert step.replayed is None and step.window_offered_rps is None and step.as_dict() == old
+    before = CapacityRecord(low=15.0, steps=(step,))
+    assert "replayed" not in capacity.step_columns(before, [])
+    assert capacity.step_rows(before, [])[0][2:5] == ["15", "15", "13.9"]

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
+from autotune import traces
 from autotune.measure import capacity, steady
 from autotune.measure.loadgen import RunResult
 from autotune.measure.metrics import RequestResult
-from autotune.measure.probes import Sampler
+from autotune.measure.probes import Sample, Sampler
 from autotune.stored import plain
 from autotune.traffic import CapacitySpec
+from tests import azure
 
 
 def _requests(rate: float, seconds: float, latency, t0: float = 100.0) -> list[RequestResult]:
@@ -56,7 +60,8 @@ def test_latency_growing_with_arrival_time_is_a_backlog():
     # the figures are kept at 4 decimals: a step's record holds the ones that judged it
     stored = plain(grew)
     assert list(stored) == ["growth", "share", "in_flight_mean", "arrivals",
-                            "in_flight_growth", "queue_mean"]
+                            "in_flight_growth", "queue_mean", "offered_rps", "achieved_rps",
+                            "completed_rps", "late_p99_s"]
     assert all(v == round(v, 4) for v in stored.values() if isinstance(v, float))
 
 
@@ -154,3 +159,112 @@ def test_requests_waiting_beyond_the_running_batch_are_a_backlog():
     # too few engine samples in the window: the in-flight count is the queue
     sparse = steady.backlog(reqs, w, running=_running(reqs, 16.0, every=10.0))
     assert sparse.queue_mean is None and sparse.growth == sparse.in_flight_growth
+
+
+T0 = 100.0  # perf_counter of a step's start
+
+
+def _engine(due: list[float], serve_rps: float, busy_s: float = 0.3,
+            send_rps: float = math.inf) -> tuple[list[RequestResult], list[tuple[float, float]]]:
+    """Requests due at `due` (s after T0) through a client that sends at most `send_rps`
+    of them a second (behind its schedule beyond that) to an engine that takes at most
+    `serve_rps` a second into service, first come first served, each then busy `busy_s`:
+    their results, and the engine's running count every 0.25 s."""
+    results, served = [], []
+    sent = free = -math.inf
+    for at in sorted(due):
+        sent = max(at, sent + 1 / send_rps)
+        start = max(sent, free)
+        free, done = start + 1 / serve_rps, start + busy_s
+        results.append(RequestResult(True, 32, 16, ttft=start - sent + 0.05,
+                                      latency=done - sent, itl=[(done - start - 0.05) / 15] * 15,
+                                      start_time=T0 + sent, due=T0 + at))
+        served.append((start, done))
+    end = max(d for _, d in served)
+    running = [(T0 + t, float(sum(a <= t < d for a, d in served)))
+               for t in np.arange(0.0, end, 0.25)]
+    return results, running
+
+
+def _trace_due(tmp_path, rate: float, seconds: float = 20.0) -> list[float]:
+    """A trace step's due times at `rate` requests/s, as `capacity.search` schedules it:
+    rate x `seconds` requests of a 360-request Azure trace, four stretches of it (with their
+    lulls) below 360, the whole trace again and again above."""
+    trace = traces.load(azure.write(tmp_path / "azure.csv"), 512)
+    scale = rate / trace.mean_rate
+    return [at / scale for at, _ in trace.sample(math.ceil(rate * seconds))]
+
+
+def _judge_trace(results, running, rate, send_s=None):
+    """`capacity.judge` on a trace step's results, the engine sampled at `running`; the
+    step's schedule ended at `send_s` (s after T0; default: the last request's due time)."""
+    send_s = send_s if send_s is not None else max(r.arrival for r in results) - T0
+    run = RunResult(results, max(r.start_time + r.latency for r in results) - T0, t0=T0,
+                    send_s=send_s)
+    whole = {"request_throughput": len(results) / run.duration_s,
+             "output_throughput": 16 * len(results) / run.duration_s,
+             "completed": len(results), "failed": 0}
+    sampler = Sampler("http://127.0.0.1:9")  # never started: its samples are set here
+    sampler.samples = [Sample(t, {"vllm:num_requests_running": n}) for t, n in running]
+    return capacity.judge("expand", rate, 2, whole, run, sampler, CapacitySpec(),
+                          {"e2el_p95_ms": 60_000})
+
+
+@pytest.mark.parametrize("rate", [15.0, 117.0])  # four stretches of the trace; 6.5 times it
+def test_a_trace_step_passes_only_when_achieved_keeps_pace_with_offered(tmp_path, rate):
+    """The rule of every sustained step, on a bursty trace's arrivals: the window's offered
+    and achieved rates are both requests/s over the window, and a step that achieves more
+    than `backlog_limit` less than it offered fails, its queue having grown by as much."""
+    due = _trace_due(tmp_path, rate)
+    kept = _judge_trace(*_engine(due, serve_rps=3 * rate), rate)
+    assert kept.passed, kept.violations
+    assert kept.window_offered_rps == pytest.approx(kept.backlog["offered_rps"])
+    assert kept.window_achieved_rps >= 0.95 * kept.window_offered_rps
+    short = _judge_trace(*_engine(due, serve_rps=0.75 * rate), rate)
+    assert not short.passed
+    assert short.window_achieved_rps < 0.9 * short.window_offered_rps
+    assert short.backlog["share"] > 0.05  # one rule: the queue grew by that share
+    assert short.window_achieved_rps == pytest.approx(
+        short.window_offered_rps * (1 - short.backlog["share"]), rel=1e-3)
+    assert any(v.startswith("backlog +") and f"of {short.window_offered_rps:.3g} req/s offered"
+               in v for v in short.violations)
+
+
+def test_a_client_behind_its_schedule_offered_less_than_the_rate(tmp_path):
+    """As a 117-req/s trace step a user saw pass with 84-89 req/s achieved: a client that
+    could send 86 requests a second, not 117 (on 2 shared cores its event loop fell up to 2 s
+    behind), to an engine that kept pace with what it was sent. By send times the queue
+    never grew (the backlog waited in the client) and the step passed; by the schedule it
+    grew by a quarter of the arrivals, so the step fails, and says how late the client sent."""
+    due = _trace_due(tmp_path, 117.0)
+    results, running = _engine(due, serve_rps=300.0, send_rps=86.0)
+    by_send = [dataclasses.replace(r, due=None) for r in results]
+    assert _judge_trace(by_send, running, 117.0, send_s=max(due)).passed  # the rule as it was
+    step = _judge_trace(results, running, 117.0)
+    assert not step.passed and step.backlog["late_p99_s"] > 3
+    assert step.window_offered_rps == pytest.approx(117, rel=0.1)
+    assert step.window_achieved_rps == pytest.approx(86, rel=0.1)
+
+
+def test_a_long_reply_at_the_end_is_no_shortfall():
+    """The whole step's achieved rate includes the drain: one long reply among the last
+    requests stretches it (20 s of sending, 27 s in all: 74 % of the rate), while over the
+    window everything offered was served."""
+    reqs = _requests(117, 20, lambda i, t: 7.0 if t > 19.9 else 0.3, t0=T0)
+    whole_rps = len(reqs) / (max(r.start_time + r.latency for r in reqs) - T0)
+    assert whole_rps < 0.8 * 117
+    w = steady.window(T0, 20.0 - 1 / 117, 0.2, 0.1)
+    grew = steady.backlog(reqs, w)
+    assert grew.offered_rps == pytest.approx(117, rel=0.01)
+    assert grew.achieved_rps == pytest.approx(117, rel=0.03)
+    assert grew.completed_rps == pytest.approx(117, rel=0.03) and not grew.grows(0.05)
+
+
+def test_a_batch_that_settles_higher_is_served_not_short():
+    """Completions lag arrivals while the running batch grows (the H200's 5-14 % of the
+    arrivals through a window, far below capacity): that is service, not a shortfall."""
+    reqs = _requests(20, 20, lambda i, t: 1.0 + 0.2 * t)
+    w = steady.window(100.0, 20.0, 0.2, 0.1)
+    grew = steady.backlog(reqs, w, running=_running(reqs, None))
+    assert grew.completed_rps < 0.85 * grew.offered_rps
+    assert grew.achieved_rps == pytest.approx(grew.offered_rps, rel=0.05)

@@ -12,7 +12,9 @@ import pytest
 from autotune.measure import capacity
 from autotune.measure.bench import benchmark
 from autotune.measure.loadgen import Target
+from autotune.traces import WINDOWS, Replay
 from autotune.traffic import WorkloadSpec
+from tests import azure
 
 pytestmark = [pytest.mark.engine]
 
@@ -52,6 +54,14 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     for step in (s for s in sustained if s.passed):
         assert 0.6 < step.achieved_rps / step.rate < 1.5, (step.kind, step.rate,
                                                           step.achieved_rps)
+    # Every step says which part of the day it replayed (the step table too), and none
+    # passed achieving more than the backlog limit (5 %) less than its window was offered.
+    assert all(s.replayed and s.replayed.trace_requests == 2229 for s in cap.steps)
+    assert "replayed" in proc.stdout and f"of 2229 requests: {WINDOWS} stretches" in proc.stdout
+    for step in sustained:
+        assert step.window_offered_rps and step.window_achieved_rps is not None
+        short = step.window_achieved_rps < 0.95 * step.window_offered_rps
+        assert not (short and step.backlog["growth"] > 4 and step.passed), step
     at = [s for s in sustained if s.rate == cap.low]
     assert at and all(s.passed for s in at)
     assert all(s.figures["e2el_p95_ms"] <= slo_ms for s in at)
@@ -83,3 +93,23 @@ def test_vllm_bench_serve_replays_the_same_step(eager_server, tiny_model, tmp_pa
     assert span > 5  # long enough that a burst of these 24 requests would end well before
     for run in (ours, theirs):
         assert span <= run["duration"] < span + 8, (span, ours["duration"], theirs["duration"])
+
+
+def test_bench_says_what_it_replayed_of_an_azure_trace(eager_server, tiny_model, tmp_path):
+    """A user's Azure-format CSV of 360 requests, benchmarked for 100: the run says it sent
+    stretches of it (here more or fewer than 100 requests) and what share of its 2m16s."""
+    path = azure.write(tmp_path / "azure.csv")
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "bench", "--url", eager_server.url, "--api-key",
+         eager_server.api_key, "--tokenizer", str(tiny_model), "--workload", "trace",
+         "--path", str(path), "--num-requests", "100", "--time-scale", "5", "-o", str(out)],
+        capture_output=True, text=True, timeout=120, env={"COLUMNS": "200", "PATH": ""},
+        check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    replayed = Replay.from_dict(result["replayed"])
+    assert replayed.requests == result["completed"] + result["failed"] != 100
+    assert (replayed.trace_requests, replayed.stretches) == (360, 4)
+    assert f"replayed {replayed.requests} of 360 requests: 4 stretches, 28 % of the " \
+           "trace's 2m16s" in proc.stdout
