@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from autotune.results import show
-    from autotune.tuning import ablation, ranking
+    from autotune.tuning import ablation
     from autotune.tuning.sharing import storage
     from autotune.verify import validate
 
@@ -42,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     url, name = storage.locate(args.study_or_db, args.study, root)
     storage.check(url, create=False, write=True)  # the runs are stored in the study
     st = show.open_existing(url, name, root)
-    if args.trial is not None:  # a trial that cannot be explained is refused before a word
-        ranking.choose(st, trial=args.trial, what="explain")
+    # a trial that cannot be explained is refused before a word
+    winner = ablation.target(st, args.trial)
+    real = ablation.real_overrides(st, winner)
     scenario = validate.scenario_of(st)
     folder = storage.folder(args.study_or_db, st.study_name, root)
     folder.mkdir(parents=True, exist_ok=True)
@@ -52,8 +53,10 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
     console = Console(stderr=args.json)
-    console.print(f"explaining study {st.study_name}: one fresh engine per flag taken away "
-                  "(Ctrl-C stops; runs finished so far stay in the study)")
+    console.print(f"explaining trial #{winner.number} of study {st.study_name}: " + (
+        f"{len(real)} real override(s), each taken away on a fresh engine after the winner "
+        "again (Ctrl-C stops; runs finished so far stay in the study)" if real else
+        "it changes nothing from vLLM's effective defaults, so no engine is launched"))
     with console.status("running"):
         found = ablation.explain(st, scenario, folder, trial=args.trial)
     for line in found.lines():

@@ -139,9 +139,11 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
 
     def on_progress(p: study.Progress) -> None:
         line = views.progress_line(p)
-        console.print(line, soft_wrap=True)  # one line per trial, however narrow the terminal
+        # One line per trial, however narrow the terminal; an engine's error quoted in it
+        # is text, not markup (`[Errno 111]`).
+        console.print(line, soft_wrap=True, markup=False)
         if run_tickets is None:  # a `--gpus` worker's own count: its log, not tune.log
-            logging.getLogger("autotune").info(line)
+            logging.getLogger("autotune").info(line, extra={views.PRINTED: True})
 
     from autotune.results.summary import Summary
 
@@ -164,8 +166,9 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
                                            gpus, console, on_progress)
         if code == 0:
             last_phases(shared_study)
-        _print_summary(cmd, Summary.of(shared_study), console)
-        return code
+        summary = Summary.of(shared_study)
+        _print_summary(cmd, summary, console)
+        return code or _answered(summary)
     request = study.Request(
         scenario, where, trials, timeout,
         heartbeat.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
@@ -174,8 +177,22 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
         result = study.tune(request, on_progress=on_progress)
     if run_tickets is None and cmd.worker_id is None:  # one of several workers: not here
         last_phases(result)
-    _print_summary(cmd, Summary.of(result), console)
-    return 0
+    summary = Summary.of(result)
+    _print_summary(cmd, summary, console)
+    if run_tickets is not None or cmd.worker_id is not None:
+        return 0  # a worker of a shared study: the answer is the whole run's, not its own
+    return _answered(summary)
+
+
+# `tune`'s exit code when the study ends with no feasible trial: it ran, but has no answer.
+NO_ANSWER = 4
+
+
+def _answered(data: Summary) -> int:
+    """0 when the study has an answer (a decision, or a feasible Pareto front), else
+    NO_ANSWER; its last printed line said why."""
+    found = data.decision is not None if data.weighted else bool(data.pareto)
+    return 0 if found else NO_ANSWER
 
 
 def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, trials: int,
@@ -209,8 +226,11 @@ def _print_summary(cmd: TuneCommand, data: Summary, console: Console) -> None:
 
     if cmd.json:
         print(json.dumps(data.as_json(), indent=2, default=str))
+        if data.no_answer is not None:  # the last line of the terminal (stderr) says why
+            console.print(data.no_answer.line(), soft_wrap=True, markup=False,
+                          highlight=False)
     else:
-        views.print_summary(data, console)
+        views.print_summary(data, console, decision_last=True)
 
 
 def _checked_location(scenario: Scenario, storage_url: str | None, root: Path

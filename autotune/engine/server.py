@@ -48,6 +48,8 @@ RESERVED = ("host", "port", "api-key", "model")
 _LIVE: set[Server] = set()
 # What the launched command is called in reports of its death, whatever the entry point.
 LAUNCHER = "vllm serve"
+# The grace period of an engine stopped before it served: it holds no request to finish.
+STARTING_GRACE_S = 2.0
 # How long a death report waits for the reaper to write the launched command's status.
 STATUS_WAIT_S = 2.0
 # How long a death report waits for an error line in the log (a SIGKILL leaves none).
@@ -152,7 +154,10 @@ class Server:
                 if err.reason != enginelog.PORT_IN_USE or attempt == self.port_retries - 1:
                     raise
             except BaseException:
-                self.stop()
+                # Interrupted before it served (Ctrl-C, the trial's deadline): nothing to
+                # drain, so no grace period (a SIGTERM in the middle of vLLM's imports or
+                # compile took 22 s to act on the CPU build).
+                self.stop(grace_s=STARTING_GRACE_S)
                 raise
 
     def _launch(self) -> None:
@@ -340,8 +345,9 @@ class Server:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self) -> None:
-        """Stop the whole group: SIGTERM, then SIGKILL after the grace period; wait for all."""
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop the whole group: SIGTERM, then SIGKILL after the grace period (`grace_s`, else
+        `stop_grace`); wait for all."""
         if self.proc is None:
             return
         procs = self.processes()
@@ -351,7 +357,7 @@ class Server:
             self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
         self._signal(procs, signal.SIGTERM)
         try:
-            psutil.wait_procs(procs, timeout=self.stop_grace)
+            psutil.wait_procs(procs, timeout=self.stop_grace if grace_s is None else grace_s)
         except KeyboardInterrupt:
             # A second Ctrl-C while stopping: no more grace, but still no leftovers.
             self._kill_all()

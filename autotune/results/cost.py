@@ -128,11 +128,19 @@ class TrialCost:
     load_hour: float | None = None
     missing: str = ""
 
+    @property
+    def holds(self) -> str:
+        """What one replica holds: `2 GPUs`, or `one CPU machine` on vLLM's CPU build (which
+        counts as one device so that it has a cost, but holds no GPU)."""
+        if self.device == "cpu":
+            return "one CPU machine"
+        return f"{self.gpus} GPU" + ("s" if self.gpus != 1 else "")
+
     def line(self) -> str:
         """One line for an export's comments: the replicas for the load and the cost."""
         if self.capacity_rps is None:
             return f"money and machines: {self.missing}"
-        text = f"replicas of {self.gpus} GPU(s), each serving at most its capacity at SLO " \
+        text = f"replicas of {self.holds}, each serving at most its capacity at SLO " \
             f"({self.capacity_rps:.3g} req/s)"
         if self.replicas is not None:
             text = f"{self.replicas} {text} for {self.load:g} req/s"
@@ -211,7 +219,7 @@ class SideBySide:
                row("capacity at SLO req/s", lambda c: _num(c.capacity_rps, ".3g")
                    + (" (a floor)" if c.floor else "")),
                row("output tok/s at it", lambda c: _num(c.output_tps, ".0f")),
-               row("GPUs a replica", lambda c: str(c.gpus))]
+               row("a replica holds", lambda c: c.holds)]
         if load is not None:
             out.append(row(f"replicas for {load:g} req/s", lambda c: _num(c.replicas, "d")))
         if self.price.known:

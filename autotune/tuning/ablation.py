@@ -122,6 +122,9 @@ class Explanation(Stored):
 
     def lines(self) -> list[str]:
         """The explanation in words, one line each."""
+        if not self.parts and self.control is None and self.complete:
+            return [f"trial #{self.winner} at {_rps(self.winner_rps)} changes nothing from "
+                    "vLLM's effective defaults: no flag to take away, no engine launched"]
         out = [f"trial #{self.winner} at {_rps(self.winner_rps)} against #{self.reference} "
                f"at {_rps(self.reference_rps)}; without each of its "
                f"{len(self.parts)} real override(s):"]
@@ -141,7 +144,7 @@ class Explanation(Stored):
                 "(vLLM's defaults)"
             out.append(f"smallest configuration tied with #{self.winner}: #{self.minimal} "
                        f"{flags}" + (" (the winner itself: every flag matters)"
-                                     if self.minimal == self.winner else ""))
+                                     if self.minimal == self.winner and self.parts else ""))
         if not self.complete:
             out.append("the ablation stopped before it was complete (time budget or a "
                        "failed run): the smallest configuration is the smallest found")
@@ -401,10 +404,7 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
             room: Callable[[], bool] = lambda: True) -> Explanation:
     """Explain trial `trial` (default: the study's best feasible trial), keep the
     explanation with the study, and return it."""
-    winner = ranking.choose(study, trial=trial, what="explain") if trial is not None \
-        else _to_explain(study)
-    if winner is None:
-        raise ConfigError("explain: the study has no feasible completed trial to explain")
+    winner = target(study, trial)
     model = study_mod.resolve_model(scenario)
     guard = guardrail.make_guard(scenario, study_dir)
     study_mod.sync_reference(study, guard, scenario, study_dir)
@@ -413,6 +413,16 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     found = ablate(study, winner, measure, room)
     record.store_explanation(study, winner.number, found.as_dict())
     return found
+
+
+def target(study: optuna.Study, trial: int | None = None) -> TrialRecord:
+    """The trial `explain` explains: `trial`, else the study's best (`_to_explain`);
+    ConfigError when there is none."""
+    winner = ranking.choose(study, trial=trial, what="explain") if trial is not None \
+        else _to_explain(study)
+    if winner is None:
+        raise ConfigError("explain: the study has no feasible completed trial to explain")
+    return winner
 
 
 def _to_explain(study: optuna.Study) -> TrialRecord | None:

@@ -70,6 +70,7 @@ class Progress:
     deadline_s: float | None
     last: TrialRecord | None
     best: TrialRecord | None
+    reference: TrialRecord | None = None  # what gains are over: vLLM's defaults, if run
 
 
 def resolve_model(scenario: Scenario) -> str:
@@ -391,7 +392,7 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
         longest = max(longest, clock() - start)
         if on_progress is not None:
             on_progress(Progress(done, trials, clock() - t0, timeout_s, last,
-                                 ranking.feasible_best(study)))
+                                 ranking.feasible_best(study), ranking.reference_trial(study)))
 
 
 @dataclass(frozen=True)

@@ -302,7 +302,7 @@ def test_export_sizes_the_autoscaler_for_a_load(tmp_path, capsys):
     assert hpa("--load", "500") == want
     assert hpa("--load", "500", "--max-replicas", "3") == 3  # an explicit one wins
     assert main([*base, "--format", "cli", "--load", "500"]) == 0
-    line = f"# money and machines: {want} replicas of 1 GPU(s), each serving at most its " \
+    line = f"# money and machines: {want} replicas of 1 GPU, each serving at most its " \
         f"capacity at SLO ({from_steps(rec)[0]:.3g} req/s) for 500 req/s"
     assert f"{line}; {cost.NO_PRICE}\n" in capsys.readouterr().out
     assert main([*base, "--format", "cli", "--load", "500", "--gpu-hour", "3.5"]) == 0

