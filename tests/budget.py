@@ -15,9 +15,9 @@ LIMIT_S = 60.0
 
 # Why each test over the limit is worth its time (the name without xdist's `@group`).
 REASONS = {
-    "tests/cli/test_init_engine.py::test_tune_with_no_yaml_writes_the_scenario_that_resumes_it":
-        "the one-command form end to end: a study from no YAML, resumed from the file it "
-        "wrote (two engines)",
+    "tests/acceptance/test_readme_engine.py::test_every_study_of_the_block_has_a_decision":
+        "its set-up runs the README's main job as written: two studies of five trials in "
+        "all, explain, every export, the report (the acceptance tier, issue 47)",
     "tests/tuning/test_prune_engine.py::test_every_documented_outcome_within_the_budget":
         "its set-up runs the shipped cpu-pressure study, whose every outcome the README "
         "promises (five engines)",

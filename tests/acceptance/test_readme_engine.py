@@ -1,0 +1,121 @@
+"""The README's main job, run as written on the CPU engine: every command ends in an answer,
+and the decision's capacity is one figure wherever it is printed.
+
+One module-scoped run of the whole block (`tests/readme.py`): two studies of the tiny model
+(three trials of random prompts, two of the shipped Azure-format trace), `explain`, `export`,
+`report` and `show --load` on the first. The tests then read what the commands printed and
+wrote; every other export format and `show --json` are asked of the same study (no engine).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import shlex
+
+import pytest
+
+from autotune.results.export import FORMATS
+from tests import readme
+
+pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
+
+STUDY = "tiny-cpu"  # what the block's `tune --model` names its first study
+TRACE = "tiny-trace"
+
+
+@pytest.fixture(scope="module")
+def block(tmp_path_factory):
+    """(working folder, each command's run), the whole block run once."""
+    cwd = readme.workdir(tmp_path_factory.mktemp("fresh-clone"))
+    return cwd, readme.run_all(readme.main_job(), cwd)
+
+
+def _ran(block, *words: str) -> readme.Ran:
+    """The block's first command that has all of `words`."""
+    _, runs = block
+    return next(r for r in runs if all(w in shlex.split(r.command) for w in words))
+
+
+def _json(cwd, *args: str) -> dict:
+    done = readme.run(".venv/bin/autotune " + shlex.join(args), cwd)
+    assert done.returncode == 0, done.text
+    return json.loads(done.stdout)
+
+
+def test_every_study_of_the_block_has_a_decision(block):
+    cwd, runs = block
+    for study in (STUDY, TRACE):
+        data = _json(cwd, "show", study, "--json")
+        assert data["decision"] is not None, data.get("no_answer")
+        assert data["decision"]["capacity"], data["decision"]
+        # the end of `tune` says it too, as its last lines
+        tune = next(r for r in runs if r.command.split()[1] == "tune"
+                    and (f"--study {study}" in r.command or study == STUDY
+                         and "--study" not in r.command))
+        tail = tune.stdout.strip().splitlines()[-8:]
+        assert any(line.startswith("decision: ") for line in tail), tune.stdout[-2000:]
+
+
+def test_show_puts_the_decision_and_its_capacity_ratio_first(block):
+    shown = _ran(block, "show", STUDY)
+    first = shown.stdout.splitlines()[:5]
+    assert first[0].startswith("decision: "), shown.stdout[:1000]
+    assert any("capacity at SLO" in line and "x vLLM defaults" in line for line in first), \
+        first
+    assert any(line.strip().startswith("quality: ") for line in first), first
+    score = next(i for i, line in enumerate(shown.stdout.splitlines())
+                 if line.strip().startswith("score "))
+    assert score < 8  # the weighted score after the decision, named as such
+
+
+def test_the_capacity_is_one_figure_in_every_output(block):
+    """Live output, `show`, `show --json`, the report and every export format give the
+    decision's trial the same capacity, in the same words (`capacity.describe`)."""
+    cwd, _ = block
+    decision = _json(cwd, "show", STUDY, "--json")["decision"]
+    figure = decision["capacity"]
+    number = f"{decision['capacity_rps']:.3g} req/s"
+    assert figure.startswith(number)
+    tune = _ran(block, "tune", "--trials", "3")
+    assert figure in tune.stdout  # the decision at the end of the run
+    if decision["winner"] is None:  # the best so far is the decision: the live line says so
+        live = [ln for ln in tune.stdout.splitlines() if ln.startswith("trial ") and " | " in ln]
+        assert f"best #{decision['trial']} {number}" in live[-1], live
+    assert figure in _ran(block, "show", STUDY).stdout
+    report = (cwd / "report.html").read_text()
+    assert html.escape(figure) in report
+    for fmt in FORMATS:
+        out = cwd / f"export.{fmt}"
+        done = readme.run(f".venv/bin/autotune export {STUDY} --format {fmt} -o {out}", cwd)
+        assert done.returncode == 0, done.text
+        text = out.read_text()
+        if fmt == "json":
+            assert json.loads(text)["capacity"] == figure
+        else:
+            assert f"capacity at SLO: {figure}" in text, (fmt, text[:1500])
+    assert f"capacity at SLO: {figure}" in (cwd / "vllm.yaml").read_text()  # the block's own
+
+
+def test_explain_and_show_load_answer(block):
+    explained = _ran(block, "explain", STUDY)
+    assert "trial #" in explained.text and "Traceback" not in explained.text
+    load = _ran(block, "show", STUDY, "--load")
+    assert "replicas for 20 req/s" in load.stdout and "one CPU machine" in load.stdout
+    assert "GPU(s)" not in load.stdout  # a CPU study's replica holds a machine, no GPU
+
+
+def test_the_trace_study_says_what_it_replayed(block):
+    tune = _ran(block, "tune", "--study", TRACE)
+    assert "replayed" in tune.stdout and "of 360 requests" in tune.stdout
+
+
+def test_the_written_scenario_is_what_ran(block):
+    """`tune --model` wrote its scenario; `init` with the same options finds it the same
+    (the file `autotune tune FILE` resumes, checked without another engine)."""
+    cwd, _ = block
+    done = readme.run(".venv/bin/autotune init --model ~/.cache/autotune/models/tiny "
+                      "--slo e2el_p95_ms=2500", cwd)
+    assert done.returncode == 0, done.text
+    assert "already written, the same scenario" in done.stdout
+    assert (cwd / "studies" / STUDY / "scenario.yaml").is_file()
