@@ -79,7 +79,7 @@ def test_baselines_first_then_search_with_full_records(tuned):
     assert set(searched.constraints) == set(defaults.constraints) == set(broken.constraints)
     assert "slo:ttft_p95_ms" in defaults.constraints and broken.constraints["completed"] > 0
     assert (root / "engine-test" / "trials" / "0" / "engine.log").exists()
-    assert "best: trial #" in proc.stdout
+    assert "decision: " in proc.stdout  # the end of the run: what to launch
 
 
 def test_show_explains_every_trial(tuned):
@@ -94,7 +94,8 @@ def test_show_explains_every_trial(tuned):
     text = subprocess.run([sys.executable, "-m", "autotune", "show", "engine-test",
                            "--studies-dir", str(root)], capture_output=True, text=True,
                           check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
-    assert "kv_too_small" in text and "over vLLM defaults" in text
+    assert text.startswith("decision: ") and "kv_too_small" in text
+    assert "x vLLM defaults" in text  # the capacity ratio
     one = subprocess.run([sys.executable, "-m", "autotune", "show", "engine-test", "--trial",
                           "2", "--studies-dir", str(root)], capture_output=True, text=True,
                          check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
