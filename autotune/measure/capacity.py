@@ -36,7 +36,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 
@@ -433,7 +433,10 @@ def tied(a: CapacityRecord, b: CapacityRecord) -> bool:
 @dataclass(frozen=True)
 class Ratio:
     """One capacity over another (a configuration's over vLLM's defaults'): the ratio of the
-    two and the interval their intervals allow (low over high, high over low)."""
+    two and the interval their intervals allow (low over high, high over low); its verdict
+    is written beside them in JSON (`EXTRA`)."""
+
+    EXTRA: ClassVar[tuple[str, ...]] = ("verdict",)
 
     ratio: float
     low: float

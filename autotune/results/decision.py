@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from autotune import reasons
 from autotune.errors import ConfigError
-from autotune.flags import Flags
+from autotune.flags import Flags, to_args
 from autotune.measure import capacity
 from autotune.measure.capacity import Ratio
 from autotune.results import cost
@@ -29,7 +29,7 @@ from autotune.tuning import ranking as ranked
 from autotune.tuning.record import Snapshot, Source, TrialRecord, records
 
 
-def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> capacity.Ratio | None:
+def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> Ratio | None:
     """`best`'s capacity over `reference`'s (`capacity.ratio`), None where either has none
     or they are the same trial."""
     if reference is None or reference.number == best.number or best.capacity is None \
@@ -63,8 +63,6 @@ class Decision:
     @property
     def command_flags(self) -> str:
         """`--max-num-seqs 16 --block-size 32`, or `vLLM's defaults`."""
-        from autotune.flags import to_args
-
         return " ".join(to_args(self.overrides)) or "vLLM's defaults (no flag changes)"
 
     def lines(self) -> list[str]:
@@ -113,7 +111,7 @@ class NoAnswer:
     fix: str
 
     def line(self) -> str:
-        """`no answer: 3 of 3 trials were pruned as guardrail_error (...); fix: ...`."""
+        """`no answer: 3 of 3 trials ended as guardrail_error (...): DETAIL; fix: ...`."""
         if self.trials == 0:
             return "no answer yet: no trial has finished"
         said = f"no answer: {self.count} of {self.trials} trials ended as {self.reason}"
@@ -192,7 +190,7 @@ def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | 
         ratio=capacity_ratio(rec, reference),
         throughput_ratio=throughput_ratio, reference=ranked.reference_name(snap),
         quality=_quality(rec, scenario), caveat=capacity_caveat(rec.capacity),
-        cost=_cost(rec, reference, price, load),
+        cost=_cost(rec, reference, ranked.reference_name(snap), price, load),
         score=rec.values[0] if rec.values else None,
         score_gain=rec.gain,
         is_reference=reference is not None and reference.number == rec.number)
@@ -206,10 +204,10 @@ def _quality(rec: TrialRecord, scenario: dict[str, Any]) -> str:
     return "not checked"
 
 
-def _cost(rec: TrialRecord, reference: TrialRecord | None, price: cost.Price,
-          load: float | None) -> str | None:
-    """`cost: 0.109 USD per million output tokens; 3 replicas for 20 req/s (vLLM defaults:
-    4)`, where a price or a load is known."""
+def _cost(rec: TrialRecord, reference: TrialRecord | None, reference_name: str,
+          price: cost.Price, load: float | None) -> str | None:
+    """`cost: 0.109 USD per million output tokens; 3 replica(s) of 1 GPU for 20 req/s (vLLM
+    defaults: 4)`, where a price or a load is known."""
     if not price.known and load is None:
         return None
     mine = cost.trial_cost(rec, price, load)
@@ -222,7 +220,7 @@ def _cost(rec: TrialRecord, reference: TrialRecord | None, price: cost.Price,
     if mine.replicas is not None:
         theirs = cost.trial_cost(reference, price, load) if reference is not None else None
         parts.append(f"{mine.replicas} replica(s) of {mine.holds} for {load:g} req/s"
-                     + (f" (vLLM's defaults: {theirs.replicas})"
+                     + (f" ({reference_name}: {theirs.replicas})"
                         if theirs is not None and theirs.replicas is not None
                         and reference is not None and reference.number != rec.number
                         else ""))

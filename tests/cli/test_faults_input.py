@@ -316,7 +316,7 @@ def cli_scenario(sections: dict):
     return Scenario.model_validate({"model": {"tiny": "tiny"}, **sections})
 
 
-def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch):
+def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch, capsys):
     """The checks do not refuse a good command: the study folder and its log are made, and
     the options arrive parsed (the run itself is stubbed: no engine here)."""
     from autotune.cli import tune as tune_cli
@@ -343,6 +343,8 @@ def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch):
         for h in set(logger.handlers) - set(handlers):
             logger.removeHandler(h)
             h.close()
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip()]
+    assert said[-1] == "no answer yet: no trial has finished"  # the last line says why
     request = calls["request"]  # one resolved request: study.tune resolves nothing itself
     assert (request.trials, request.timeout_s, request.scenario.name) == (3, 5400, "other")
     assert request.location.folder.resolve() == tmp_path / "studies" / "other"

@@ -34,6 +34,17 @@ def test_attribution_order(figures, lag, kind):
     assert got.valid == (kind != "client")
 
 
+def test_a_lagging_client_at_low_cpu_is_starved_not_saturated():
+    """A process at 5 % of a core is not saturated: its loop woke late because the
+    machine's cores were busy elsewhere (the engine, on 2 shared cores)."""
+    starved = bottleneck.attribute({"client_cpu": 5.0}, {"lag_p99_ms": 68.0})
+    assert starved.kind == "client" and not starved.valid
+    assert starved.text.startswith("client starved: its event loop woke 68 ms late (p99) "
+                                   "with its process at 5 % of a core")
+    busy = bottleneck.attribute({"client_cpu": 97.0}, {"lag_p99_ms": 68.0})
+    assert busy.text.startswith("client saturated: its process 97 % of a core")
+
+
 def test_front_end_text_names_the_figures():
     got = bottleneck.attribute({"api_server_cpu": 98.4, "api_servers": 1})
     assert got.text == "front end: API server 98 % of one core (1 API server)"

@@ -323,3 +323,11 @@ def test_no_winner_is_said_not_sized(tmp_path, capsys):
     assert main(["show", str(path), "--load", "10", "--gpu-hour", "1"]) == 0
     assert "money and machines: no single winner to size" in capsys.readouterr().out
     assert "No single winner to size" in reportpage.build(st, load=10.0)
+
+
+def test_a_cpu_replica_holds_a_machine_not_a_gpu():
+    """vLLM's CPU build counts as one device so that it has a cost; it holds no GPU."""
+    cpu = cost.TrialCost(0, "cpu", 1, 5.0, 500.0, False, "USD", None, None)
+    gpu = cost.TrialCost(1, "NVIDIA H200", 2, 5.0, 500.0, False, "USD", None, None)
+    assert (cpu.holds, gpu.holds) == ("one CPU machine", "2 GPUs")
+    assert "replicas of one CPU machine" in cpu.line()

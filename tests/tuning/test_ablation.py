@@ -208,3 +208,17 @@ def test_explain_refuses_bad_input_in_one_line(tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_winner_that_changes_nothing_launches_nothing_and_says_so():
+    """vLLM's defaults won: there is no flag to take away, and no engine is started (the
+    explanation said "every flag matters" and announced runs it never made)."""
+    st = optuna.create_study(study_name="abl", direction="maximize")
+    add(st, {}, 50.0, 55.0, baseline=DEFAULTS)
+    winner = ablation.target(st)
+    assert ablation.real_overrides(st, winner) == {}
+    calls: list[Any] = []
+    found = ablation.ablate(st, winner, lambda *a: calls.append(a))  # type: ignore[arg-type]
+    assert calls == [] and found.minimal == winner.number
+    assert found.lines() == ["trial #0 at 50.0 req/s changes nothing from vLLM's effective "
+                             "defaults: no flag to take away, no engine launched"]

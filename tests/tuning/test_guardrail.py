@@ -1,5 +1,6 @@
 """The guardrail's comparisons and thresholds on hand-made samples."""
 
+import dataclasses
 import json
 
 import pytest
@@ -230,3 +231,65 @@ def test_a_local_models_chat_template_is_found_where_transformers_finds_it(tmp_p
     said = guardrail.has_chat_template(str(model))
     assert said == bool(AutoTokenizer.from_pretrained(str(model)).chat_template)
     assert said == (where in ("file", "config", "extra-folder"))
+
+
+def test_items_longer_than_the_engines_context_are_left_out_and_named():
+    # prompt + answer + the scoring request's one more token must fit
+    assert guardrail.fitting([10, 2039, 1329, 40], 48, 2048) == [0, 2, 3]
+    assert guardrail.fitting([10, 2039, 1329, 40], 48, 1024) == [0, 3]
+    assert guardrail.fitting([10, 2039], 48, None) == [0, 1]  # the context unknown: all
+    text = guardrail.left_out_text("guardrail prompt", [1, 2], [10, 2039, 1329], 48, 2048)
+    assert text == ("guardrail prompt 2 (2,039 tokens), 3 (1,329 tokens) + 48 to answer: "
+                    "longer than the engine's 2,048-token context, left out")
+    assert guardrail.left_out_text("task item", [], [10], 24, 2048) is None
+    many = guardrail.left_out_text("task item", range(5), [9999] * 5, 24, 100)
+    assert many is not None and "and 2 more" in many
+    q = Quality(drift=0.0, agreement=1.0, passed=True, verdict=accuracy.UNCHANGED,
+                left_out=[text])
+    assert q.words().endswith(text)
+
+
+def test_a_check_autotune_could_not_send_is_no_rejection():
+    """A check the engine refused as autotune built it (HTTP 4xx) is `not_checked`: the
+    trial stands (no quality constraint broken) and says why."""
+    q = Quality(not_checked="guardrail request failed: HTTP 400: too long")
+    assert guardrail.constraints(q) == {"quality": 0.0}
+    assert q.words() == "not checked: guardrail request failed: HTTP 400: too long"
+    assert Quality.from_dict(json.loads(json.dumps(q.as_dict()))).not_checked == q.not_checked
+
+
+def test_a_reference_made_before_items_were_left_out_reads_with_none_left_out(tmp_path):
+    ref = Reference(["p"], 4, [_s([1, 2], [-0.5, -0.25])], {"drift": 0.0, "agreement": 1.0},
+                    {"drift": 0.01, "agreement": 0.5})
+    data = json.loads(json.dumps(dataclasses.asdict(ref)))
+    data.pop("left_out")
+    path = tmp_path / "reference.json"
+    path.write_text(json.dumps(data))
+    assert Reference.load(path).left_out == []
+
+
+def test_a_refused_check_leaves_the_trial_standing_and_an_engine_failure_prunes(monkeypatch):
+    """`trial._quality`: the engine refusing autotune's request (HTTP 4xx, `Refused`) is
+    `not_checked` (the trial completes); the engine failing under the check (HTTP 5xx, a
+    dropped connection) is an `error`, which prunes it as guardrail_error."""
+    from autotune.measure.loadgen import Target
+    from autotune.tuning import trial
+
+    guard = guardrail.Guard(GuardrailSpec(), ["p"], None, guardrail.PLAIN, "m")
+    facts = trial.Facts({})
+    target = Target("http://127.0.0.1:9", "m", {})
+
+    def refused(*a, **k):
+        raise guardrail.Refused("guardrail request failed: HTTP 400: prompt too long")
+
+    monkeypatch.setattr(guardrail, "make_reference", refused)
+    quality, ref = trial._quality(target, guard, facts, "m", lambda: None)
+    assert ref is None and quality.error is None and quality.not_checked
+    assert guardrail.constraints(quality) == {"quality": 0.0}
+
+    def failed(*a, **k):
+        raise RuntimeError("guardrail request failed: HTTP 500: EngineCore encountered")
+
+    monkeypatch.setattr(guardrail, "make_reference", failed)
+    quality, _ = trial._quality(target, guard, facts, "m", lambda: None)
+    assert quality.error is not None and quality.error.startswith("RuntimeError: ")

@@ -110,6 +110,10 @@ def test_init_writes_says_why_and_refuses_to_overwrite_another_scenario(tiny_mod
     path = tmp_path / "tiny-cpu" / "scenario.yaml"
     assert f"wrote {path}" in first.stdout and "max-num-seqs 4-64" in first.stdout
     assert config.load(path).objective.slos == {"e2el_p95_ms": 2500}
+    # the guardrail's prompt 13 is 2,039 tokens through the tiny model's template, + 48 to
+    # answer + 1 to score: 2,048 would leave it 9 tokens and its check an HTTP 400
+    assert config.load(path).engine.flags["max-model-len"] == 4096
+    assert "the quality check's longest prompt and answer 2,088" in first.stdout
     again = _init("--model", str(tiny_model), "--slo", "e2el_p95_ms=2500", "--studies-dir",
                   str(tmp_path), cwd=tmp_path)
     assert again.returncode == 0 and "already written, the same scenario" in again.stdout
@@ -157,3 +161,17 @@ def test_a_trace_file_is_told_from_a_file_of_prompts(tmp_path):
                                                            "path": str(prompts)}
     shipped = starter.workload_of("trace", cpu=True)
     assert (shipped["kind"], shipped["dataset"]) == ("trace", "day")
+
+
+def test_the_quality_check_sizes_max_model_len(tiny_model):
+    """What the guardrail needs of one sequence, as the tiny model's tokenizer counts it,
+    and a build that fits it (or the model's own context, where that is all there is)."""
+    need = starter.check_tokens(str(tiny_model))
+    assert need == 2039 + 48 + 1
+    build = starter.build(str(tiny_model), {"e2el_p95_ms": 2500}, card=starter.Card("cpu", None),
+                          engine=engine_info(), shape=TINY, check=need)
+    assert build.scenario.engine.flags["max-model-len"] == 4096
+    tight = dataclasses.replace(TINY, max_position_embeddings=2048)
+    build = starter.build(str(tiny_model), {"e2el_p95_ms": 2500}, card=starter.Card("cpu", None),
+                          engine=engine_info(), shape=tight, check=need)
+    assert "max-model-len" not in build.scenario.engine.flags  # the model's own 2,048

@@ -1,0 +1,139 @@
+"""The decision a study gives (`autotune.results.decision`): on committed studies, on studies
+built record by record, and when there is none, `tune`'s last line and exit code."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune import reasons
+from autotune.cli import tune as tune_cli
+from autotune.cli.main import main
+from autotune.measure import capacity
+from autotune.measure.capacity import CapacityRecord
+from autotune.results import cost, decision
+from autotune.results.summary import Summary
+from autotune.tuning import record
+from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord
+from tests.paths import ROOT
+
+GUIDED = ROOT / "studies" / "qwen3-4b-h200-guided-2.db"
+
+
+def _cap(low: float, high: float | None, spread: float = 0.0) -> dict:
+    return {"request_throughput": low, "output_throughput": low * 100, "low": low, "high": high,
+            "spread": spread, "uncertainty": 0.05}
+
+
+def _study(*caps: dict | None, overrides: tuple[dict, ...] = ()) -> optuna.Study:
+    """VLLM's defaults with the first capacity, then one searched trial per other one (its
+    flags from `overrides`); weighted scores from the capacities."""
+    st = optuna.create_study(study_name="s", directions=["maximize"])
+    st.set_user_attr("scenario", {"objective": {"slos": {"e2el_p95_ms": 2500}}})
+    for i, cap in enumerate(caps):
+        flags = overrides[i - 1] if i else {}
+        fields = {"baseline": DEFAULTS} if i == 0 else {}
+        if cap is None:
+            record.add(st, TrialState.PRUNED, flags=flags, reason=reasons.OOM,
+                       detail="CUDA out of memory", **fields)
+            continue
+        score = math.log(cap["low"] / caps[0]["low"]) if caps[0] else 0.0
+        record.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
+                   metrics={"capacity": cap, "output_throughput": cap["low"] * 100},
+                   measures={"throughput": cap["low"] * 100, "latency_ms": 100.0,
+                             "memory_mib": 1000.0}, gain=math.exp(score) - 1, **fields)
+    return st
+
+
+def test_a_committed_h200_study_decides_by_its_capacity_ratio():
+    found, none = decision.of_study(optuna.load_study(study_name="qwen3-4b-h200-guided-2",
+                                                      storage=f"sqlite:///{GUIDED}"),
+                                    cost.Price(), None)
+    assert none is None and found is not None
+    assert found.overrides == {"api-server-count": 2}
+    assert found.ratio is not None and found.ratio.verdict == "gain"
+    lines = found.lines()
+    assert lines[0].startswith("decision: trial #1 ") and "--api-server-count 2" in lines[0]
+    assert lines[1].startswith("  capacity at SLO (TTFT p95 ≤ 500 ms, TPOT p95 ≤ 75 ms): 91.5 "
+                               "req/s") and "1.34x vLLM defaults at 68.2 req/s" in lines[1]
+    assert lines[-1].startswith("  score +0.0451")  # the weighted score last, by that name
+
+
+def test_a_win_outside_the_noise_is_a_gain_with_its_interval():
+    st = _study(_cap(10.0, 11.0), _cap(20.0, 21.0), overrides=({"max-num-seqs": 16},))
+    found, _ = decision.of_study(st, cost.Price(), None)
+    assert found is not None and found.trial == 1 and not found.is_reference
+    ratio = found.ratio
+    assert ratio is not None and ratio.ratio == pytest.approx(2.0)
+    assert (ratio.low, ratio.high) == (pytest.approx(20 / 11), pytest.approx(2.1))
+    assert "2.00x vLLM defaults at 10 req/s (1.82-2.10x: gain)" in found.lines()[1]
+
+
+def test_a_tie_keeps_vllms_defaults_and_says_so():
+    st = _study(_cap(10.0, 12.0), _cap(11.0, 12.5), overrides=({"max-num-seqs": 16},))
+    found, _ = decision.of_study(st, cost.Price(), None)
+    assert found is not None and found.trial == 0 and found.is_reference
+    assert found.lines()[0].startswith("decision: keep vLLM's defaults (trial #0")
+    assert "1.00x vLLM defaults: it is their own" in found.lines()[1]
+
+
+def test_cost_and_replicas_ride_in_the_decision():
+    st = _study(_cap(10.0, 11.0), _cap(20.0, 21.0), overrides=({"max-num-seqs": 16},))
+    found, _ = decision.of_study(st, cost.Price(gpu_hour=3.6, source="--gpu-hour"), 50.0)
+    assert found is not None and found.cost is not None
+    assert "3 replica(s) of 1 GPU for 50 req/s (vLLM defaults: 5)" in found.cost
+    assert "per million output tokens" in found.cost
+
+
+def test_no_feasible_trial_names_the_shared_reason_and_the_fix():
+    st = _study(None, None, None, overrides=({"max-num-seqs": 16}, {"max-num-seqs": 64}))
+    found, none = decision.of_study(st, cost.Price(), None)
+    assert found is None and none is not None
+    line = none.line()
+    assert line.startswith("no answer: 3 of 3 trials ended as oom (out of memory")
+    assert "CUDA out of memory" in line and "fix: lower gpu-memory-utilization" in line
+    summary = Summary.of(st)
+    assert summary.decision is None and summary.no_answer == none
+    assert tune_cli._answered(summary) == tune_cli.NO_ANSWER == 4
+    assert summary.as_json()["no_answer"]["reason"] == reasons.OOM
+
+
+def test_infeasible_trials_are_an_slo_missed():
+    st = optuna.create_study(study_name="s", directions=["maximize"])
+    record.add(st, values=[0.0], constraints={"slo": 1.0}, flags={}, baseline=DEFAULTS,
+               measures={"throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0})
+    none = decision.no_answer(record.records(st))
+    assert none.reason == "SLO missed" and "loosen the SLO" in none.fix
+
+
+def test_show_puts_the_decision_on_its_first_lines(tmp_path, capsys):
+    db = tmp_path / "s.db"
+    shutil.copy(GUIDED, db)
+    assert main(["show", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("decision: trial #1 ")
+    assert any("1.34x vLLM defaults" in line for line in lines[1:5])
+    assert main(["show", str(db), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["decision"]["trial"] == 1 and data["decision"]["ratio"]["verdict"] == "gain"
+    assert "no_answer" not in data
+
+
+def test_the_ratio_of_two_capacity_records():
+    a = CapacityRecord(request_throughput=20.0, low=20.0, high=22.0, spread=0.0)
+    b = CapacityRecord(request_throughput=10.0, low=10.0, high=11.0, spread=0.0)
+    r = capacity.ratio(a, b)
+    assert r is not None and (r.ratio, r.verdict) == (2.0, "gain")
+    assert capacity.ratio(b, a).verdict == "loss"  # type: ignore[union-attr]
+    assert capacity.ratio(a, CapacityRecord()) is None  # no capacity: no ratio
+
+
+def test_a_record_of_the_defaults_reads_as_such():
+    snap = Snapshot.of(_study(_cap(10.0, 11.0)))
+    rec: TrialRecord = snap.trials[0]
+    assert decision.capacity_ratio(rec, rec) is None  # itself: no ratio, "its own"
