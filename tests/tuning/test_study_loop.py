@@ -205,6 +205,23 @@ def test_ctrl_c_marks_the_trial_interrupted_and_queues_it_again(tmp_path):
     assert runner.calls == [{"enforce-eager": True, "max-num-seqs": 4}]
 
 
+def test_defaults_interrupted_run_first_again_under_the_next_number(tmp_path):
+    """What the README says of a Ctrl-C during vLLM's defaults: the resumed study runs them
+    first again, as trial 1, and every figure is still relative to them."""
+    scenario = _scenario()
+    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    with pytest.raises(KeyboardInterrupt):
+        study.loop(st, scenario, "/m", tmp_path / "seam", trials=3,
+                   runner=Canned(interrupt_at=1))
+    runner = Canned()
+    study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
+    recs = record.records(st)
+    assert recs[0].state == TrialState.FAIL and recs[0].outcome == record.INTERRUPTED
+    assert recs[1].is_defaults and recs[1].state == TrialState.COMPLETE
+    assert runner.calls[0] == {"enforce-eager": True}  # the defaults' engine, first
+    assert ranking.reference_trial(st).number == 1
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_during_the_writes_is_held_until_they_are_done(sig):
     """`no_interrupts` holds a signal, never drops it: a `--gpus` worker gets one SIGINT."""
