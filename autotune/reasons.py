@@ -31,6 +31,7 @@ BEHIND = "behind"
 BELOW_BEST = "below_best_capacity"
 TIED_WITH_BEST = "tied_inside_best"
 UNREACHABLE = "slos_missed_at_low_load"
+NO_PASSING_RATE = "no_rate_passed"
 # After the workload.
 NO_SUCCESSFUL_REQUESTS = "no_successful_requests"
 GUARDRAIL_ERROR = "guardrail_error"
@@ -64,6 +65,7 @@ REASONS: dict[str, str] = {
     TIED_WITH_BEST: "the capacity search stopped: it passed at the best's lower bound and "
                     "failed at its upper bound (a tie)",
     UNREACHABLE: "the SLOs are missed even at a nearly idle load",
+    NO_PASSING_RATE: "no rate the capacity search tried met the SLOs while keeping pace",
     NO_SUCCESSFUL_REQUESTS: "no request of the workload succeeded",
     GUARDRAIL_ERROR: "the quality check against the reference outputs could not run",
     DEFAULTS_FIRST: "given back to the queue: vLLM's defaults must run first",

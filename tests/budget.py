@@ -18,6 +18,10 @@ REASONS = {
     "tests/acceptance/test_readme_engine.py::test_every_study_of_the_block_has_a_decision":
         "its set-up runs the README's main job as written: two studies of five trials in "
         "all, explain, every export, the report (the acceptance tier, issue 47)",
+    "tests/measure/test_traces_engine.py::test_bench_finds_the_time_scale_a_configuration_"
+    "serves":
+        "a capacity search of the shipped day trace (burst, sustained steps) after its "
+        "unloaded run, on an engine of its own in the `alone` phase (135 s alone here)",
     "tests/tuning/test_prune_engine.py::test_every_documented_outcome_within_the_budget":
         "its set-up runs the shipped cpu-pressure study, whose every outcome the README "
         "promises (five engines)",

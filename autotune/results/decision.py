@@ -135,6 +135,9 @@ FIXES = {
     reasons.TIMEOUT: "raise engine.startup_timeout_s or budget.trial_timeout",
     reasons.UNREACHABLE: "loosen the SLO: even a nearly idle engine misses it "
                          "(`autotune show STUDY --slo KEY=MS` re-ranks without a GPU)",
+    reasons.NO_PASSING_RATE: "loosen the SLO, or give the search more steps "
+                             "(`capacity.max_steps`); `autotune show STUDY --trial N` gives "
+                             "each step's reason",
     reasons.MAX_MODEL_LEN_TOO_SHORT: "raise max-model-len to the workload's longest request",
     reasons.PREEMPTION: "a smaller max-num-seqs or a larger KV cache",
     "SLO missed": "loosen the SLO, or make the workload lighter "

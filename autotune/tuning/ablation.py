@@ -277,9 +277,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
     """Take the winner's real overrides away, one at a time, then the ones that can go
     together (see the module's docstring); `measure(flags, origin)` runs one configuration
     as a trial and gives its record, `room()` says whether another run fits the budget."""
-    if winner.capacity is None or not winner.capacity.low:
-        raise ConfigError(f"explain: trial #{winner.number} has no capacity at SLO to explain "
-                          "(only capacity-mode studies are explained)")
+    won, won_rps = _explainable(winner)
     reference = ranking.reference_trial(study)
     effective = ranking.effective_defaults(study)
     fixed = ranking.fixed_flags(study)
@@ -327,7 +325,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
         complete = False
     return Explanation(
         winner=winner.number, reference=reference.number if reference else None,
-        winner_rps=winner.capacity.low,
+        winner_rps=won_rps,
         reference_rps=reference.capacity.low if reference and reference.capacity else None,
         parts=tuple(parts), together=together, minimal=minimal.number,
         minimal_flags=real_overrides(study, minimal), complete=complete,
@@ -335,7 +333,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
         control_low=control.capacity.low if control and control.capacity else None,
         control_high=control.capacity.high if control and control.capacity else None,
         control_tied=bool(control and control.capacity and control.capacity.low
-                          and capacity.tied(control.capacity, winner.capacity)),
+                          and capacity.tied(control.capacity, won)),
         control_rejected="" if control is None or control.feasible
         or control.state != TrialState.COMPLETE else rejection(control),
         quality_void=bar.quality_void)
@@ -348,9 +346,7 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
     """`ablate`'s `measure`: a fresh engine per configuration, its capacity search starting
     at the winner's rate and stopped once it fails a step below it, told to the study as a
     trial of its own; a configuration some finished trial already ran is that trial."""
-    won = winner.capacity
-    assert won is not None and won.low
-    start = won.low
+    won, start = _explainable(winner)
     control_text = _control_origin(winner).text
 
     def floor() -> float:
@@ -422,7 +418,18 @@ def target(study: optuna.Study, trial: int | None = None) -> TrialRecord:
         else _to_explain(study)
     if winner is None:
         raise ConfigError("explain: the study has no feasible completed trial to explain")
+    _explainable(winner)
     return winner
+
+
+def _explainable(winner: TrialRecord) -> tuple[capacity.CapacityRecord, float]:
+    """The winner's capacity and its rate, which every comparison of `explain` is made
+    against; ConfigError for a trial without one."""
+    cap = winner.capacity
+    if cap is None or not cap.low:
+        raise ConfigError(f"explain: trial #{winner.number} has no capacity at SLO to explain "
+                          "(only capacity-mode studies are explained)")
+    return cap, cap.low
 
 
 def _to_explain(study: optuna.Study) -> TrialRecord | None:

@@ -208,9 +208,11 @@ class TrialRecord:
     @property
     def feasible(self) -> bool:
         """Completed, with every constraint met; a completed trial without constraints
-        (none was recorded) is not known to be feasible."""
+        (none was recorded) is not known to be feasible, nor is a capacity search that found
+        no rate (studies made before such a search was pruned kept it complete)."""
         return self.state == TrialState.COMPLETE and bool(self.constraints) \
-            and all(c <= 0 for c in self.constraints.values())
+            and all(c <= 0 for c in self.constraints.values()) \
+            and (self.capacity is None or bool(self.capacity.low))
 
     @cached_property
     def capacity(self) -> CapacityRecord | None:

@@ -248,8 +248,15 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
                                   should_stop=anchor.stop_rule(), alive=alive,
                                   start=anchor.start, factor=anchor.factor,
                                   burst=anchor.burst, ceiling=anchor.ceiling)
-        if summary["capacity"]["stopped"] == capacity.BELOW_BEST:
+        found = capacity.CapacityRecord.from_dict(summary["capacity"])
+        if found.stopped == capacity.BELOW_BEST:
             summary["stopped_after_probe"] = capacity.BELOW_BEST
+        elif not found.low:
+            # No rate met the SLOs and kept pace: the trial has no capacity to rank by, and
+            # its gentlest step's latencies alone could meet the SLOs (a step that fell
+            # behind its arrivals), so it is pruned rather than left to read as feasible.
+            summary["stopped_after_probe"] = found.stopped if found.stopped in (
+                capacity.UNREACHABLE, reasons.NO_SUCCESSFUL_REQUESTS) else reasons.NO_PASSING_RATE
         return summary
     probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
         if spec.enabled and workload.kind != "chat" else 0

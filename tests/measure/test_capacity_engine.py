@@ -198,6 +198,26 @@ def test_one_sequence_at_a_time_stops_below_the_best(one_seq, tiny_model, loose,
         [("ceiling", best, False)]
 
 
+def test_a_search_with_no_passing_rate_prunes_the_trial(eight, tiny_model):
+    """A 1-ms TTFT no step meets, two steps allowed: the search ends with no capacity, and
+    the trial is pruned with the reason, never left complete on its gentlest step's figures
+    (which alone can meet the SLOs when the step fell behind its arrivals)."""
+    from autotune import reasons
+    from autotune.config import Scenario
+    from autotune.tuning import trial
+
+    spec = SPEC.model_copy(update={"capacity": CAP.model_copy(update={"max_steps": 2})})
+    scenario = Scenario.model_validate({"model": {"path": str(tiny_model)},
+                                        "objective": {"slos": {"ttft_p95_ms": 1.0}},
+                                        "workload": spec})
+    summary = trial._measure(eight, scenario, spec, str(tiny_model), None, None,
+                             capacity.Anchor())
+    found = capacity.CapacityRecord.from_dict(summary["capacity"])
+    assert not found.low and not any(s.passed for s in found.steps)
+    assert summary["stopped_after_probe"] == (found.stopped or reasons.NO_PASSING_RATE)
+    assert summary["stopped_after_probe"] in reasons.REASONS
+
+
 def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> capacity.Step:
     """One sustained step at `rate` of 128-token replies, judged as the search judges it."""
     cap = CapacitySpec(min_step_s=seconds, max_step_s=seconds)

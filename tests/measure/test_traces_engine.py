@@ -19,6 +19,9 @@ from tests import azure
 pytestmark = [pytest.mark.engine]
 
 
+# `alone`: a capacity search, judged against an SLO measured minutes before; beside another
+# engine test on two busy cores it failed in CI (2026-12-03) and passed alone (135 s).
+@pytest.mark.alone
 def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_model,
                                                            tmp_path):
     model = str(tiny_model)

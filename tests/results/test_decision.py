@@ -111,6 +111,34 @@ def test_infeasible_trials_are_an_slo_missed():
     assert none.reason == "SLO missed" and "loosen the SLO" in none.fix
 
 
+def test_a_complete_capacity_search_without_a_rate_is_not_an_answer():
+    """A study made before such trials were pruned: vLLM's defaults complete, their SLO
+    figures met on the gentlest failing step, and no rate passed. It is not feasible, so no
+    decision rests on it and `explain` refuses it before launching anything."""
+    from autotune.errors import ConfigError
+    from autotune.tuning import ablation
+
+    st = optuna.create_study(study_name="s", directions=["maximize"])
+    record.add(st, values=[0.0], constraints={"slo": -1.0}, flags={}, baseline=DEFAULTS,
+               metrics={"capacity": {**_cap(0.0, 2.0), "low": None}},
+               measures={"throughput": 0.0, "latency_ms": 100.0, "memory_mib": 1000.0})
+    rec = record.records(st)[0]
+    assert rec.state == TrialState.COMPLETE and rec.constraints and not rec.feasible
+    found, none = decision.of_study(st, cost.Price(), None)
+    assert found is None and none is not None
+    with pytest.raises(ConfigError, match="trial 0 is not a feasible completed trial"):
+        ablation.target(st, 0)
+
+
+def test_a_search_with_no_passing_rate_says_its_fix():
+    st = optuna.create_study(study_name="s", directions=["maximize"])
+    record.add(st, TrialState.PRUNED, flags={}, baseline=DEFAULTS,
+               reason=reasons.NO_PASSING_RATE)
+    none = decision.no_answer(record.records(st))
+    assert none.reason == reasons.NO_PASSING_RATE and "capacity.max_steps" in none.fix
+    assert "met the SLOs while keeping pace" in none.line()
+
+
 def test_show_puts_the_decision_on_its_first_lines(tmp_path, capsys):
     db = tmp_path / "s.db"
     shutil.copy(GUIDED, db)
