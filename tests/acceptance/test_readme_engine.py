@@ -21,7 +21,9 @@ from tests import readme
 # `alone`: each study measures the engine's capacity, as a user running the README on a
 # machine of their own would; beside another engine test on two busy cores the client fell
 # behind its schedule at every rate (CI, 2026-12-03) and vLLM's defaults found no capacity.
-pytestmark = [pytest.mark.engine, pytest.mark.alone,
+# The block's set-up is the longest of the suite: 426-498 s alone here, over the default
+# 900-s timeout once when other work shared the two cores; a hang still ends.
+pytestmark = [pytest.mark.engine, pytest.mark.alone, pytest.mark.timeout(1800),
               pytest.mark.usefixtures("no_leftover_engine")]
 
 STUDY = "tiny-cpu"  # what the block's `tune --model` names its first study
