@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune.errors import ConfigError
-from autotune.results.export import gpu_count, on_cpu
+from autotune.results.replica import gpu_count, on_cpu
 from autotune.tuning.record import TrialRecord
 
 CURRENCY = "USD"  # the scenario's default (`config.CostSpec`)
