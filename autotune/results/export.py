@@ -30,7 +30,8 @@ from autotune.tuning import ranking
 from autotune.tuning.quality import accuracy
 from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
-from autotune.tuning.record import Source, TrialRecord
+from autotune.tuning.records.snapshot import Source
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import Recheck, Validation
 
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")

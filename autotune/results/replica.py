@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 
 def flag_count(flags: Mapping[str, Any], name: str) -> int:

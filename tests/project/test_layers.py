@@ -1,5 +1,5 @@
 """The package's shape: imports point down the layers, no module imports itself through
-others, and only the record module touches Optuna's user attributes (docs/architecture.md's
+others, and only the record modules touch Optuna's user attributes (docs/architecture.md's
 layers, checked on the source itself)."""
 
 from __future__ import annotations
@@ -152,11 +152,20 @@ def _touching_user_attrs(allowed: set[Path]) -> list[str]:
             if USER_ATTRS.search(line)]
 
 
-def test_only_the_record_module_reads_or_writes_user_attributes():
+# The modules that read or write them: a trial's record (`TrialRecord.of`), the study's own
+# attributes (`StudyRecord.of` and its setters) and a trial's writers (`write`,
+# `set_constraints`).
+RECORD_MODULES = {PACKAGE / "tuning" / "records" / f"{name}.py"
+                  for name in ("trialrecord", "studyrecord", "writers")}
+
+
+def test_only_the_record_modules_read_or_write_user_attributes():
     """Trials' user attributes and the study's own (its scenario, engine defaults,
-    reference, baselines, workers, validations) go through `tuning/record.py`
-    (`TrialRecord`, `StudyRecord` and their writers); no other module touches them."""
-    found = _touching_user_attrs({PACKAGE / "tuning" / "record.py"})
+    reference, baselines, workers, validations, explanations) go through
+    `tuning/records/` (`TrialRecord`, `StudyRecord` and their writers); no other module
+    touches them."""
+    assert all(p.is_file() for p in RECORD_MODULES), sorted(map(str, RECORD_MODULES))
+    found = _touching_user_attrs(RECORD_MODULES)
     assert not found, found
 
 
@@ -165,7 +174,7 @@ def test_the_user_attribute_check_sees_study_and_trial_access():
                  "a = t.user_attrs", "trial.set_user_attr('reason', 'oom')",
                  "attrs['user_attrs'] = user_attrs['x']"):
         assert USER_ATTRS.search(line), line
-    for line in ("study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))",
+    for line in ("study.enqueue_trial({}, user_attrs=writers.queued(DEFAULTS, {}))",
                  "attrs = trial.setdefault('user_attrs', [])"):
         assert not USER_ATTRS.search(line), line
 
