@@ -2,7 +2,7 @@
 autotune's client, `autotune validate`) and `Recheck` (the same pairs measured by
 `vllm bench serve`, `validate --client vllm`).
 
-Both are kept as JSON objects with the study (`record.store_validation`) and read back
+Both are kept as JSON objects with the study (`records.studyrecord.store_validation`) and read back
 through `Stored.from_dict`, so a study written by an older autotune still reads and a
 copy writes back what was stored. Readers (the terminal, the report, exports) use their
 attributes and the words they give (`line`, `headline`): one stored type per client.

@@ -272,11 +272,11 @@ def _replayed(db: Path, defaults: Mapping[str, Any]
     from optuna.trial import TrialState
 
     from autotune.measure import capacity
-    from autotune.tuning import record
+    from autotune.tuning.records.snapshot import records
 
     st = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
     out: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
-    for rec in record.records(st, (TrialState.COMPLETE,)):
+    for rec in records(st, (TrialState.COMPLETE,)):
         cap = rec.capacity
         if cap is None or not cap.low or cap.limiting_step is None:
             continue

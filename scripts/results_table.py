@@ -20,7 +20,8 @@ from typing import Any
 import optuna
 
 from autotune.tuning.ranking import reference_trial, stored_scenario
-from autotune.tuning.record import TrialRecord, records
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import TrialRecord
 
 HBM_BPS = 4.8e12  # H200 HBM3e, bytes/s
 

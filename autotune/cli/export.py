@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from autotune import slo
     from autotune.results import cost, export
     from autotune.tuning import ranking
-    from autotune.tuning.record import Snapshot
+    from autotune.tuning.records.snapshot import Snapshot
 
     try:
         slos = slo.parse_all(args.slo)

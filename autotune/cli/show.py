@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     st = open_study(args)
     if args.trial is not None:
-        from autotune.tuning.record import records
+        from autotune.tuning.records.snapshot import records
 
         trials = records(st)
         if not 0 <= args.trial < len(trials):

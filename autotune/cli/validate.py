@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import optuna
     from rich.console import Console
 
-    from autotune.tuning.record import TrialRecord
+    from autotune.tuning.records.trialrecord import TrialRecord
 
 HELP = ("re-run a configuration and the baseline, alternating, "
         "and report the gain with a 95%% confidence interval")

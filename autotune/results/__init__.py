@@ -4,5 +4,5 @@ Public API: `show.open_existing` and `show.summary` (a study's trials as rows an
 `views` (the terminal tables), `report` (plotly figures), `reportpage.write` (one offline
 HTML page), `export.render` (CLI, vLLM YAML, compose, Kubernetes or JSON for one trial).
 
-Reads trials through `autotune.tuning.record.TrialRecord`; never imports the CLI.
+Reads trials through `autotune.tuning.records.trialrecord.TrialRecord`; never imports the CLI.
 """

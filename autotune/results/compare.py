@@ -18,7 +18,7 @@ from autotune.results import cost
 from autotune.results.cost import Price, TrialCost
 from autotune.results.show import model_text, slo_text
 from autotune.tuning import ranking
-from autotune.tuning.record import Snapshot, Source
+from autotune.tuning.records.snapshot import Snapshot, Source
 
 # Why a study has no winner to compare.
 NO_WINNER = "no single feasible winner (none met the SLOs, or a Pareto study)"

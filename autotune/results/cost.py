@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from autotune.errors import ConfigError
-from autotune.results.export import gpu_count, on_cpu
-from autotune.tuning.record import TrialRecord
+from autotune.results.replica import gpu_count, on_cpu
+from autotune.tuning.records.trialrecord import TrialRecord
 
 CURRENCY = "USD"  # the scenario's default (`config.CostSpec`)
 NO_PRICE = "no price: give --gpu-hour or cost.gpu_hour"

@@ -38,7 +38,7 @@ from autotune.errors import ConfigError
 from autotune.results import show
 from autotune.stored import Stored, plain
 from autotune.tuning import ranking
-from autotune.tuning.record import records
+from autotune.tuning.records.snapshot import records
 
 DETAIL = re.compile(r"/api/studies/(\d+)")
 PREFIX = "autotune:"  # the added attributes, apart from the stored ones
@@ -103,7 +103,7 @@ class Trial(Stored):
 
 
 # The key under which a trial's object keeps its user attributes (each an `Attribute`): read
-# by `_attributes`, not as a field, since only the record module reads a trial's attributes
+# by `_attributes`, not as a field, since only the record modules read a trial's attributes
 # by that name (tests/project/test_layers.py).
 ATTRIBUTES = "user_attrs"
 

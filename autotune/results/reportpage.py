@@ -23,7 +23,9 @@ from autotune.tuning import ablation, ranking
 from autotune.tuning.policy import relief
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality.guardrail import Quality
-from autotune.tuning.record import RELIEF, Snapshot, Source, TrialRecord, records
+from autotune.tuning.records.origin import RELIEF
+from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import Validation
 
 # The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table

@@ -19,7 +19,7 @@ from autotune.measure.capacity import CapacityRecord
 from autotune.slo import Slo
 from autotune.stored import Stored
 from autotune.tuning.quality.guardrail import Quality
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.sharing import storage
 
 

@@ -30,7 +30,8 @@ from autotune.tuning.policy import relief
 from autotune.tuning.policy.objective import gain
 from autotune.tuning.quality.accuracy import TaskScore
 from autotune.tuning.quality.guardrail import Quality
-from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord, records
+from autotune.tuning.records.snapshot import Snapshot, records
+from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 from autotune.validation import Recheck, Validation
 
 

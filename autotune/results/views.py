@@ -27,7 +27,7 @@ from autotune.results.decision import capacity_ratio
 from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
 from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning.policy import relief
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.study import Progress
 from autotune.validation import PairRun, Recheck, Validation
 

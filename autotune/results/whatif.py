@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from optuna.trial import TrialState
 
 from autotune.slo import Slo
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 COVERED, AT_LEAST, AT_MOST, NO_DATA = "covered", "at_least", "at_most", "no_data"
 

@@ -1,7 +1,8 @@
 """The tuning layer: an Optuna study over launch flags, one trial at a time.
 
 Public API: `study.tune` (the ask -> run -> tell loop), `trial.run_trial` (one configuration,
-start to finish), `record.TrialRecord` (what a trial measured, the only reader and writer of
+start to finish), `records` (what the study stores: `trialrecord.TrialRecord`, what a trial
+measured, and the study's own `studyrecord.StudyRecord`, the only readers and writers of
 Optuna's user attributes), `ranking` (the best feasible trial, ties within noise),
 `space`, `memory` and `prune` (what to try and what not to launch), `objective` (scores and
 constraints), `guardrail` (quality against reference outputs). Re-measuring a winner

@@ -16,7 +16,7 @@ alone, not both), they go one after another instead, the least loss first, as lo
 capacity stays tied.
 
 Every run is a trial of the study, recorded with its origin ("ablation of #N") and added as
-it finished (`record.append`), so that trials already queued keep their turn; a
+it finished (`writers.append`), so that trials already queued keep their turn; a
 configuration some trial already ran is not run again. The explanation is kept with the
 study (`explain:N`): `show` prints it, and `export` and `validate` choose its smallest tied
 configuration by default (`ranking.smallest_tied`).
@@ -40,11 +40,15 @@ from autotune.errors import ConfigError
 from autotune.flags import Flags
 from autotune.measure import capacity
 from autotune.stored import Stored
-from autotune.tuning import ranking, record
+from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.quality import guardrail
-from autotune.tuning.record import ABLATION, Origin, TrialRecord
+from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.origin import ABLATION, Origin
+from autotune.tuning.records.snapshot import Snapshot, records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 log = logging.getLogger("autotune")
 
@@ -353,7 +357,7 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
         """Stop once a rate one step below the winner's capacity fails too, and below its
         control's (failing at the winner's own rate alone is no clear loss)."""
         lows = [start, capacity.interval(won)[0] * capacity.AROUND]
-        control = next((r for r in record.records(study, (TrialState.COMPLETE,))
+        control = next((r for r in records(study, (TrialState.COMPLETE,))
                         if r.tried_because.text == control_text and r.capacity
                         and r.capacity.low), None)
         if control is not None and control.capacity is not None and control.capacity.low:
@@ -377,8 +381,8 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
                          anchor=capacity.Anchor(floor=floor(), start=start,
                                                 factor=capacity.AROUND))
         t = study_mod.told(study, scenario, outcome, guard, study_dir, n)
-        rec = record.append(study, t.state, t.values, t.constraints, started,
-                            **{**t.fields, "origin": origin.as_dict()})
+        rec = writers.append(study, t.state, t.values, t.constraints, started,
+                             **{**t.fields, "origin": origin.as_dict()})
         cap = rec.capacity
         log.info("%s: trial %d %s, capacity %s", origin.text, rec.number,
                  "feasible" if rec.feasible else ranking.state_text(rec),
@@ -391,7 +395,7 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
 
 def _ran_before(study: optuna.Study, origin: Origin) -> TrialRecord | None:
     """The finished trial an earlier `explain` ran for the same reason (its control)."""
-    return next((r for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
+    return next((r for r in records(study, (TrialState.COMPLETE, TrialState.PRUNED))
                  if r.origin_kind == ABLATION and r.tried_because.text == origin.text), None)
 
 
@@ -407,7 +411,7 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     measure = trial_measure(study, scenario, model, study_dir, winner, guard, runner,
                             study_mod.gpu_released(scenario))
     found = ablate(study, winner, measure, room)
-    record.store_explanation(study, winner.number, found.as_dict())
+    studyrecord.store_explanation(study, winner.number, found.as_dict())
     return found
 
 
@@ -439,21 +443,21 @@ def _to_explain(study: optuna.Study) -> TrialRecord | None:
     best = ranking.feasible_best(study)
     if best is None:
         return None
-    for number, data in record.StudyRecord.of(study).explanations.items():
+    for number, data in StudyRecord.of(study).explanations.items():
         if isinstance(data, Mapping) and data.get("minimal") == best.number:
-            return record.records(study)[number]
+            return records(study)[number]
     return best
 
 
 def stored(study: ranking.Source, number: int) -> Explanation | None:
     """Trial `number`'s explanation, if `explain` ran on it."""
-    data = record.Snapshot.of(study).attrs.explanations.get(number)
+    data = Snapshot.of(study).attrs.explanations.get(number)
     return Explanation.from_dict(data) if isinstance(data, Mapping) else None
 
 
 def latest(study: ranking.Source) -> Explanation | None:
     """The explanation of the study's best feasible trial, or else the last one made."""
-    found = record.Snapshot.of(study).attrs.explanations
+    found = Snapshot.of(study).attrs.explanations
     best = ranking.feasible_best(study)
     number = best.number if best is not None and best.number in found else \
         max(found, default=None)

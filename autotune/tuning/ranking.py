@@ -4,7 +4,7 @@ Capacities whose uncertainty intervals overlap cannot be told apart, so among tr
 with the leader the one that overrides fewest of vLLM's defaults wins: a user should not
 deploy five extra flags for a gain inside the noise. The study loop, `show`, `report`,
 `export` and `validate` all rank through here, on `TrialRecord`s; each function takes the
-study or a `record.Snapshot` of it (read once, for a caller that ranks it several ways).
+study or a `records.snapshot.Snapshot` of it (read once, for a caller that ranks it several ways).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from autotune.flags import Flags, integer, normalize
 from autotune.measure import capacity
 from autotune.slo import Slo
 from autotune.tuning.policy.objective import Measures
-from autotune.tuning.record import Snapshot, Source, StudyRecord, TrialRecord, records
+from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 _NEVER = dt.datetime.max  # sorts a trial without a completion time last

@@ -2,7 +2,7 @@
 
 Each trial is asked of Optuna, run by `trial.run_trial` (or any function with its signature:
 the seam tests give canned outcomes), and told back with its state, its values and its
-named constraints; everything measured goes into the trial record (`record.write`), so the
+named constraints; everything measured goes into the trial record (`writers.write`), so the
 study database alone explains itself. The first trial is vLLM's defaults, and the weighted
 score of every trial is relative to it (`ranking.reference_trial`).
 
@@ -37,13 +37,16 @@ from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacity
 from autotune.stored import plain
-from autotune.tuning import ranking, record
+from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune, relief, space
 from autotune.tuning.quality import guardrail
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import ERROR, INTERRUPTED, TrialRecord
 from autotune.tuning.sharing import creation, heartbeat
 from autotune.tuning.sharing.creation import (  # noqa: F401 (the study's API, as before the split)
     BASELINES_QUEUED,
@@ -80,8 +83,8 @@ def resolve_model(scenario: Scenario) -> str:
 def duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
     """A finished trial that ran the engine these flags would start (`heartbeat.same_engine`,
     vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
-    defaults = record.StudyRecord.of(study).engine_defaults
-    return next((r for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
+    defaults = StudyRecord.of(study).engine_defaults
+    return next((r for r in records(study, (TrialState.COMPLETE, TrialState.PRUNED))
                  if r.number != number and heartbeat.same_engine(flags, r, defaults)), None)
 
 
@@ -153,15 +156,15 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
             else space.suggest(trial, scenario)
         # Announced before anything waits or launches: the flags, why it is tried, then the
         # worker (other workers read a trial with a worker as one whose flags are known).
-        record.write(trial, flags=flags, origin=asked.tried_because.as_dict(),
-                     worker=plain(me))
+        writers.write(trial, flags=flags, origin=asked.tried_because.as_dict(),
+                      worker=plain(me))
         if not asked.is_defaults:
             if not _after_defaults(study, me):
                 _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
                            "vLLM's defaults are queued and must run first")
                 return
             heartbeat.wait_for_twin(study, flags, trial.number, me,
-                                 defaults=record.StudyRecord.of(study).engine_defaults)
+                                 defaults=StudyRecord.of(study).engine_defaults)
             sync_reference(study, guard, scenario, trials_root.parent)
         dup = duplicate(study, flags, trial.number)
         if dup is not None:  # a rejected twin stays rejected
@@ -195,8 +198,8 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
         # trial is FAIL with what happened, never left RUNNING. A bad input stops the
         # study; anything else is logged with its traceback and the study goes on.
         with no_interrupts():
-            record.write(trial, outcome=record.ERROR, reason=type(err).__name__,
-                         detail=str(err)[:2000], **({"flags": flags} if flags else {}))
+            writers.write(trial, outcome=ERROR, reason=type(err).__name__,
+                          detail=str(err)[:2000], **({"flags": flags} if flags else {}))
             study.tell(trial, state=TrialState.FAIL)
             if asked.is_defaults:
                 creation.queue_baselines(study, scenario)
@@ -214,13 +217,13 @@ def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
                flags: dict[str, Any] | None, reason: str | None, detail: str | None) -> None:
     """The trial is FAIL `interrupted` and its configuration goes back into the queue: queued
     first, then failed, so that other workers always find it in one place or the other."""
-    fields: dict[str, Any] = {"outcome": record.INTERRUPTED}
+    fields: dict[str, Any] = {"outcome": INTERRUPTED}
     if flags is not None:
         fields["flags"] = flags
     if reason:
         fields.update(reason=reason, detail=detail)
-    record.write(trial, **fields)
-    study.enqueue_trial(trial.params, user_attrs=record.queued_again(asked),
+    writers.write(trial, **fields)
+    study.enqueue_trial(trial.params, user_attrs=writers.queued_again(asked),
                         skip_if_exists=False)
     study.tell(trial, state=TrialState.FAIL)
 
@@ -245,7 +248,7 @@ def sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario:
     defaults did not run)."""
     if guard is None or guard.reference is not None:
         return
-    data = record.StudyRecord.of(study).reference_data
+    data = StudyRecord.of(study).reference_data
     path = guardrail.reference_path(scenario, study_dir)
     if data is None and not path.exists():
         return
@@ -260,17 +263,17 @@ def _publish_reference(study: optuna.Study, guard: guardrail.Guard | None,
                        scenario: Scenario, study_dir: Path) -> None:
     """Keep the reference this worker loaded in the study too, for workers on other hosts."""
     if guard is None or guard.reference is None \
-            or record.StudyRecord.of(study).reference_data is not None:
+            or StudyRecord.of(study).reference_data is not None:
         return
     path = guardrail.reference_path(scenario, study_dir)
     if path.exists():
-        record.set_reference_data(study, json.loads(path.read_text()))
+        studyrecord.set_reference_data(study, json.loads(path.read_text()))
 
 
 @dataclass(frozen=True)
 class Told:
     """What a trial's outcome tells the study: its state, values, named constraints and
-    record fields (`told`); `_tell` gives them to a running trial, `record.append` to a
+    record fields (`told`); `_tell` gives them to a running trial, `writers.append` to a
     trial measured outside the queue."""
 
     state: TrialState
@@ -294,13 +297,13 @@ def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
     if outcome.quality is not None:
         fields["quality"] = outcome.quality
     if outcome.new_reference is not None and guard is not None:
-        made = record.StudyRecord.of(study).reference
+        made = StudyRecord.of(study).reference
         if made is None:
             guard.reference = outcome.new_reference
             path = guardrail.reference_path(scenario, study_dir)
             outcome.new_reference.save(path)
-            record.set_reference(study, str(path), number)
-            record.set_reference_data(study, json.loads(path.read_text()))
+            studyrecord.set_reference(study, str(path), number)
+            studyrecord.set_reference_data(study, json.loads(path.read_text()))
         else:  # only where the defaults could not run and two trials raced to make one
             log.warning("trial %d made a guardrail reference, but trial %s's is the study's",
                         number, made.get("trial"))
@@ -314,8 +317,8 @@ def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
           outcome: trial_mod.Outcome, guard: guardrail.Guard | None, study_dir: Path) -> None:
     """Write the outcome into the trial record and tell Optuna its state and values."""
     t = told(study, scenario, outcome, guard, study_dir, trial.number)
-    record.set_constraints(trial, t.constraints)
-    record.write(trial, **t.fields)
+    writers.set_constraints(trial, t.constraints)
+    writers.write(trial, **t.fields)
     if t.state == TrialState.PRUNED:
         study.tell(trial, state=TrialState.PRUNED)
     else:
@@ -328,16 +331,16 @@ def _relieve(study: optuna.Study, scenario: Scenario, number: int) -> None:
     spec = scenario.relief
     if not spec.enabled or scenario.sampler.name == "grid":
         return
-    recs = record.records(study)
+    recs = records(study)
     if not relief.due(recs, spec.every):
         return
     best = ranking.feasible_best(study)
     just = next(r for r in recs if r.number == number)
-    move = relief.propose(recs, scenario, record.StudyRecord.of(study).engine_defaults or {},
+    move = relief.propose(recs, scenario, StudyRecord.of(study).engine_defaults or {},
                           [r for r in (best, just) if r is not None])
     if move is None:
         return
-    study.enqueue_trial(move.params or {}, skip_if_exists=False, user_attrs=record.queued_move(
+    study.enqueue_trial(move.params or {}, skip_if_exists=False, user_attrs=writers.queued_move(
         None if move.params is not None else move.flags, move.origin.as_dict()))
     log.info("queued a relief move: %s", move.describe())
 

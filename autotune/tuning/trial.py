@@ -45,7 +45,7 @@ from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import prune
 from autotune.tuning.policy.space import relation_violation
 from autotune.tuning.quality import guardrail
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 log = logging.getLogger("autotune")
 
@@ -55,7 +55,8 @@ COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are prune
 @dataclass
 class Facts:
     """What a trial ran, where, and how its engine started: the trial record's fields of
-    those names (`record.TrialRecord`), filled in as the trial goes, written by the study."""
+    those names (`records.trialrecord.TrialRecord`), filled in as the trial goes, written by
+    the study."""
 
     flags: dict[str, Any]
     command: list[str] = field(default_factory=list)

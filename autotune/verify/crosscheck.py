@@ -5,7 +5,7 @@ quoted, the candidate and the baseline are launched again, alternating, each on 
 fresh engine started as the study's trials are, and each one's capacity at SLO is
 searched with vLLM's own client at sustained steps (`autotune.measure.vllmbench`). The
 ratio candidate/baseline comes with a 95 % interval from the pairs' log-ratios and
-is kept with the study as the candidate's `validation_vllm` (`record.store_validation`),
+is kept with the study as the candidate's `validation_vllm` (`studyrecord.store_validation`),
 beside (never in place of) the autotune-client validation.
 """
 
@@ -29,11 +29,12 @@ from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import capacity, vllmbench, watch
 from autotune.stored import plain
-from autotune.tuning import record
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import prune
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records import studyrecord
+from autotune.tuning.records.studyrecord import VALIDATION_VLLM
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import VLLM_CLIENT, PairRun, Ratio, Recheck
 from autotune.verify import paired, pairs, validate
 
@@ -168,7 +169,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         dir=str(where), when=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     result = replace(result, verdict=result.word())
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose the runs
-        record.store_validation(study, candidate.number, record.VALIDATION_VLLM, plain(result))
+        studyrecord.store_validation(study, candidate.number, VALIDATION_VLLM, plain(result))
     return result
 
 

@@ -25,7 +25,8 @@ from optuna.trial import TrialState
 from autotune.config import Scenario
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import vllmbench
-from autotune.tuning import ablation, ranking, record
+from autotune.tuning import ablation, ranking
+from autotune.tuning.records.snapshot import records
 from autotune.validation import Recheck, Validation
 from autotune.verify import crosscheck, validate
 
@@ -44,7 +45,7 @@ class Finish:
 def longest_trial_s(study: optuna.Study) -> float:
     """How long one more engine run may take: the longest finished trial so far."""
     spans = [(r.datetime_complete - r.datetime_start).total_seconds()
-             for r in record.records(study, (TrialState.COMPLETE, TrialState.PRUNED))
+             for r in records(study, (TrialState.COMPLETE, TrialState.PRUNED))
              if r.datetime_start and r.datetime_complete and r.launched is not False]
     return max(spans, default=0.0)
 

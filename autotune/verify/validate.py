@@ -5,7 +5,7 @@ One tuning run per configuration cannot tell a real gain from a lucky start-up.
 (baseline, candidate, baseline, ...), each run a fresh engine with the study's
 own scenario, and reports candidate/baseline from the K pairs with a 95 %
 interval (`autotune.verify.paired`). The result is kept with the study as the candidate's
-validation (`record.store_validation`), where `show`, `export` and `report` read it.
+validation (`studyrecord.store_validation`), where `show`, `export` and `report` read it.
 `validate --client vllm` (`autotune.verify.crosscheck`) re-measures capacity with
 `vllm bench serve` instead, independently of autotune's load generator.
 """
@@ -26,12 +26,15 @@ from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
 from autotune.stored import plain
-from autotune.tuning import ranking, record
+from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records import studyrecord
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import VALIDATION
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import PairRun, Ratio, Validation
 from autotune.verify import paired, pairs
 
@@ -55,7 +58,7 @@ def pick(study: optuna.Study, *, trial: int | None = None, policy: str = "balanc
     if trial is None and not ranking.feasible(study):
         raise ConfigError("validate: the study has no feasible completed trial to validate")
     cand = ranking.choose(study, trial=trial, policy=policy, what="validate")
-    trials = record.records(study)
+    trials = records(study)
     base: TrialRecord | None
     if against is not None:
         if not 0 <= against < len(trials):
@@ -180,5 +183,5 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
                      when=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     result = replace(result, verdict=result.word())
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
-        record.store_validation(study, candidate.number, record.VALIDATION, plain(result))
+        studyrecord.store_validation(study, candidate.number, VALIDATION, plain(result))
     return result

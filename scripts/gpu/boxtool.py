@@ -49,7 +49,7 @@ def report(db: str, study: str, since: int, json_path: str | None,
            extra: dict[str, str]) -> None:
     import optuna
 
-    from autotune.tuning.record import records
+    from autotune.tuning.records.snapshot import records
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     st = optuna.load_study(study_name=study, storage=f"sqlite:///{db}")

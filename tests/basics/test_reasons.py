@@ -18,8 +18,10 @@ from autotune.engine import log as enginelog
 from autotune.measure import capacity
 from autotune.results import views
 from autotune.results.summary import Summary
-from autotune.tuning import deadline, record
+from autotune.tuning import deadline
 from autotune.tuning.policy import prune
+from autotune.tuning.records.trialrecord import DEFAULTS, ERROR, INTERRUPTED
+from tests import trials
 
 PACKAGE = Path(reasons.__file__).resolve().parent
 # Reasons that are also ordinary words in the source (a JSON key, a config field).
@@ -41,7 +43,7 @@ def test_every_reason_has_a_one_line_meaning():
 def test_the_modules_take_their_reasons_from_one_place():
     spelled = [*enginelog.REASONS, prune.PREEMPTION, prune.KV_SATURATED, prune.FAILURES,
                prune.BEHIND, deadline.CRASHED, deadline.TIMEOUT, capacity.BELOW_BEST,
-               capacity.UNREACHABLE, record.INTERRUPTED, record.ERROR]
+               capacity.UNREACHABLE, INTERRUPTED, ERROR]
     assert all(r in reasons.REASONS for r in spelled), spelled
 
 
@@ -87,12 +89,12 @@ def test_legend_keeps_the_order_and_skips_unknown_names():
 
 def test_show_prints_the_meaning_of_the_reasons_its_trials_carry():
     st = optuna.create_study(directions=["maximize"])
-    record.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=record.DEFAULTS,
+    trials.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=DEFAULTS,
                flags={}, outcome="complete", measures={"throughput": 1.0, "latency_ms": 1.0,
                                                        "memory_mib": 1.0})
-    record.add(st, TrialState.PRUNED, flags={"max-num-seqs": 4}, outcome="pruned",
+    trials.add(st, TrialState.PRUNED, flags={"max-num-seqs": 4}, outcome="pruned",
                reason=reasons.OOM, constraints={"completed": 1.0})
-    record.add(st, TrialState.FAIL, flags={"max-num-seqs": 8}, outcome=record.INTERRUPTED,
+    trials.add(st, TrialState.FAIL, flags={"max-num-seqs": 8}, outcome=INTERRUPTED,
                reason=reasons.DEFAULTS_FIRST)
     data = Summary.of(st)
     assert data.reasons == {r: reasons.REASONS[r] for r in

@@ -10,7 +10,7 @@ import pytest
 from autotune.engine import prometheus
 from autotune.measure import bottleneck, capacity, probes
 from autotune.measure.loadgen import LagMonitor, SseBuffer
-from autotune.tuning import record
+from autotune.tuning.records.snapshot import records
 from tests.paths import ROOT
 
 
@@ -149,7 +149,7 @@ def _guided_steps(number: int):
     """A trial's capacity record from the committed H200 study h200-guided-check."""
     db = ROOT / "studies" / "h200-guided-check.db"
     st = optuna.load_study(study_name="h200-guided-check", storage=f"sqlite:///{db}")
-    return record.records(st)[number].capacity
+    return records(st)[number].capacity
 
 
 def test_the_knee_names_what_rose_not_what_was_pegged_everywhere():

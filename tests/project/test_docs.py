@@ -47,7 +47,7 @@ def _id(path: Path) -> str:
 
 
 URL = re.compile(r"[a-z][a-z0-9+.-]*://[^\s)>\]`'\"]+", re.I)
-# A path of the package as the docs write it: `autotune/tuning/record.py`,
+# A path of the package as the docs write it: `autotune/tuning/records/trialrecord.py`,
 # `autotune/measure/`, `autotune/*.py`, optionally `::name` or `:line` after it (not part of
 # the path). Not a path inside another folder (`~/.cache/autotune/models`, `$X/autotune`) or
 # a name that only ends in autotune (`vllm-autotune`), nor prose (`autotune/vLLM`: the
@@ -87,12 +87,12 @@ def slugs(text: str) -> set[str]:
 
 
 def test_the_helpers_read_paths_as_the_docs_write_them():
-    text = ("see `autotune/tuning/record.py::TrialRecord` and autotune/measure/, "
+    text = ("see `autotune/tuning/records/trialrecord.py::TrialRecord` and autotune/measure/, "
             "[x](../autotune/engine/server.py:42), `~/.cache/autotune/models/tiny`, "
             "vllm-autotune, $AUTOTUNE_CACHE/autotune/x, https://github.com/o/autotune/blob/x.py, "
             "`autotune/*.py`, the ratio autotune/vLLM. And autotune/flags.py.")
     assert [p for _, p in package_paths(text)] == [
-        "autotune/tuning/record.py", "autotune/measure/", "autotune/engine/server.py",
+        "autotune/tuning/records/trialrecord.py", "autotune/measure/", "autotune/engine/server.py",
         "autotune/*.py", "autotune/flags.py"]
     assert exists("autotune/*.py") and not exists("autotune/nothing.py")
     assert {"capacity-at-slo", "autotune-tune", "9-a-real-model-smollm2-135m-instruct-at-6-users",

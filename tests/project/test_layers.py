@@ -1,10 +1,12 @@
-"""The package's shape: imports point down the layers, and only the record module touches
-Optuna's user attributes (docs/architecture.md's layers, checked on the source itself)."""
+"""The package's shape: imports point down the layers, no module imports itself through
+others, and only the record modules touch Optuna's user attributes (docs/architecture.md's
+layers, checked on the source itself)."""
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,67 @@ def test_layer_of_names():
         _layer("autotune.results.show")
 
 
+
+def _graph() -> dict[str, set[str]]:
+    """Each module of the package (by dotted name) and the modules of the package it
+    imports, wherever the import statement stands."""
+    modules = dict(_modules())
+    return {name: {i for i in _imports(name, path) if i in modules}
+            for name, path in modules.items()}
+
+
+def _reach(graph: Mapping[str, Iterable[str]], start: str) -> set[str]:
+    """The modules `start` imports, directly or through others (itself only by a circle)."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The import circles of `graph`, each as its sorted modules: every strongly connected
+    component of more than one module, and every module that imports itself. A module lies
+    on a circle when it reaches itself; its circle is the modules it reaches that reach it."""
+    reach = {m: _reach(graph, m) for m in graph}
+    found = {frozenset(w for w in reach[m] if m in reach[w]) for m in graph if m in reach[m]}
+    return sorted(sorted(c) for c in found)
+
+
+def test_no_import_circles():
+    """No module imports itself, directly or through others: a circle makes the modules on
+    it one unit (none can be understood, tested or moved without the others) and makes
+    their import order matter. Every import statement counts: one inside a function is as
+    much a dependency as one at the top (deferring it only hides the circle), and so is one
+    under `if TYPE_CHECKING:`, since the annotation still names the other module (and
+    `TYPE_CHECKING` is the other usual way to hide a circle). A package's own `__init__.py`,
+    which Python runs before any module inside it, is not counted as imported by them: each
+    holds only a docstring (`test_the_folder_listing_shows_the_layers`)."""
+    graph = _graph()
+    found = [f"{' <-> '.join(c)}: " + "; ".join(
+        f"{m} imports {', '.join(sorted(set(graph[m]) & set(c)))}" for m in c)
+        for c in cycles(graph)]
+    assert not found, "import circles:\n" + "\n".join(found)
+
+
+def test_the_circle_finder_sees_circles(tmp_path):
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}) == \
+        [["a", "b", "c"]]
+    assert cycles({"a": {"a"}, "b": {"a"}}) == [["a"]]  # a module importing itself
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}, "e": {"a", "c"}}) == \
+        [["a", "b"], ["c", "d"]]
+    assert cycles({"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": {"x"}}) == []
+    # The imports it is given include those inside functions and under TYPE_CHECKING.
+    (pkg := tmp_path / "pkg").mkdir()
+    (pkg / "m.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autotune import slo\n"
+        "def f():\n    from autotune.results import cost\n    import autotune.flags\n")
+    assert sorted(_imports("autotune.results.m", pkg / "m.py")) == \
+        ["autotune.flags", "autotune.results.cost", "autotune.slo"]
+
 # Reading or writing Optuna's user attributes, of a trial or of the study, whatever the
 # name before the dot (`study.user_attrs`, `t.user_attrs`, `s.set_user_attr(...)`).
 USER_ATTRS = re.compile(r"user_attrs\[|\.user_attrs\b|\.set_user_attr\(|\bset_user_attr\b")
@@ -89,11 +152,20 @@ def _touching_user_attrs(allowed: set[Path]) -> list[str]:
             if USER_ATTRS.search(line)]
 
 
-def test_only_the_record_module_reads_or_writes_user_attributes():
+# The modules that read or write them: a trial's record (`TrialRecord.of`), the study's own
+# attributes (`StudyRecord.of` and its setters) and a trial's writers (`write`,
+# `set_constraints`).
+RECORD_MODULES = {PACKAGE / "tuning" / "records" / f"{name}.py"
+                  for name in ("trialrecord", "studyrecord", "writers")}
+
+
+def test_only_the_record_modules_read_or_write_user_attributes():
     """Trials' user attributes and the study's own (its scenario, engine defaults,
-    reference, baselines, workers, validations) go through `tuning/record.py`
-    (`TrialRecord`, `StudyRecord` and their writers); no other module touches them."""
-    found = _touching_user_attrs({PACKAGE / "tuning" / "record.py"})
+    reference, baselines, workers, validations, explanations) go through
+    `tuning/records/` (`TrialRecord`, `StudyRecord` and their writers); no other module
+    touches them."""
+    assert all(p.is_file() for p in RECORD_MODULES), sorted(map(str, RECORD_MODULES))
+    found = _touching_user_attrs(RECORD_MODULES)
     assert not found, found
 
 
@@ -102,7 +174,7 @@ def test_the_user_attribute_check_sees_study_and_trial_access():
                  "a = t.user_attrs", "trial.set_user_attr('reason', 'oom')",
                  "attrs['user_attrs'] = user_attrs['x']"):
         assert USER_ATTRS.search(line), line
-    for line in ("study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))",
+    for line in ("study.enqueue_trial({}, user_attrs=writers.queued(DEFAULTS, {}))",
                  "attrs = trial.setdefault('user_attrs', [])"):
         assert not USER_ATTRS.search(line), line
 

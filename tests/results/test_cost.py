@@ -20,8 +20,9 @@ from autotune.cli.main import main
 from autotune.errors import ConfigError
 from autotune.measure.capacity import CapacityRecord, StepRecord
 from autotune.results import cost, reportpage, show
-from autotune.tuning import ranking, record
-from autotune.tuning.record import TrialRecord
+from autotune.tuning import ranking
+from autotune.tuning.records.trialrecord import TrialRecord
+from tests import trials
 from tests.cli.test_cli_errors import assert_one_line_error, autotune
 from tests.paths import ROOT
 
@@ -220,7 +221,7 @@ def _capacity(low: float | None, high: float | None, out_per_request: float = 10
 
 def _trial(st: optuna.Study, flags: dict, capacity: dict | None, **fields) -> TrialRecord:
     value = capacity["low"] or 0.0 if capacity else 1.0
-    return record.add(st, values=[value], constraints={"slo": -1.0}, flags=flags,
+    return trials.add(st, values=[value], constraints={"slo": -1.0}, flags=flags,
                       measures={"throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0},
                       metrics={"capacity": capacity} if capacity else {"completed": 4},
                       **fields)
@@ -318,7 +319,7 @@ def test_no_winner_is_said_not_sized(tmp_path, capsys):
     st = optuna.create_study(study_name="none", direction="maximize",
                              storage=f"sqlite:///{path}")
     st.set_user_attr("scenario", {"engine": {"flags": {}}})
-    record.add(st, values=[0.0], constraints={"slo": 1.0}, flags={},
+    trials.add(st, values=[0.0], constraints={"slo": 1.0}, flags={},
                metrics={"capacity": _capacity(None, 0.5)})  # nothing met the SLOs
     assert main(["show", str(path), "--load", "10", "--gpu-hour", "1"]) == 0
     assert "money and machines: no single winner to size" in capsys.readouterr().out

@@ -24,7 +24,10 @@ from optuna_dashboard import wsgi
 
 from autotune.results import dashboard, show
 from autotune.results.summary import Summary
-from autotune.tuning import record
+from autotune.tuning.records.scalars import SCALARS
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import WRITABLE
+from tests import trials
 from tests.paths import ROOT
 
 STUDIES = ROOT / "studies"
@@ -72,7 +75,7 @@ def test_every_trial_carries_short_readable_figures(tmp_path):
     url = f"sqlite:///{STUDIES / 'qwen3-4b-h200.db'}"
     detail = _get(dashboard.app(url), "/api/studies/1")
     st = show.open_existing(url)
-    recs = {r.number: r for r in record.records(st)}
+    recs = {r.number: r for r in records(st)}
     for t in detail["trials"]:
         attrs = {a["key"]: a["value"] for a in t["user_attrs"]}
         mine = {k: v for k, v in attrs.items() if k.startswith("autotune:")}
@@ -103,19 +106,19 @@ def test_new_trials_store_the_scalars_themselves(tmp_path):
     st = optuna.create_study(direction="maximize", storage=f"sqlite:///{tmp_path / 's.db'}")
     cap = {"request_throughput": 12.0, "low": 12.0, "high": 13.0, "uncertainty": 0.08,
            "steps": [], "bottleneck": {"kind": "gpu", "text": "GPU 97 % busy"}}
-    record.add(st, values=[0.1], constraints={"slo:ttft_p95_ms": -10.0, "completed": 0.0},
+    trials.add(st, values=[0.1], constraints={"slo:ttft_p95_ms": -10.0, "completed": 0.0},
                metrics={"capacity": cap, "output_throughput": 1.0},
                quality={"drift": 0.002, "agreement": 0.9, "passed": True}, gain=0.105,
                outcome="complete", reason="")
-    record.add(st, optuna.trial.TrialState.PRUNED, constraints={"completed": 1.0},
+    trials.add(st, optuna.trial.TrialState.PRUNED, constraints={"completed": 1.0},
                outcome="pruned", reason="oom")
     detail = _get(wsgi(f"sqlite:///{tmp_path / 's.db'}"), "/api/studies/1")
     first, second = ({a["key"]: a["value"] for a in t["user_attrs"]} for t in detail["trials"])
     assert first["feasible"] == "True" and first["capacity_rps"] == "12.0"
     assert first["drift"] == "0.002" and first["gain"] == "0.105"
     assert second["feasible"] == "False" and second["reason"] == "oom"
-    for name in record.SCALARS:
-        assert name not in record.WRITABLE  # derived: nothing else writes them
+    for name in SCALARS:
+        assert name not in WRITABLE  # derived: nothing else writes them
 
 
 def test_the_dashboard_page_shows_autotunes_best_trial(tmp_path):

@@ -18,8 +18,9 @@ from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord
 from autotune.results import cost, decision
 from autotune.results.summary import Summary
-from autotune.tuning import record
-from autotune.tuning.record import DEFAULTS, Snapshot, TrialRecord
+from autotune.tuning.records.snapshot import Snapshot, records
+from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
+from tests import trials
 from tests.paths import ROOT
 
 GUIDED = ROOT / "studies" / "qwen3-4b-h200-guided-2.db"
@@ -39,11 +40,11 @@ def _study(*caps: dict | None, overrides: tuple[dict, ...] = ()) -> optuna.Study
         flags = overrides[i - 1] if i else {}
         fields = {"baseline": DEFAULTS} if i == 0 else {}
         if cap is None:
-            record.add(st, TrialState.PRUNED, flags=flags, reason=reasons.OOM,
+            trials.add(st, TrialState.PRUNED, flags=flags, reason=reasons.OOM,
                        detail="CUDA out of memory", **fields)
             continue
         score = math.log(cap["low"] / caps[0]["low"]) if caps[0] else 0.0
-        record.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
+        trials.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
                    metrics={"capacity": cap, "output_throughput": cap["low"] * 100},
                    measures={"throughput": cap["low"] * 100, "latency_ms": 100.0,
                              "memory_mib": 1000.0}, gain=math.exp(score) - 1, **fields)
@@ -105,9 +106,9 @@ def test_no_feasible_trial_names_the_shared_reason_and_the_fix():
 
 def test_infeasible_trials_are_an_slo_missed():
     st = optuna.create_study(study_name="s", directions=["maximize"])
-    record.add(st, values=[0.0], constraints={"slo": 1.0}, flags={}, baseline=DEFAULTS,
+    trials.add(st, values=[0.0], constraints={"slo": 1.0}, flags={}, baseline=DEFAULTS,
                measures={"throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0})
-    none = decision.no_answer(record.records(st))
+    none = decision.no_answer(records(st))
     assert none.reason == "SLO missed" and "loosen the SLO" in none.fix
 
 
@@ -119,10 +120,10 @@ def test_a_complete_capacity_search_without_a_rate_is_not_an_answer():
     from autotune.tuning import ablation
 
     st = optuna.create_study(study_name="s", directions=["maximize"])
-    record.add(st, values=[0.0], constraints={"slo": -1.0}, flags={}, baseline=DEFAULTS,
+    trials.add(st, values=[0.0], constraints={"slo": -1.0}, flags={}, baseline=DEFAULTS,
                metrics={"capacity": {**_cap(0.0, 2.0), "low": None}},
                measures={"throughput": 0.0, "latency_ms": 100.0, "memory_mib": 1000.0})
-    rec = record.records(st)[0]
+    rec = records(st)[0]
     assert rec.state == TrialState.COMPLETE and rec.constraints and not rec.feasible
     found, none = decision.of_study(st, cost.Price(), None)
     assert found is None and none is not None
@@ -132,9 +133,9 @@ def test_a_complete_capacity_search_without_a_rate_is_not_an_answer():
 
 def test_a_search_with_no_passing_rate_says_its_fix():
     st = optuna.create_study(study_name="s", directions=["maximize"])
-    record.add(st, TrialState.PRUNED, flags={}, baseline=DEFAULTS,
+    trials.add(st, TrialState.PRUNED, flags={}, baseline=DEFAULTS,
                reason=reasons.NO_PASSING_RATE)
-    none = decision.no_answer(record.records(st))
+    none = decision.no_answer(records(st))
     assert none.reason == reasons.NO_PASSING_RATE and "capacity.max_steps" in none.fix
     assert "met the SLOs while keeping pace" in none.line()
 

@@ -12,12 +12,13 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.results import export
-from autotune.tuning import record
+from autotune.tuning.records.snapshot import records
+from tests import trials
 
 
 def _trial(st, value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, flags=None,
            ttft=100.0):
-    record.add(st, state, values=[value], constraints={"slo": -1.0 if feasible else 1.0},
+    trials.add(st, state, values=[value], constraints={"slo": -1.0 if feasible else 1.0},
                params={"max-num-seqs": 64},
                distributions={"max-num-seqs": CategoricalDistribution([64])},
                flags=flags or {"max-num-seqs": 64},
@@ -94,7 +95,7 @@ def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
 
     st = optuna.load_study(study_name="qwen3-4b-h200-guided-2",
                            storage=f"sqlite:///{ROOT / 'studies' / 'qwen3-4b-h200-guided-2.db'}")
-    rec = record.records(st)[1]
+    rec = records(st)[1]
     assert rec.capacity is not None
     out = export.render(st, rec, "cli", "Qwen/Qwen3-4B-Instruct-2507")
     figure = capacity.describe(rec.capacity)

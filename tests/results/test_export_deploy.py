@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from autotune.results import export, show
-from autotune.tuning import record
+from autotune.tuning.records.trialrecord import TrialRecord
+from tests import trials
 from tests.paths import ROOT
 
 COMPOSE_SCHEMA = Path(__import__("check_jsonschema").__file__).parent / \
@@ -26,9 +27,9 @@ ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_X": "a b'c"}
 
 
 def _study(flags: dict, *, device: str = "NVIDIA H200", engine: str = "vllm-0.26.0",
-           probes: dict | None = None) -> tuple[optuna.Study, record.TrialRecord]:
+           probes: dict | None = None) -> tuple[optuna.Study, TrialRecord]:
     st = optuna.create_study(study_name="deploy", direction="maximize")
-    rec = record.add(st, values=[0.1], constraints={"slo": -1.0}, flags=flags, env=dict(ENV),
+    rec = trials.add(st, values=[0.1], constraints={"slo": -1.0}, flags=flags, env=dict(ENV),
                      measures={"throughput": 10.0, "latency_ms": 5.0, "memory_mib": 1.0},
                      metrics={"output_throughput": 10.0, "probes": probes or
                               {"rss_mib_max": 20_000.0}},
@@ -213,7 +214,7 @@ def test_an_export_without_a_capacity_search_says_it_has_no_limits():
 
 def test_the_recheck_command_quotes_a_hostile_study_name():
     st = optuna.create_study(study_name="x; rm -rf ~ #\nnext", direction="maximize")
-    rec = record.add(st, values=[0.1], constraints={"slo": -1.0}, flags={},
+    rec = trials.add(st, values=[0.1], constraints={"slo": -1.0}, flags={},
                      metrics={"output_throughput": 1.0}, device={"name": "cpu"})
     text = export.render(st, rec, "cli", "/m")
     line = next(x for x in text.splitlines() if x.startswith("# re-check"))

@@ -19,7 +19,8 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.results import export
-from autotune.tuning import record
+from autotune.tuning.records.trialrecord import TrialRecord
+from tests import trials
 
 HOSTILE = [
     "fast\ntouch pwned\n#",
@@ -34,9 +35,9 @@ HOSTILE = [
 ]
 
 
-def _study(name: str, baseline: str, env_value: str) -> tuple[optuna.Study, record.TrialRecord]:
+def _study(name: str, baseline: str, env_value: str) -> tuple[optuna.Study, TrialRecord]:
     st = optuna.create_study(study_name=name, direction="maximize")
-    rec = record.add(st, values=[0.1], constraints={"slo": -1.0}, baseline=baseline,
+    rec = trials.add(st, values=[0.1], constraints={"slo": -1.0}, baseline=baseline,
                      flags={"max-num-seqs": 4, "served-model-name": env_value},
                      env={"VLLM_TEST_VALUE": env_value},
                      measures={"throughput": 10.0, "latency_ms": 5.0, "memory_mib": 1.0},
@@ -104,7 +105,7 @@ def test_yaml_and_json_exports_parse_to_the_same_data(name):
 
 def test_an_env_name_that_is_not_a_name_is_refused():
     st = optuna.create_study(study_name="s", direction="maximize")
-    rec = record.add(st, TrialState.COMPLETE, values=[0.0], constraints={"slo": -1.0},
+    rec = trials.add(st, TrialState.COMPLETE, values=[0.0], constraints={"slo": -1.0},
                      env={"A=1; touch pwned; B": "x"}, flags={}, measures={
                          "throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0})
     for fmt in export.FORMATS:

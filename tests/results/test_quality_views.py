@@ -13,9 +13,9 @@ from optuna.distributions import CategoricalDistribution
 
 from autotune.cli.main import main
 from autotune.config import GuardrailSpec
-from autotune.tuning import record
 from autotune.tuning.quality import accuracy, guardrail
 from autotune.tuning.quality.guardrail import Quality, Reference
+from tests import trials
 
 DIST = {"kv-cache-dtype": CategoricalDistribution(["auto", "fp8", "<b>evil</b>"])}
 HOSTILE = "<b>evil</b>"
@@ -47,7 +47,7 @@ def db(tmp_path):
             ("fp8", _quality(0.068, 7, 15)),                 # +4.0: changed within budget
             (HOSTILE, _quality(0.216, 30, 2))]):             # -14.0: worse
         params = {} if i == 0 else {"kv-cache-dtype": value}
-        record.add(st, values=[0.1 * i], params=params,
+        trials.add(st, values=[0.1 * i], params=params,
                    distributions={k: DIST[k] for k in params},
                    constraints=guardrail.constraints(q), flags=params, gain=0.1 * i,
                    measures={"throughput": 100.0 + i, "latency_ms": 50.0,

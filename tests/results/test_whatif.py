@@ -12,7 +12,8 @@ from optuna.trial import TrialState
 
 from autotune.results import whatif
 from autotune.slo import Slo, parse
-from autotune.tuning.record import TrialRecord, records
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import TrialRecord
 from tests.paths import ROOT
 
 STUDY = "qwen3-4b-h200-sustained"  # TTFT p95 <= 500, TPOT p95 <= 30; 20-s steps

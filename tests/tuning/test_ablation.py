@@ -12,8 +12,11 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.results import export
-from autotune.tuning import ablation, ranking, record
-from autotune.tuning.record import ABLATION, DEFAULTS, Origin
+from autotune.tuning import ablation, ranking
+from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.origin import ABLATION, Origin
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 from tests.paths import ROOT
 
 H200 = {"name": "NVIDIA H200", "memory_mib": 143771.0}
@@ -25,19 +28,19 @@ def cap(low: float | None, high: float | None) -> dict[str, Any]:
 
 
 def add(st: optuna.Study, flags: dict[str, Any], low: float | None, high: float | None,
-        **more: Any) -> record.TrialRecord:
+        **more: Any) -> TrialRecord:
     state = TrialState.COMPLETE if low else TrialState.PRUNED
-    return record.append(st, state, [low or 0.0], {"slo": -1.0 if low else 1.0},
-                         flags=flags, metrics=cap(low, high), device=H200,
-                         engine_version="vllm-0.26.0",
-                         measures={"throughput": (low or 0.0) * 100, "latency_ms": 300.0,
-                                   "memory_mib": 1000.0}, **more)
+    return writers.append(st, state, [low or 0.0], {"slo": -1.0 if low else 1.0},
+                          flags=flags, metrics=cap(low, high), device=H200,
+                          engine_version="vllm-0.26.0",
+                          measures={"throughput": (low or 0.0) * 100, "latency_ms": 300.0,
+                                    "memory_mib": 1000.0}, **more)
 
 
 @pytest.fixture
 def study():
     st = optuna.create_study(study_name="abl", direction="maximize")
-    record.set_engine_defaults(st, {"gpu-memory-utilization": 0.92})
+    studyrecord.set_engine_defaults(st, {"gpu-memory-utilization": 0.92})
     add(st, {}, 50.0, 55.0, baseline=DEFAULTS)  # 0: vLLM's defaults
     add(st, {"api-server-count": 4, "stream-interval": 8, "max-num-seqs": 1024,
              "gpu-memory-utilization": 0.92}, 80.0, 88.0)  # 1: the winner
@@ -49,7 +52,7 @@ def measuring(st: optuna.Study, outcomes: dict[frozenset[str], tuple[float | Non
     set of the winner's real overrides it keeps."""
     calls: list[dict[str, Any]] = []
 
-    def measure(flags: dict[str, Any], origin: Origin, again: bool) -> record.TrialRecord:
+    def measure(flags: dict[str, Any], origin: Origin, again: bool) -> TrialRecord:
         calls.append(flags)
         kept = frozenset(k for k in ("api-server-count", "stream-interval") if k in flags)
         low, high = outcomes.get(kept, (80.0, 88.0))  # the winner's: its control
@@ -81,7 +84,7 @@ def test_the_flag_that_does_not_matter_goes(study):
     assert found.minimal_flags == {"api-server-count": 4}
     assert "smallest configuration tied with #1" in "\n".join(found.lines())
     # kept in the study with their origin, and the smallest tied one is what ships
-    ran = record.records(study)[found.minimal]
+    ran = records(study)[found.minimal]
     assert ran.tried_because.kind == ABLATION and ran.tried_because.source == 1
     assert ran.tried_because.text == "ablation of #1: without stream-interval 8"
     assert export.choose(study).number == found.minimal
@@ -113,7 +116,7 @@ def test_a_run_pruned_below_the_winner_carries_at_least_its_gap(study):
     assert api.share_low == pytest.approx((80 - 60) / 30)
     assert "at least 67%" in api.words()
     # the explanation reads back as it was stored
-    record.store_explanation(study, 1, found.as_dict())
+    studyrecord.store_explanation(study, 1, found.as_dict())
     assert ablation.stored(study, 1) == found
     assert ablation.latest(study) is not None
 
@@ -140,20 +143,20 @@ def test_a_budget_that_ends_early_says_so(study):
 
 def test_only_a_capacity_trial_is_explained():
     st = optuna.create_study(study_name="fixed", direction="maximize")
-    rec = record.append(st, TrialState.COMPLETE, [1.0], {"slo": -1.0},
-                        flags={"max-num-seqs": 8}, metrics={})
+    rec = writers.append(st, TrialState.COMPLETE, [1.0], {"slo": -1.0},
+                         flags={"max-num-seqs": 8}, metrics={})
     with pytest.raises(ConfigError, match="no capacity at SLO"):
         ablation.ablate(st, rec, lambda flags, origin, again: rec)
 
 
 def rejected(st: optuna.Study, flags: dict[str, Any], origin: Origin,
-             low: float = 82.0) -> record.TrialRecord:
+             low: float = 82.0) -> TrialRecord:
     """A completed run whose capacity is fine and whose answers the guardrail rejected."""
-    return record.append(st, TrialState.COMPLETE, [0.1], {"quality": 1.0, "slo": -1.0},
-                         flags=flags, metrics=cap(low, low * 1.1), device=H200,
-                         quality={"passed": False, "drift": 0.014, "verdict": "worse"},
-                         measures={"throughput": low * 100, "latency_ms": 300.0,
-                                   "memory_mib": 1000.0}, origin=origin.as_dict())
+    return writers.append(st, TrialState.COMPLETE, [0.1], {"quality": 1.0, "slo": -1.0},
+                          flags=flags, metrics=cap(low, low * 1.1), device=H200,
+                          quality={"passed": False, "drift": 0.014, "verdict": "worse"},
+                          measures={"throughput": low * 100, "latency_ms": 300.0,
+                                    "memory_mib": 1000.0}, origin=origin.as_dict())
 
 
 def test_a_run_the_guardrail_rejects_keeps_its_flag(study):
@@ -161,7 +164,7 @@ def test_a_run_the_guardrail_rejects_keeps_its_flag(study):
     worse (while it passed the winner's own configuration again): the flag stays."""
     winner = ranking.feasible_best(study)
 
-    def measure(flags: dict[str, Any], origin: Origin, again: bool) -> record.TrialRecord:
+    def measure(flags: dict[str, Any], origin: Origin, again: bool) -> TrialRecord:
         if again:
             return add(study, flags, 80.0, 88.0, origin=origin.as_dict())
         if "stream-interval" in flags:  # without api-server-count: slower, feasible
@@ -181,7 +184,7 @@ def test_a_reference_that_rejects_the_winner_itself_is_not_held_against_the_runs
     reference does not hold there, and a run rejected on quality alone can still tie."""
     winner = ranking.feasible_best(study)
 
-    def measure(flags: dict[str, Any], origin: Origin, again: bool) -> record.TrialRecord:
+    def measure(flags: dict[str, Any], origin: Origin, again: bool) -> TrialRecord:
         if again or "api-server-count" in flags:
             return rejected(study, flags, origin, 84.0)
         return add(study, flags, 52.0, 56.0, origin=origin.as_dict())

@@ -28,7 +28,8 @@ import optuna
 import pytest
 import yaml
 
-from autotune.tuning import ablation, ranking, record
+from autotune.tuning import ablation, ranking
+from autotune.tuning.records.snapshot import records
 from tests.conftest import run_tune
 
 # `alone`: whether max-logprobs ties with the winner is a comparison of capacities, which
@@ -76,7 +77,7 @@ def overnight(tmp_path_factory):
 
 def test_the_flag_that_carries_the_gain_is_all_that_stays(overnight):
     _, proc, study = overnight
-    trials = record.records(study)
+    trials = records(study)
     defaults, winner = trials[0], trials[1]
     assert defaults.is_defaults and defaults.reason == "kv_too_small"
     assert winner.baseline == "winner" and winner.feasible and winner.capacity.low > 0

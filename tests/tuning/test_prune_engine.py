@@ -15,8 +15,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.tuning import record
-from autotune.tuning.record import TrialRecord
+from autotune.tuning.records.origin import RELIEF
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import TrialRecord
 from tests.paths import ROOT
 
 # `alone`: `behind` is the median pruner comparing one trial's probe score with another
@@ -39,7 +40,7 @@ def study(tmp_path_factory):
                            str(root)], capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     st = optuna.load_study(study_name="cpu-pressure", storage=f"sqlite:///{root}/cpu-pressure.db")
-    return root, record.records(st)
+    return root, records(st)
 
 
 def _first(trials: list[TrialRecord], reason: str) -> TrialRecord:
@@ -56,7 +57,7 @@ def test_every_documented_outcome_within_the_budget(study):
                          check=True).stdout
     data = json.loads(out)
     assert OUTCOMES <= {r["reason"] for r in data["trials"]}
-    assert any(t.origin_kind == record.RELIEF for t in trials)
+    assert any(t.origin_kind == RELIEF for t in trials)
     assert any(t.duplicate_of is not None for t in trials)  # a repeat is copied, not launched
     assert data["memory_model"]["not_launched"] >= 1
     assert data["memory_model"]["max_abs_error"] < 0.01
@@ -94,7 +95,7 @@ def test_the_preempting_trial_gets_a_relief_move_with_its_reason(study):
     preempting = _first(trials, "preemption")
     relieved = trials[preempting.number + 1]
     why = relieved.tried_because
-    assert relieved.origin_kind == record.RELIEF and why.source == preempting.number
+    assert relieved.origin_kind == RELIEF and why.source == preempting.number
     assert why.bottleneck == "kv_cache"
     assert why.text.startswith(f"relieves kv_cache of #{preempting.number} (pruned for "
                                "preemption")

@@ -18,13 +18,17 @@ from autotune.engine.log import Startup, StartupFigures
 from autotune.measure import capacity
 from autotune.measure.capacity import CapacityRecord, StepRecord
 from autotune.measure.speculation import Speculation
-from autotune.tuning import record
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality import guardrail
 from autotune.tuning.quality.guardrail import Quality
-from autotune.tuning.record import Origin, TrialRecord, Worker
+from autotune.tuning.records import writers
+from autotune.tuning.records.origin import BASELINE, RELIEF, SAMPLER, Origin
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import TrialRecord
+from autotune.tuning.records.worker import Worker
+from tests import trials
 from tests.paths import ROOT
 
 STUDIES = sorted((ROOT / "studies").rglob("*.db"))
@@ -91,7 +95,7 @@ def test_the_studies_hold_every_kind_and_version():
 def test_the_record_is_typed_and_gives_back_the_stored_dicts(db):
     raw = {t.number: t.user_attrs for t in _trials(db)}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    for rec in record.records(optuna.load_study(study_name=None, storage=f"sqlite:///{db}")):
+    for rec in records(optuna.load_study(study_name=None, storage=f"sqlite:///{db}")):
         a = raw[rec.number]
         assert isinstance(rec.startup, Startup)
         assert rec.measures is None or isinstance(rec.measures, Measures)
@@ -190,7 +194,7 @@ def test_empty_and_older_dicts_read_at_their_defaults():
 
 
 def test_write_takes_typed_values_and_dicts_alike():
-    """`record.write` stores a typed value as its dict: the same attributes either way, and
+    """`writers.write` stores a typed value as its dict: the same attributes either way, and
     a twin of a record (the facts and values the study loop copies) writes what it read."""
     fields = {"measures": Measures(10.0, 20.0, 30.0),
               "quality": Quality(drift=0.0, agreement=1.0, passed=True,
@@ -199,10 +203,10 @@ def test_write_takes_typed_values_and_dicts_alike():
               "metrics": {"completed": 1}}
     plain = {k: v.as_dict() if hasattr(v, "as_dict") else v for k, v in fields.items()}
     study = optuna.create_study()
-    typed_rec = record.add(study, values=[0.0], **fields)
-    dict_rec = record.add(study, values=[0.0], **plain)
+    typed_rec = trials.add(study, values=[0.0], **fields)
+    dict_rec = trials.add(study, values=[0.0], **plain)
     twin = trial_mod.Facts.of_record(dict_rec).fields()  # what the study loop copies
-    copy_rec = record.add(study, values=[0.0], **twin, metrics=dict_rec.metrics,
+    copy_rec = trials.add(study, values=[0.0], **twin, metrics=dict_rec.metrics,
                           measures=dict_rec.measures, quality=dict_rec.quality)
     attrs = [t.user_attrs for t in study.get_trials()]
     assert attrs[0] == attrs[1]
@@ -223,7 +227,7 @@ def test_write_takes_typed_values_and_dicts_alike():
 OLDER = {"memory_estimate": {"kv_capacity_tokens": 3840, "max_model_len": 2048,
                              "fits_one_sequence": True, "reason": ""},
          "worker": {"id": "vm-1", "host": "vm", "pid": 12},
-         "origin": {"kind": record.RELIEF, "text": "relieves front_end of #0", "source": 0,
+         "origin": {"kind": RELIEF, "text": "relieves front_end of #0", "source": 0,
                     "bottleneck": "front_end", "knob": "api-server-count", "before": 1,
                     "after": 2},
          "speculation": {"drafts": 10, "draft_tokens": 40, "accepted_tokens": 25,
@@ -233,9 +237,9 @@ OLDER = {"memory_estimate": {"kv_capacity_tokens": 3840, "max_model_len": 2048,
 
 def test_older_dicts_of_the_newer_typed_fields_read_and_write_back_unchanged():
     study = optuna.create_study()
-    record.add(study, values=[0.0], **OLDER)
+    trials.add(study, values=[0.0], **OLDER)
     stored = study.get_trials()[0].user_attrs
-    rec = record.records(study)[0]
+    rec = records(study)[0]
     est, worker, origin, spec = rec.memory_estimate, rec.worker, rec.origin, rec.speculation
     assert isinstance(est, Estimate) and est.kv_capacity_tokens == 3840
     assert est.weights_bytes == 0 and est.fits_workload is None  # missing: the defaults
@@ -252,9 +256,9 @@ def test_older_dicts_of_the_newer_typed_fields_read_and_write_back_unchanged():
         _same(stored[key], old)
         _same(out[key], old)
         _same(getattr(rec, key).as_dict(), old)
-    _same(record.queued_again(rec)["origin"], OLDER["origin"])
+    _same(writers.queued_again(rec)["origin"], OLDER["origin"])
     # written again from the record (a twin's copy): the same JSON
-    record.add(study, values=[0.0], **{k: getattr(rec, k) for k in OLDER})
+    trials.add(study, values=[0.0], **{k: getattr(rec, k) for k in OLDER})
     again = study.get_trials()[1].user_attrs
     for key in (*OLDER, "tried_because", "spec_acceptance_rate", "spec_acceptance_length"):
         _same(again[key], stored[key])
@@ -266,10 +270,10 @@ def test_the_newer_typed_fields_made_in_code_write_what_they_always_wrote():
     none."""
     est = Estimate(1, 2, 3, 4, 5, 4, True, None, "")
     worker = Worker("w0", "host", 7, 1.5)
-    baseline = Origin(record.BASELINE, "baseline vllm-defaults")
+    baseline = Origin(BASELINE, "baseline vllm-defaults")
     spec = Speculation(8, 32, 20, [0.5], 40)
     study = optuna.create_study()
-    record.add(study, values=[0.0], memory_estimate=est, worker=worker, origin=baseline,
+    trials.add(study, values=[0.0], memory_estimate=est, worker=worker, origin=baseline,
                speculation=spec)
     a = study.get_trials()[0].user_attrs
     _same(a["memory_estimate"], {"weights_bytes": 1, "kv_bytes_per_token": 2,
@@ -283,10 +287,10 @@ def test_the_newer_typed_fields_made_in_code_write_what_they_always_wrote():
                              "accepted_per_position": [0.5], "generated_tokens": 40,
                              "acceptance_rate": 0.625, "mean_acceptance_length": 3.5,
                              "drafted_share": 0.5})
-    rec = record.records(study)[0]
+    rec = records(study)[0]
     assert (rec.memory_estimate, rec.worker, rec.origin, rec.speculation) == \
         (est, worker, baseline, spec)
-    record.add(study, values=[0.0], **{k: {} for k in OLDER})
-    empty = record.records(study)[1]
+    trials.add(study, values=[0.0], **{k: {} for k in OLDER})
+    empty = records(study)[1]
     assert empty.memory_estimate is None and empty.worker is None and empty.origin is None
-    assert empty.speculation is None and empty.tried_because.kind == record.SAMPLER
+    assert empty.speculation is None and empty.tried_because.kind == SAMPLER

@@ -17,7 +17,10 @@ from autotune.stored import plain
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import relief
-from autotune.tuning.record import DEFAULTS, RELIEF, SAMPLER, Origin, TrialRecord, records
+from autotune.tuning.records.origin import RELIEF, SAMPLER, Origin
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 from tests.paths import ROOT
 
 SPACE = """
@@ -289,18 +292,17 @@ def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
     defaults' limit read again across their knee, as a study records it now."""
 
     from autotune.measure import capacity
-    from autotune.tuning import record
 
     db = ROOT / "studies" / "h200-guided-check.db"
     st = optuna.load_study(study_name="h200-guided-check", storage=f"sqlite:///{db}")
-    recs = record.records(st)
+    recs = records(st)
     cap = recs[0].capacity
     assert cap is not None and cap.limiting_step is not None
     knee = capacity.knee(cap.steps, cap.low, cap.limiting_step)
     metrics = {**recs[0].metrics, "capacity": {**recs[0].metrics["capacity"], "bottleneck": knee}}
-    scenario = Scenario.model_validate(record.StudyRecord.of(st).scenario)
+    scenario = Scenario.model_validate(StudyRecord.of(st).scenario)
     return ([dataclasses.replace(recs[0], metrics=metrics)],
-            scenario, record.StudyRecord.of(st).engine_defaults or {})
+            scenario, StudyRecord.of(st).engine_defaults or {})
 
 
 def test_replayed_the_first_move_from_the_defaults_is_more_api_servers():

@@ -13,7 +13,9 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.measure import bottleneck as bn
-from autotune.tuning import record
+from autotune.tuning.records.origin import ABLATION
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import TrialRecord
 from tests.paths import ROOT
 
 
@@ -27,9 +29,9 @@ def bench():
     return module
 
 
-def _study() -> list[record.TrialRecord]:
+def _study() -> list[TrialRecord]:
     db = ROOT / "studies" / "h200-guided-check.db"
-    return record.records(optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}"))
+    return records(optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}"))
 
 
 def test_every_configuration_measured_to_the_end_is_replayed_as_measured(bench):
@@ -53,7 +55,7 @@ def test_the_roofline_agrees_with_what_the_study_measured(bench):
     from autotune.measure import capacity
 
     for r in _study():
-        if r.capacity is None or r.origin_kind == record.ABLATION and not r.capacity.low:
+        if r.capacity is None or r.origin_kind == ABLATION and not r.capacity.low:
             continue
         model = bench._h200({**bench.REPLAY.defaults, **r.flags}).capacity()
         if r.capacity.low:

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from autotune.config import Scenario
 from autotune.engine.log import Startup
-from autotune.tuning import record
 from autotune.tuning.policy.space import relation_violation, suggest
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.sharing import heartbeat
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -58,9 +58,9 @@ def test_speculative_sections_that_cannot_work_are_refused(spec, message):
         scenario(spec)
 
 
-def _ran(flags: dict, async_logged: bool | None) -> record.TrialRecord:
-    return record.TrialRecord(number=0, state=optuna.trial.TrialState.COMPLETE, flags=flags,
-                              startup=Startup(async_scheduling=async_logged))
+def _ran(flags: dict, async_logged: bool | None) -> TrialRecord:
+    return TrialRecord(number=0, state=optuna.trial.TrialState.COMPLETE, flags=flags,
+                       startup=Startup(async_scheduling=async_logged))
 
 
 def test_a_trial_differing_only_in_async_scheduling_from_one_the_engine_forced_off_is_a_twin():

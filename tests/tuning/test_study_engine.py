@@ -13,7 +13,8 @@ import psutil
 import pytest
 from optuna.trial import TrialState
 
-from autotune.tuning import record
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import VERSION
 from tests.conftest import SCENARIO, copy_study, engine_processes, run_tune
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
@@ -34,7 +35,7 @@ def tuned(cpu_study, tmp_path_factory):
 
 def test_baselines_first_then_search_with_full_records(tuned):
     _, root, proc = tuned
-    trials = record.records(_study(root))
+    trials = records(_study(root))
     assert len(trials) == 3
     defaults, broken, searched = trials
     assert defaults.baseline == "vllm-defaults"
@@ -43,7 +44,7 @@ def test_baselines_first_then_search_with_full_records(tuned):
     for key in ("metrics", "measures", "command", "engine_version", "device", "log_path",
                 "timings", "startup", "constraints"):
         assert getattr(defaults, key), key
-    assert defaults.version == record.VERSION and defaults.feasible
+    assert defaults.version == VERSION and defaults.feasible
     steps = defaults.metrics["capacity"]["steps"]  # capacity mode (the SLO)
     assert steps[0]["kind"] == "burst" and steps[0]["requests"] == 16  # the workload's 16
     assert defaults.metrics["completed"] > 0  # the step at capacity
@@ -110,7 +111,7 @@ def test_show_explains_every_trial(tuned):
 def test_rerun_resumes_without_repeating(tuned):
     path, root, _ = tuned
     _tune(path, root, "--trials", "2")
-    trials = record.records(_study(root))
+    trials = records(_study(root))
     assert len(trials) == 5
     assert not any(t.baseline for t in trials[3:])  # baselines ran once
     launched = [json.dumps(t.flags, sort_keys=True) for t in trials
@@ -150,7 +151,7 @@ def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
     assert child.returncode == 130, err
     assert "Traceback" not in err
     assert not [p for p in engine_processes() if child.pid in _ancestors(p)]
-    trials = record.records(_study(root, "ctrl-c"))
+    trials = records(_study(root, "ctrl-c"))
     interrupted = trials[0]
     assert interrupted.state == TrialState.FAIL
     assert interrupted.outcome == "interrupted"
@@ -158,7 +159,7 @@ def test_ctrl_c_cleans_up_and_the_study_resumes(tuned):
     assert [(t.state, t.baseline) for t in trials[1:]] == \
         [(TrialState.WAITING, "vllm-defaults")]
     _tune(path, root, "--trials", "2", "--study", "ctrl-c")
-    trials = record.records(_study(root, "ctrl-c"))
+    trials = records(_study(root, "ctrl-c"))
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.PRUNED]
     assert trials[1].is_defaults and trials[1].values == (0.0,)  # ran again: the reference
     assert trials[2].baseline == "refused"
@@ -196,7 +197,7 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
     _tune(path, tmp_path, "--storage", postgres_url)
     _tune(path, tmp_path, "--storage", postgres_url)  # resumes from the same database
     study = optuna.load_study(study_name="on-postgres", storage=postgres_url)
-    defaults, refused = record.records(study)
+    defaults, refused = records(study)
     assert defaults.state == TrialState.COMPLETE, (defaults.reason, defaults.detail)
     assert defaults.metrics["completed"] == 8
     assert refused.state == TrialState.PRUNED

@@ -24,8 +24,18 @@ from optuna.trial import TrialState
 
 from autotune.config import Scenario
 from autotune.stored import plain
-from autotune.tuning import ranking, record, study
+from autotune.tuning import ranking, study
 from autotune.tuning import trial as trial_mod
+from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import (
+    DEFAULTS,
+    ERROR,
+    INTERRUPTED,
+    VERSION,
+    WRITABLE,
+    TrialRecord,
+)
 from autotune.tuning.sharing import heartbeat
 from tests import canned
 
@@ -75,8 +85,8 @@ def _run(tmp_path: Path, scenario: Scenario, runner: Canned, trials: int,
 def test_baselines_first_then_the_search_with_one_record_each(tmp_path):
     runner = Canned()
     st = _run(tmp_path, _scenario(), runner, trials=5)
-    recs = record.records(st)
-    assert [r.name for r in recs[:2]] == [record.DEFAULTS, "refused"]
+    recs = records(st)
+    assert [r.name for r in recs[:2]] == [DEFAULTS, "refused"]
     assert runner.calls[0] == {"enforce-eager": True}  # fixed flags hold for baselines too
     assert recs[0].values == (0.0,) and recs[0].feasible and recs[0].gain == 0.0
     assert recs[1].state == TrialState.PRUNED and recs[1].reason == "invalid_flag"
@@ -85,7 +95,7 @@ def test_baselines_first_then_the_search_with_one_record_each(tmp_path):
     names = {"slo:ttft_p95_ms", "failed_requests", "quality", "completed"}
     assert all(set(r.constraints) == names for r in recs)
     assert all(v > 0 for v in recs[1].constraints.values())
-    assert all(r.version == record.VERSION and r.outcome for r in recs)
+    assert all(r.version == VERSION and r.outcome for r in recs)
     # max-num-seqs 32: TTFT 320 ms, within the 500-ms SLO; scores relative to the defaults.
     by_seqs = {r.flags.get("max-num-seqs"): r for r in recs[2:]}
     assert set(by_seqs) == {2, 8, 32}
@@ -95,7 +105,7 @@ def test_baselines_first_then_the_search_with_one_record_each(tmp_path):
 
 def test_an_slo_miss_is_infeasible_and_never_best(tmp_path):
     st = _run(tmp_path, _scenario(), Canned(ttft_per_seq=20.0), trials=5)  # 32 -> 640 ms
-    recs = {r.flags.get("max-num-seqs"): r for r in record.records(st)[2:]}
+    recs = {r.flags.get("max-num-seqs"): r for r in records(st)[2:]}
     assert recs[32].state == TrialState.COMPLETE and not recs[32].feasible
     assert recs[32].constraints["slo:ttft_p95_ms"] == pytest.approx(140.0)
     assert ranking.feasible_best(st).number == 0  # the defaults beat the feasible 2 and 8
@@ -107,7 +117,7 @@ def test_a_repeated_configuration_is_copied_not_launched(tmp_path):
     runner = Canned()
     scenario = _scenario(space={"max-num-seqs": {"choices": [8]}}, sampler={"name": "random"})
     st = _run(tmp_path, scenario, runner, trials=4)
-    recs = record.records(st)
+    recs = records(st)
     assert len(runner.calls) == 3  # defaults, refused, one max-num-seqs 8
     copy = recs[3]
     assert copy.duplicate_of == 2 and copy.flags == recs[2].flags
@@ -122,9 +132,9 @@ def test_a_sampled_default_is_the_defaults_engine_copied_not_launched(tmp_path):
     scenario = _scenario(space={"max-num-seqs": {"choices": [16]}}, baselines=[],
                          sampler={"name": "random"})
     st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
-    record.set_engine_defaults(st, {"max-num-seqs": 16})
+    studyrecord.set_engine_defaults(st, {"max-num-seqs": 16})
     study.loop(st, scenario, "/models/tiny", tmp_path / "seam", trials=2, runner=runner)
-    defaults, searched = record.records(st)
+    defaults, searched = records(st)
     assert len(runner.calls) == 1 and defaults.is_defaults  # one engine for both
     assert searched.duplicate_of == defaults.number and searched.values == defaults.values
     fixed = dict(scenario.engine.flags)
@@ -168,7 +178,7 @@ def test_a_searched_trial_starts_at_the_best_trials_rate(tmp_path):
 
 def test_a_trials_facts_are_record_fields():
     names = {f.name for f in dataclasses.fields(trial_mod.Facts)}
-    assert names <= record.WRITABLE, names - record.WRITABLE
+    assert names <= WRITABLE, names - WRITABLE
     facts = trial_mod.Facts({"max-num-seqs": 8}, detail="refused")
     assert facts.fields() == {"flags": {"max-num-seqs": 8}, "command": [],
                               "engine_version": None, "device": {}, "env": {},
@@ -184,7 +194,7 @@ def test_the_first_completed_trial_stands_in_when_the_defaults_are_pruned(tmp_pa
             return super().__call__(scenario, model, flags, trial_dir, **kw)
 
     st = _run(tmp_path, _scenario(baselines=[]), DefaultsRefused(), trials=3)
-    recs = record.records(st)
+    recs = records(st)
     ref = ranking.reference_trial(st)
     assert recs[0].state == TrialState.PRUNED and ref.number == 1 and ref.values == (0.0,)
     assert ranking.reference_name(st).endswith("(vLLM defaults did not run)")
@@ -196,8 +206,8 @@ def test_ctrl_c_marks_the_trial_interrupted_and_queues_it_again(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         study.loop(st, scenario, "/m", tmp_path / "seam", trials=3,
                    runner=Canned(interrupt_at=2))
-    recs = record.records(st)
-    assert recs[1].state == TrialState.FAIL and recs[1].outcome == record.INTERRUPTED
+    recs = records(st)
+    assert recs[1].state == TrialState.FAIL and recs[1].outcome == INTERRUPTED
     assert recs[1].flags == {"enforce-eager": True, "max-num-seqs": 4}  # what it was running
     assert recs[2].state == TrialState.WAITING and recs[2].baseline == "refused"
     runner = Canned()
@@ -215,8 +225,8 @@ def test_defaults_interrupted_run_first_again_under_the_next_number(tmp_path):
                    runner=Canned(interrupt_at=1))
     runner = Canned()
     study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
-    recs = record.records(st)
-    assert recs[0].state == TrialState.FAIL and recs[0].outcome == record.INTERRUPTED
+    recs = records(st)
+    assert recs[0].state == TrialState.FAIL and recs[0].outcome == INTERRUPTED
     assert recs[1].is_defaults and recs[1].state == TrialState.COMPLETE
     assert runner.calls[0] == {"enforce-eager": True}  # the defaults' engine, first
     assert ranking.reference_trial(st).number == 1
@@ -250,12 +260,12 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     trial = heartbeat.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
-    record.write(trial, flags={}, worker=plain(heartbeat.Worker(
+    writers.write(trial, flags={}, worker=plain(heartbeat.Worker(
         "gone", socket.gethostname(), dead.pid, time.time() - 5)))
     assert heartbeat.recover(st, heartbeat.me(st)) == 1  # its process is gone: at once
-    recs = record.records(st)
+    recs = records(st)
     assert recs[0].state == TrialState.FAIL
-    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [record.DEFAULTS]
+    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [DEFAULTS]
     assert heartbeat.recover(st, heartbeat.me(st)) == 0
     # The defaults run again first; the named baseline is queued once they have finished.
     runner = Canned()
@@ -270,7 +280,7 @@ def test_a_trial_written_before_workers_were_recorded_runs_again_after_the_grace
     assert heartbeat.recover(st, heartbeat.me(st)) == 0  # it might be starting right now
     time.sleep(1.1)
     assert heartbeat.recover(st, heartbeat.me(st), grace_s=1) == 1
-    assert record.records(st)[0].state == TrialState.FAIL
+    assert records(st)[0].state == TrialState.FAIL
 
 
 def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
@@ -297,7 +307,7 @@ def test_progress_reports_records(tmp_path):
     study.loop(st, scenario, "/m", tmp_path / "seam", trials=3, runner=Canned(),
                on_progress=seen.append)
     assert [p.done for p in seen] == [1, 2, 3]
-    assert isinstance(seen[-1].last, record.TrialRecord) and seen[-1].last.number == 2
+    assert isinstance(seen[-1].last, TrialRecord) and seen[-1].last.number == 2
     assert seen[-1].best.number == 0  # max-num-seqs 2 is slower than the defaults
 
 
@@ -309,8 +319,8 @@ def test_a_fault_of_autotunes_own_fails_one_trial_and_the_study_goes_on(tmp_path
             return super().__call__(scenario, model, flags, trial_dir, **kw)
 
     st = _run(tmp_path, _scenario(), Faulty(), trials=3)
-    recs = record.records(st)
-    assert recs[0].state == TrialState.FAIL and recs[0].outcome == record.ERROR
+    recs = records(st)
+    assert recs[0].state == TrialState.FAIL and recs[0].outcome == ERROR
     assert (recs[0].reason, recs[0].detail) == ("RuntimeError", "a bug in the load generator")
     assert recs[0].flags == {"enforce-eager": True}
     assert [r.state for r in recs[1:]] == [TrialState.PRUNED, TrialState.COMPLETE]
@@ -327,7 +337,7 @@ def test_a_bad_input_found_mid_trial_stops_the_study_without_a_running_trial(tmp
     with pytest.raises(ConfigError):
         _run(tmp_path, _scenario(), Refusing(), trials=3)
     st = optuna.load_study(study_name="seam", storage=f"sqlite:///{tmp_path / 'seam.db'}")
-    (only,) = record.records(st, (TrialState.FAIL, TrialState.RUNNING))
+    (only,) = records(st, (TrialState.FAIL, TrialState.RUNNING))
     assert only.state == TrialState.FAIL and only.reason == "ConfigError"
 
 
@@ -338,11 +348,11 @@ def test_a_trial_asked_before_the_queued_defaults_goes_back_behind_them(tmp_path
     st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
     first = heartbeat.ask(st)  # the defaults, then lost
     st.enqueue_trial({"max-num-seqs": 8})  # 1, queued before the defaults come back
-    heartbeat.fail_and_requeue(st, record.TrialRecord.of(st.get_trials()[first.number]))
+    heartbeat.fail_and_requeue(st, TrialRecord.of(st.get_trials()[first.number]))
     runner = Canned()
     study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
     assert runner.calls == [{"enforce-eager": True}]
-    recs = record.records(st)
+    recs = records(st)
     assert (recs[1].state, recs[1].reason) == (TrialState.FAIL, "defaults_first")
     assert recs[2].is_defaults and recs[2].state == TrialState.COMPLETE
     # It is queued again, behind the defaults and ahead of the named baseline they queued.

@@ -28,8 +28,10 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.engine import cpuplace
-from autotune.tuning import ranking, record, study
+from autotune.tuning import ranking, study
 from autotune.tuning.quality import guardrail
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import DEFAULTS, INTERRUPTED
 from autotune.tuning.sharing import heartbeat, workers
 from autotune.tuning.sharing.storage import masked
 from tests.conftest import SCENARIO
@@ -80,8 +82,8 @@ def test_workers_opening_a_new_study_together_queue_the_defaults_once(url):
     sc = canned.scenario()
     _threads(4, lambda i: study.open_study(sc, url, worker=_worker(i)))
     st = optuna.load_study(study_name="shared", storage=url)
-    recs = record.records(st)
-    assert [(r.baseline, r.state) for r in recs] == [(record.DEFAULTS, TrialState.WAITING)]
+    recs = records(st)
+    assert [(r.baseline, r.state) for r in recs] == [(DEFAULTS, TrialState.WAITING)]
     assert set(heartbeat.workers(st)) == {"w0", "w1", "w2", "w3"}
 
 
@@ -143,7 +145,7 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
     _threads(2, _work, sc, url, tmp_path / "shared", runner, 6)
 
     st = optuna.load_study(study_name="shared", storage=url)
-    recs = record.records(st)
+    recs = records(st)
     assert len(recs) == 12 and all(r.state == TrialState.COMPLETE for r in recs)
     launches = [c for c in runner.calls if c["event"] == "launch"]
     ends = {c["trial"]: c["end"] for c in runner.calls if c["event"] == "end"}
@@ -199,7 +201,7 @@ def test_a_worker_waits_for_the_same_configuration_running_elsewhere(tmp_path):
     finally:
         heartbeat.POLL_S = old
         t.join()
-    recs = record.records(st)
+    recs = records(st)
     assert fast.calls == []  # trial 2 waited for trial 1 and copied its result
     assert recs[2].duplicate_of == 1 and recs[2].flags == flags == recs[1].flags
     assert recs[2].datetime_complete >= recs[1].datetime_complete
@@ -252,7 +254,7 @@ def test_a_killed_workers_trial_is_queued_again_and_finished_by_the_other(url, t
         a.kill()
         a.wait()
     waited = time.monotonic() - t0
-    recs = record.records(st)
+    recs = records(st)
     assert recs[0].state == TrialState.FAIL and recs[0].worker.id == "A"
     defaults = [r for r in recs if r.is_defaults]
     assert [(r.number, r.state) for r in defaults] == [(0, TrialState.FAIL),
@@ -261,7 +263,7 @@ def test_a_killed_workers_trial_is_queued_again_and_finished_by_the_other(url, t
     assert [c["trial"] for c in b.calls if c["event"] == "launch"][0] == 1
     assert st.user_attrs["reference"]["trial"] == 1
     assert [r.number for r in recs if r.baseline == "half"] == [2]
-    assert not record.records(st, (TrialState.RUNNING,))
+    assert not records(st, (TrialState.RUNNING,))
     if host == "this":
         assert waited < 10
     else:
@@ -288,7 +290,7 @@ def test_tune_gpus_runs_one_worker_per_gpu_with_one_progress_line_per_trial(tmp_
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, out + err
     st = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path / 'shared.db'}")
-    recs = record.records(st)
+    recs = records(st)
     assert len(recs) == 5 and all(r.state == TrialState.COMPLETE for r in recs)
     host = socket.gethostname()
     assert {r.worker.id for r in recs} == {f"{host}-gpu0", f"{host}-gpu1"}
@@ -332,14 +334,14 @@ def test_ctrl_c_stops_every_worker_and_queues_their_trials_again(tmp_path):
     assert not [k for k in kids if psutil.pid_exists(k)
                 and psutil.Process(k).status() != psutil.STATUS_ZOMBIE]
     st = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path / 'shared.db'}")
-    recs = record.records(st)
+    recs = records(st)
     assert not [r for r in recs if r.state == TrialState.RUNNING]
     # Every trial a worker held (the defaults; maybe one asked by the other worker, which
     # waited for them) is FAIL `interrupted`, with a copy queued again.
     held = [r for r in recs if r.state == TrialState.FAIL]
-    assert held[0].is_defaults and all(r.outcome == record.INTERRUPTED for r in held)
+    assert held[0].is_defaults and all(r.outcome == INTERRUPTED for r in held)
     waiting = [r for r in recs if r.state == TrialState.WAITING]
-    assert len(waiting) == len(held) and record.DEFAULTS in [r.baseline for r in waiting]
+    assert len(waiting) == len(held) and DEFAULTS in [r.baseline for r in waiting]
 
 
 def test_workers_whose_parent_is_killed_stop_cleanly(tmp_path):
@@ -356,9 +358,9 @@ def test_workers_whose_parent_is_killed_stop_cleanly(tmp_path):
     gone, alive = psutil.wait_procs(kids, timeout=30)
     assert not alive
     st = optuna.load_study(study_name="shared", storage=f"sqlite:///{tmp_path / 'shared.db'}")
-    recs = record.records(st)
+    recs = records(st)
     assert not [r for r in recs if r.state == TrialState.RUNNING]
-    assert recs[0].outcome == record.INTERRUPTED
+    assert recs[0].outcome == INTERRUPTED
 
 
 def test_a_dead_gpu_worker_leaves_its_trial_to_the_others_on_postgresql(postgres_db, tmp_path):
@@ -379,7 +381,7 @@ def test_a_dead_gpu_worker_leaves_its_trial_to_the_others_on_postgresql(postgres
     assert "s3cret-pw" not in out + err
     assert "s3cret-pw" not in (tmp_path / "shared" / "tune.log").read_text()
     st = optuna.load_study(study_name="shared", storage=postgres_db)
-    recs = record.records(st)
+    recs = records(st)
     lost = recs[hung["trial"]]
     assert lost.state == TrialState.FAIL and lost.worker.id.endswith("gpu1")
     again = [r for r in recs if r.number > lost.number and r.flags == lost.flags
@@ -468,7 +470,7 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     st = optuna.load_study(study_name="two-workers",
                            storage=f"sqlite:///{tmp_path / 'two-workers.db'}")
     # the two trials run (a relief move may be queued after them, for a later run)
-    defaults, searched = record.records(st, (TrialState.COMPLETE, TrialState.PRUNED))
+    defaults, searched = records(st, (TrialState.COMPLETE, TrialState.PRUNED))
     assert defaults.is_defaults and defaults.state == TrialState.COMPLETE
     assert defaults.quality.made_reference
     assert searched.state in (TrialState.COMPLETE, TrialState.PRUNED)

@@ -20,7 +20,7 @@ import yaml
 
 from autotune.cli import main as cli
 from autotune.engine import cpuplace
-from autotune.tuning import record
+from autotune.tuning.records.snapshot import records
 from tests.conftest import SCENARIO, SESSION_MARK
 from tests.measure.test_vllmbench import _trial
 
@@ -61,8 +61,8 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     """Alternating on one device, or each pair's two runs at once (two GPUs; here two CPU
     engines, which only shows the placement and the record, not a GPU's speed)."""
     db = str(study_db)
-    before = record.records(optuna.load_study(study_name="engine-test",
-                                              storage=f"sqlite:///{db}"))
+    before = records(optuna.load_study(study_name="engine-test",
+                                       storage=f"sqlite:///{db}"))
 
     # Side by side, no binding of the tests' own (conftest): validate places the engines.
     env = {k: v for k, v in os.environ.items() if not gpus or k != cpuplace.VAR}
@@ -74,7 +74,7 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     assert not _helpers()
 
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    trials = record.records(st)
+    trials = records(st)
     typed = trials[1].validation_vllm
     assert typed is not None and typed.word() == typed.verdict
     v = typed.as_dict()  # as stored, key for key

@@ -86,7 +86,7 @@ def test_every_re_measurement_runs_its_pairs_through_one_loop():
 
     from optuna.trial import TrialState
 
-    from autotune.tuning.record import TrialRecord
+    from autotune.tuning.records.trialrecord import TrialRecord
     from autotune.verify import pairs, validate
 
     cand, base = (TrialRecord(number=n, state=TrialState.COMPLETE) for n in (5, 0))

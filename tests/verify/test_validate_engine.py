@@ -15,8 +15,9 @@ import pytest
 
 from autotune.cli import main as cli
 from autotune.config import Scenario
-from autotune.tuning import ranking, record
+from autotune.tuning import ranking
 from autotune.tuning.policy import objective as obj
+from autotune.tuning.records.snapshot import records
 from tests.conftest import copy_study
 
 pytestmark = pytest.mark.engine
@@ -32,8 +33,8 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
                                                       no_leftover_engine):
     run = copy_study(cpu_study, tmp_path / "studies")
     db = str(run.root / "engine-test.db")
-    before = record.records(optuna.load_study(study_name="engine-test",
-                                              storage=f"sqlite:///{db}"))
+    before = records(optuna.load_study(study_name="engine-test",
+                                       storage=f"sqlite:///{db}"))
 
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "2",
                            "--repeats", "2"], capture_output=True, text=True, timeout=900,
@@ -41,7 +42,7 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
-    trials = record.records(st)
+    trials = records(st)
     typed = trials[2].validation
     assert typed is not None and typed.word() == typed.verdict
     v = typed.as_dict()  # as stored, key for key

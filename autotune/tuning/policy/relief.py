@@ -53,8 +53,9 @@ from autotune.measure import bottleneck as bn
 from autotune.measure import capacity
 from autotune.measure.bottleneck import Bottleneck
 from autotune.tuning.policy import prune, space
-from autotune.tuning.record import RELIEF as RELIEF_KIND
-from autotune.tuning.record import Origin, TrialRecord
+from autotune.tuning.records.origin import RELIEF as RELIEF_KIND
+from autotune.tuning.records.origin import Origin
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.sharing.heartbeat import flags_key, same_engine
 
 UP, DOWN = "up", "down"

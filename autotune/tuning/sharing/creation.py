@@ -18,10 +18,12 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.tuning import record
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import space
-from autotune.tuning.record import DEFAULTS
+from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import DEFAULTS
 from autotune.tuning.sharing import heartbeat
 
 
@@ -57,9 +59,9 @@ def make_sampler(scenario: Scenario, seed: int | None = None) -> optuna.samplers
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-# Study attributes (`record.StudyRecord`): the named baselines are queued; the guardrail
+# Study attributes (`StudyRecord`): the named baselines are queued; the guardrail
 # reference's contents (so that a worker on another host checks against the same one).
-BASELINES_QUEUED, REFERENCE_DATA = record.BASELINES_QUEUED, record.REFERENCE_DATA
+BASELINES_QUEUED, REFERENCE_DATA = studyrecord.BASELINES_QUEUED, studyrecord.REFERENCE_DATA
 # A study created by another worker a moment ago gets its defaults trial within this.
 _CREATOR_S = 10.0
 # The defaults' worker queues the baselines right after telling them; if it has not
@@ -95,10 +97,10 @@ def open_study(scenario: Scenario, url: str, *, worker: heartbeat.Worker | None 
     heartbeat.attach(study, store, me)
     if created or not _await_creator(study):
         # vLLM's defaults first; the named baselines follow once they finish (`run_one`).
-        study.enqueue_trial({}, user_attrs=record.queued(DEFAULTS, {}))
-        record.set_scenario(study, scenario.model_dump(mode="json", by_alias=True))
+        study.enqueue_trial({}, user_attrs=writers.queued(DEFAULTS, {}))
+        studyrecord.set_scenario(study, scenario.model_dump(mode="json", by_alias=True))
         if not scenario.baselines:
-            record.set_baselines_queued(study)
+            studyrecord.set_baselines_queued(study)
     else:
         _baselines_left_behind(study, scenario)
     if register:
@@ -113,10 +115,10 @@ def _await_creator(study: optuna.Study) -> bool:
     """
     deadline = time.monotonic() + _CREATOR_S
     while True:
-        queued = record.StudyRecord.of(study).baselines_queued
+        queued = StudyRecord.of(study).baselines_queued
         if queued or study.get_trials(deepcopy=False):
-            return record.StudyRecord.of(study).baselines_queued or any(
-                r.is_defaults for r in record.records(study))
+            return StudyRecord.of(study).baselines_queued or any(
+                r.is_defaults for r in records(study))
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -125,20 +127,20 @@ def _await_creator(study: optuna.Study) -> bool:
 def queue_baselines(study: optuna.Study, scenario: Scenario) -> None:
     """Queue the named baselines: done by the worker that finished vLLM's defaults (one
     trial is told by one worker only, so they are queued once)."""
-    if record.StudyRecord.of(study).baselines_queued:
+    if StudyRecord.of(study).baselines_queued:
         return
     for base in scenario.baselines:
-        study.enqueue_trial({}, user_attrs=record.queued(base.name, base.flags))
-    record.set_baselines_queued(study)
+        study.enqueue_trial({}, user_attrs=writers.queued(base.name, base.flags))
+    studyrecord.set_baselines_queued(study)
 
 
 def _baselines_left_behind(study: optuna.Study, scenario: Scenario) -> None:
     """The defaults finished long ago but the baselines were never queued (their worker
     died in between): queue them now."""
-    if record.StudyRecord.of(study).baselines_queued:
+    if StudyRecord.of(study).baselines_queued:
         return
     state, rec = heartbeat.defaults_state(study)
-    finished = [r.datetime_complete for r in record.records(study)
+    finished = [r.datetime_complete for r in records(study)
                 if r.is_defaults and r.datetime_complete is not None]
     if state == heartbeat.DONE and finished and \
             (dt.datetime.now() - max(finished)).total_seconds() > _BASELINES_S:
@@ -147,11 +149,11 @@ def _baselines_left_behind(study: optuna.Study, scenario: Scenario) -> None:
 
 def record_engine_defaults(study: optuna.Study, scenario: Scenario, info: Any) -> None:
     """Keep the installed engine's defaults of the flags this study sets, once."""
-    if record.StudyRecord.of(study).engine_defaults is not None:
+    if StudyRecord.of(study).engine_defaults is not None:
         return
     names = set(scenario.space) | set(scenario.engine.flags)
     for base in scenario.baselines:
         names |= set(base.flags)
     defaults = {n: info.flags[n].default for n in sorted(names)
                 if n in info.flags and info.flags[n].default is not None}
-    record.set_engine_defaults(study, defaults)
+    studyrecord.set_engine_defaults(study, defaults)

@@ -12,7 +12,7 @@ public API is used:
   the database's write lock first, see `storage`) and its configuration goes back into the queue
   (`Requeue`, the storage's stale-trial callback). A trial whose process is gone from this
   host is queued again at once, without waiting for the grace period;
-- a trial records its flags and then its worker (`TrialRecord.worker`, a `record.Worker`)
+- a trial records its flags and then its worker (`TrialRecord.worker`, a `Worker`)
   before its engine starts, so no worker launches a configuration that another is running: the
   higher-numbered twin waits for the lower one and copies its result (`wait_for_twin`);
 - vLLM's defaults come first: while they run on one worker, the others wait before asking
@@ -46,8 +46,11 @@ from sqlalchemy import event
 
 from autotune.flags import normalize
 from autotune.stored import plain
-from autotune.tuning import record
-from autotune.tuning.record import TrialRecord, Worker
+from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import ERROR, TrialRecord
+from autotune.tuning.records.worker import Worker
 from autotune.tuning.sharing.storage import masked
 
 log = logging.getLogger("autotune")
@@ -119,7 +122,7 @@ class Requeue:
 
 def enqueue_again(study: optuna.Study, rec: TrialRecord) -> None:
     """Queue a trial that did not finish once more: its parameters and baseline."""
-    study.enqueue_trial(rec.params, user_attrs=record.queued_again(rec), skip_if_exists=False)
+    study.enqueue_trial(rec.params, user_attrs=writers.queued_again(rec), skip_if_exists=False)
 
 
 def _who(rec: TrialRecord) -> str:
@@ -261,7 +264,7 @@ def recover(study: optuna.Study, me: Worker | None = None, grace_s: float | None
     grace = grace_s if grace_s is not None else (held.storage.grace_period if held else None) \
         or GRACE_S
     now = dt.datetime.now()
-    for rec in record.records(study, (TrialState.RUNNING,)):
+    for rec in records(study, (TrialState.RUNNING,)):
         if rec.worker is not None:
             gone = me is not None and me.sees_gone(rec.worker)
         else:
@@ -290,9 +293,9 @@ def register(study: optuna.Study, me: Worker, seed: int) -> int:
     the first worker a study ever had (a lone tuner is reproducible), else one derived from
     the scenario's seed and the worker's id. Each worker writes its key before it reads the
     others', so of two that start together at least one sees the other."""
-    record.set_worker(study, me.id, {**plain(me),
-                                     "since": dt.datetime.now().isoformat(timespec="seconds")})
-    others = [w for w in record.StudyRecord.of(study).workers if w != me.id]
+    studyrecord.set_worker(study, me.id, {**plain(me),
+                                          "since": dt.datetime.now().isoformat(timespec="seconds")})
+    others = [w for w in StudyRecord.of(study).workers if w != me.id]
     return derived_seed(seed, me.id) if others else seed
 
 
@@ -302,21 +305,21 @@ def derived_seed(seed: int, worker_id: str) -> int:
 
 def workers(study: optuna.Study) -> dict[str, dict[str, Any]]:
     """Every worker that has registered with the study, by id."""
-    return dict(record.StudyRecord.of(study).workers)
+    return dict(StudyRecord.of(study).workers)
 
 
 def defaults_state(study: optuna.Study) -> tuple[str, TrialRecord | None]:
     """Where vLLM's defaults trial stands: DONE (it finished, or none will run), RUNNING or
     QUEUED, with the trial. One whose worker died a moment ago counts as RUNNING: the worker
     that failed it is queuing it again."""
-    recs = [r for r in record.records(study) if r.is_defaults]
+    recs = [r for r in records(study) if r.is_defaults]
     for state, wanted in ((DONE, (TrialState.COMPLETE, TrialState.PRUNED)),
                           (RUNNING, (TrialState.RUNNING,)), (QUEUED, (TrialState.WAITING,))):
         found = [r for r in recs if r.state in wanted]
         if found:
             return state, found[0]
     now = dt.datetime.now()
-    lost = [r for r in recs if r.state == TrialState.FAIL and r.outcome != record.ERROR
+    lost = [r for r in recs if r.state == TrialState.FAIL and r.outcome != ERROR
             and r.datetime_complete is not None
             and (now - r.datetime_complete).total_seconds() < REQUEUE_S]
     return (RUNNING, lost[-1]) if lost else (DONE, None)
@@ -350,7 +353,7 @@ def wait_for_twin(study: optuna.Study, flags: Mapping[str, Any], number: int,
     t0 = time.monotonic()
     said: set[int] = set()
     while True:
-        lower = [r for r in record.records(study, (TrialState.RUNNING,)) if r.number < number]
+        lower = [r for r in records(study, (TrialState.RUNNING,)) if r.number < number]
         twins = [r for r in lower if r.worker is not None and flags_key(r.flags, defaults) == key]
         unannounced = [r for r in lower if r.worker is None]
         if not twins and (not unannounced or time.monotonic() - t0 > ANNOUNCE_S):

@@ -44,8 +44,9 @@ from optuna.trial import TrialState
 from autotune.config import Scenario
 from autotune.engine import cpuplace
 from autotune.errors import ConfigError
-from autotune.tuning import ranking, record
-from autotune.tuning.record import TrialRecord
+from autotune.tuning import ranking
+from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.study import Progress
 
 log = logging.getLogger("autotune")
@@ -178,7 +179,7 @@ def run_workers(study: optuna.Study, scenario: Scenario, scenario_path: str | Pa
     folder.mkdir(parents=True, exist_ok=True)
     tickets = Tickets(folder / f"tickets-{os.getpid()}.json", total=trials)
     ids = {worker_id(g) for g in gpus}
-    seen = {r.number for r in record.records(study, FINISHED)}
+    seen = {r.number for r in records(study, FINISHED)}
     t0 = time.monotonic()
     children: list[_Child] = []
     result = Result()
@@ -233,7 +234,7 @@ def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, 
             t0: float, timeout_s: float | None,
             on_progress: Callable[[Progress], None] | None) -> None:
     """One progress line per trial of this run's workers that has finished since."""
-    new = [r for r in record.records(study, FINISHED)
+    new = [r for r in records(study, FINISHED)
            if r.number not in seen and r.worker is not None and r.worker.id in ids]
     new.sort(key=lambda r: (r.datetime_complete or dt.datetime.min, r.number))
     for rec in new:

@@ -1,0 +1,55 @@
+"""Short scalar copies of a trial's key figures, for optuna-dashboard.
+
+optuna-dashboard shows a user attribute as text cut at 1,024 characters, so `metrics` and
+`quality` (several thousand) arrive there as broken JSON. The trial record's writer
+(`autotune.tuning.records.writers`) stores these beside the fields they come from (record
+version 3), `set_constraints` stores `feasible`; `TrialRecord.scalars` derives them for a
+record of any version. They are not fields of their own: nothing else may write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.measure import capacity
+from autotune.measure.capacity import CapacityRecord
+from autotune.measure.speculation import Speculation
+from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.records.origin import Origin
+
+SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
+           "capacity_uncertainty", "bottleneck", "drift", "agreement", "quality_passed",
+           "quality_verdict", "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
+
+
+def capacity_record(metrics: Mapping[str, Any]) -> CapacityRecord | None:
+    """The capacity search's record inside a trial's `metrics`, if it ran in capacity mode
+    (`TrialRecord.capacity` reads it so too)."""
+    found = metrics.get("capacity")
+    return CapacityRecord.from_dict(found) if found else None
+
+
+def short(metrics: Mapping[str, Any] | None, quality: Quality | None,
+          spec: Speculation | None = None, origin: Origin | None = None) -> dict[str, Any]:
+    """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
+    `spec` (speculative decoding's acceptance) and `origin` (why the trial was tried)."""
+    out: dict[str, Any] = {}
+    if origin is not None:
+        out["tried_because"] = origin.text
+    if metrics is not None:
+        cap = capacity_record(metrics)
+        out.update(capacity_rps=(cap.request_throughput if cap.low else 0.0) if cap else None,
+                   capacity_low=cap.low if cap else None,
+                   capacity_high=cap.high if cap else None,
+                   capacity_uncertainty=cap.uncertainty if cap else None,
+                   bottleneck=capacity.limit_text(cap) if cap else
+                   (metrics.get("bottleneck") or {}).get("text"))
+    if quality is not None:
+        out.update(drift=quality.drift, agreement=quality.agreement,
+                   quality_passed=quality.passed,
+                   quality_verdict=quality.words() if quality.verdict else None)
+    if spec is not None:
+        out.update(spec_acceptance_rate=spec.acceptance_rate,
+                   spec_acceptance_length=spec.mean_acceptance_length)
+    return out
