@@ -27,7 +27,7 @@ PREEMPTION = "preemption"
 KV_SATURATED = "kv_saturated"
 FAILURES = "failures"
 BEHIND = "behind"
-# The capacity search (`autotune.measure.capacity`).
+# The capacity search (`autotune.measure.searchplan`).
 BELOW_BEST = "below_best_capacity"
 TIED_WITH_BEST = "tied_inside_best"
 UNREACHABLE = "slos_missed_at_low_load"

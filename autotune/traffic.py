@@ -21,7 +21,7 @@ TRACES = ("day",)
 
 
 class CapacitySpec(BaseModel):
-    """How the capacity search runs (see autotune.measure.capacity)."""
+    """How the capacity search runs (see autotune.measure.searchplan)."""
 
     model_config = ConfigDict(extra="forbid")
 

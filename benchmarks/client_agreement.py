@@ -35,8 +35,8 @@ FIGURES = (("output tok/s", "output_throughput"), ("median TTFT ms", "median_ttf
 
 
 def ours(target: Target, spec: WorkloadSpec, tokenizer: str, seed: int) -> dict:
-    summary = bench.benchmark(target, spec.model_copy(update={"seed": seed}),
-                              tokenizer_model=tokenizer)
+    summary = bench.benchmark(bench.Load(target, spec.model_copy(update={"seed": seed}),
+                                         tokenizer))
     return {**{key: summary.get(key) for _, key in FIGURES},
             "lag_p99_ms": (summary.get("client") or {}).get("lag_p99_ms"),
             "completed": summary.get("completed"), "failed": summary.get("failed")}
@@ -45,9 +45,8 @@ def ours(target: Target, spec: WorkloadSpec, tokenizer: str, seed: int) -> dict:
 def theirs(helper: vllmbench.Helper, target: Target, spec: WorkloadSpec, tokenizer: str,
            seed: int) -> dict:
     key = target.headers.get("Authorization", "").removeprefix("Bearer ") or None
-    argv = vllmbench.step_args(spec, base_url=target.url, model=target.model,
-                               tokenizer=tokenizer, rate=spec.request_rate,
-                               num_prompts=spec.num_requests, seed=seed)
+    argv = vllmbench.step_args(spec, vllmbench.Endpoint(target.url, target.model, tokenizer),
+                               vllmbench.Invocation(spec.request_rate, spec.num_requests, seed))
     result = helper.step(argv, api_key=key)
     return {**{k: result.get(k) for _, k in FIGURES}, "lag_p99_ms": None,
             "completed": result.get("completed"), "failed": result.get("failed")}

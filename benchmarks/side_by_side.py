@@ -54,9 +54,8 @@ def _engine(model: str, slot: int, placed: bool, log: Path, spec: WorkloadSpec,
         startup = srv.startup_s or math.nan
         barrier.wait()  # both up: the workloads start together
         t0 = time.monotonic()
-        result = bench.benchmark(Target(srv.url, model, srv.headers), spec,
-                                 tokenizer_model=model,
-                                 pids=lambda: [p.pid for p in srv.processes()])
+        result = bench.benchmark(bench.Load(Target(srv.url, model, srv.headers), spec, model,
+                                            pids=lambda: [p.pid for p in srv.processes()]))
         took = time.monotonic() - t0
         barrier.wait()  # neither engine stops while the other is still measured
         return startup, result["total_output_tokens"], took

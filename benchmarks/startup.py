@@ -44,7 +44,8 @@ from typing import Any
 from autotune import config, tinymodel
 from autotune.engine import warm
 from autotune.engine.server import Server
-from autotune.measure import bench, capacity
+from autotune.measure import bench, capacityrecord, serversearch
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.verify import paired
@@ -81,7 +82,7 @@ class Run:
     def line(self) -> str:
         text = f"start-up {self.startup_s:.1f} s (path {self.path}): {_phases(self.phases)}"
         if self.capacity is not None:
-            low, high = capacity.interval(capacity.CapacityRecord.from_dict(self.capacity))
+            low, high = capacityrecord.interval(CapacityRecord.from_dict(self.capacity))
             limit = (self.capacity.get("bottleneck") or {}).get("kind", "-")
             text += (f"; capacity {self.rate:.1f} req/s (interval {low:.1f}-{high:.1f},"
                      f" stopped: {self.capacity.get('stopped') or '-'}, limited by: {limit})")
@@ -115,12 +116,12 @@ def start(plan: Plan, log: Path, *, next_warm: bool) -> Run:
         target = Target(srv.url, plan.model, srv.headers)
         pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
         if plan.measure == "capacity":
-            run.capacity = capacity.search(target, plan.capacity_spec,
-                                           tokenizer_model=plan.model, slos=plan.slos,
-                                           pids=pids)["capacity"]
+            run.capacity = serversearch.search(
+                bench.Load(target, plan.capacity_spec, plan.model, pids=pids),
+                plan.slos)["capacity"]
         elif plan.measure == "bench":
             spec = BENCH.model_copy(update={"num_requests": plan.bench_requests})
-            run.bench = bench.benchmark(target, spec, tokenizer_model=plan.model, pids=pids)
+            run.bench = bench.benchmark(bench.Load(target, spec, plan.model, pids=pids))
         return run
 
 

@@ -18,8 +18,9 @@ from autotune.engine import gpu
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError
-from autotune.measure import capacity, metrics
-from autotune.measure.bench import benchmark, summary_rows
+from autotune.measure import capacitytext, metrics, serversearch
+from autotune.measure.bench import Load, benchmark, summary_rows
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
 from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
 
@@ -179,11 +180,10 @@ def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[s
              alive: Callable[[], str | None] | None = None) -> dict:
     """Run the benchmark; with `alive` (a launched server's watch) a dead engine ends it
     within a second as one line (`Halted`), not after every step's timeout."""
+    load = Load(target, spec, tokenizer, pids=pids, alive=alive)
     if spec.mode == "capacity":
-        return capacity.search(target, spec, tokenizer_model=tokenizer, slos=percentile,
-                               pids=pids, alive=alive)
-    return benchmark(target, spec, tokenizer_model=tokenizer, slos=goodput, pids=pids,
-                     alive=alive)
+        return serversearch.search(load, percentile)
+    return benchmark(load, slos=goodput)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -304,5 +304,5 @@ def _print(result: dict, stderr: bool = False) -> None:
     if result.get("capacity"):
         from autotune.results.views import print_capacity
 
-        cap = capacity.CapacityRecord.from_dict(result["capacity"])
-        print_capacity(cap, capacity.slo_keys(cap), console)
+        cap = CapacityRecord.from_dict(result["capacity"])
+        print_capacity(cap, capacitytext.slo_keys(cap), console)

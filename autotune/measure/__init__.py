@@ -3,10 +3,12 @@
 Public API: `workloads.build_sessions` (what to send), `loadgen.send_workload` (streaming client),
 `metrics.summarize` (vLLM bench serve's definitions), `probes.Sampler` (engine gauges and
 per-process CPU while a load runs), `steady` (the steady-state window of a step),
-`bottleneck.attribute` (what limited a step), `bench.benchmark` (one fixed workload),
-`capacity.search` (the highest request rate that meets the SLOs), `vllmbench` (the same
-steps through vLLM's own client) and `watch` (every wait on the engine ends within a poll
-of its death: the callers pass a plain `alive` callable).
+`bottleneck.attribute` (what limited a step), `bench.benchmark` (one workload against one
+server, a `bench.Load`), `serversearch.search` (the highest request rate that meets the
+SLOs; the search itself is `searchplan.plan`, a step's verdict `stepverdict.judge`, what a
+trial keeps `capacityrecord.CapacityRecord`, its words `capacitytext.describe`),
+`vllmbench` (the same steps through vLLM's own client) and `watch` (every wait on the engine
+ends within a poll of its death: the callers pass a plain `alive` callable).
 
 Imports the engine layer and the top-level basics, never tuning, results or the CLI.
 """

@@ -9,12 +9,49 @@ or compared with vLLM's own file.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.stored import plain
 from autotune.traffic import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Load:
+    """A workload offered to one running server: where to send it (`target`), what to send
+    (`spec`, its prompts built with the tokenizer of `tokenizer_model`, a path or Hugging
+    Face id; `tokenizer` when already loaded), the engine's processes to probe (`pids`) and
+    the watch on the engine (`alive`: every wait ends with `Halted` once it names a
+    reason)."""
+
+    target: loadgen.Target
+    spec: WorkloadSpec
+    tokenizer_model: str
+    tokenizer: Tokenizer | None = None
+    pids: Callable[[], list[int]] | None = None
+    alive: watch.Alive | None = None
+
+
+@dataclass(frozen=True)
+class ProbePhase:
+    """A benchmark's first `sessions` sent and summarised on their own: `verdict` sees that
+    summary and may return a reason to stop there (a trial's pruning)."""
+
+    sessions: int
+    verdict: Callable[[dict[str, Any]], str | None]
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """One load step as sent and seen: its whole-step summary (`whole`), its requests
+    (`run`) and the probe series (`sampler`), from which a steady window is cut and judged
+    (`autotune.measure.stepverdict`)."""
+
+    whole: dict[str, Any]
+    run: loadgen.RunResult
+    sampler: probes.Sampler
 
 
 def prepare(spec: WorkloadSpec, tokenizer_model: str, *, offset: int = 0,
@@ -56,56 +93,51 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     return summary
 
 
-def benchmark(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: str,
-              slos: Mapping[str, float] | None = None,
-              pids: Callable[[], list[int]] | None = None, offset: int = 0,
-              probe_interval: float = 1.0, probe_sessions: int = 0,
-              on_probe: Callable[[dict[str, Any]], str | None] | None = None,
-              tokenizer: Tokenizer | None = None,
-              alive: watch.Alive | None = None) -> dict[str, Any]:
-    """Run `spec` against `target` and return the summary with probes.
+def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: int = 0,
+              probe_interval: float = 1.0, probe: ProbePhase | None = None) -> dict[str, Any]:
+    """Send `load` and return the summary with probes.
 
-    With `probe_sessions`, the first sessions are a probe phase: `on_probe` sees its
-    summary and may return a reason to stop there (the summary then carries
+    With `probe`, its first sessions are a probe phase: its verdict sees their summary
+    and may return a reason to stop there (the summary then carries
     `stopped_after_probe`); otherwise the rest is sent and everything is summarised.
-    `alive` watches the engine throughout (`autotune.measure.watch`): `Halted` once it
-    names a reason.
+    `load.alive` watches the engine throughout (`autotune.measure.watch`): `Halted` once
+    it names a reason.
     """
-    measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
+    target, spec = load.target, load.spec
+    measured, warmup = prepare(spec, load.tokenizer_model, offset=offset,
+                               tokenizer=load.tokenizer)
 
     async def go() -> dict[str, Any]:
         await _warm(target, spec, warmup)
         runs = []
         rest = measured
-        if 0 < probe_sessions < len(measured) and on_probe is not None:
-            runs.append(await _phase(target, spec, measured[:probe_sessions], pids,
+        if probe is not None and 0 < probe.sessions < len(measured):
+            runs.append(await _phase(target, spec, measured[:probe.sessions], load.pids,
                                      probe_interval))
-            probe = _summary(runs, spec, slos)
-            if reason := on_probe(probe):
-                return {**probe, "stopped_after_probe": reason}
-            rest = measured[probe_sessions:]
-        runs.append(await _phase(target, spec, rest, pids, probe_interval))
+            partial = _summary(runs, spec, slos)
+            if reason := probe.verdict(partial):
+                return {**partial, "stopped_after_probe": reason}
+            rest = measured[probe.sessions:]
+        runs.append(await _phase(target, spec, rest, load.pids, probe_interval))
         return _summary(runs, spec, slos)
 
-    return watch.run(go(), alive)
+    return watch.run(go(), load.alive)
 
 
-def step(target: loadgen.Target, spec: WorkloadSpec, *, tokenizer_model: str,
-         pids: Callable[[], list[int]] | None = None, offset: int = 0,
-         probe_interval: float = 0.5, tokenizer: Tokenizer | None = None,
-         alive: watch.Alive | None = None
-         ) -> tuple[dict[str, Any], loadgen.RunResult, probes.Sampler]:
+def step(load: Load, *, offset: int = 0, probe_interval: float = 0.5) -> StepRun:
     """One load step: its whole-step summary, and the requests and probe series from
-    which a steady-state window can be cut (`autotune.measure.steady`). `alive` watches
-    the engine throughout, as in `benchmark`."""
-    measured, warmup = prepare(spec, tokenizer_model, offset=offset, tokenizer=tokenizer)
+    which a steady-state window can be cut (`autotune.measure.steady`). `load.alive`
+    watches the engine throughout, as in `benchmark`."""
+    target, spec = load.target, load.spec
+    measured, warmup = prepare(spec, load.tokenizer_model, offset=offset,
+                               tokenizer=load.tokenizer)
 
     async def go() -> tuple[loadgen.RunResult, probes.Sampler]:
         await _warm(target, spec, warmup)
-        return await _phase(target, spec, measured, pids, probe_interval)
+        return await _phase(target, spec, measured, load.pids, probe_interval)
 
-    run, sampler = watch.run(go(), alive)
-    return _summary([(run, sampler)], spec, None), run, sampler
+    run, sampler = watch.run(go(), load.alive)
+    return StepRun(_summary([(run, sampler)], spec, None), run, sampler)
 
 
 async def _warm(target: loadgen.Target, spec: WorkloadSpec, warmup: list[Session]) -> None:

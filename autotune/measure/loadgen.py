@@ -222,14 +222,15 @@ async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[S
                                      trust_env=False) as http:
         sem = asyncio.Semaphore(spec.max_concurrency or 1 << 30)
         if warmup:
-            await asyncio.gather(*(_session(http, target, spec, s, sem, [], None, None)
-                                   for s in warmup))
+            warming = Sender(http, target, spec, sem)
+            await asyncio.gather(*(warming.session(s) for s in warmup))
         results: list[RequestResult] = []
         offsets = due_times(sessions, spec)
         lag = LagMonitor()
         lag.start()
         t0 = time.perf_counter()
         deadline = t0 + spec.max_duration_s if spec.max_duration_s else None
+        sender = Sender(http, target, spec, sem, results, deadline, on_result)
         tasks: list[asyncio.Task[bool]] = []
         truncated = False
         try:
@@ -240,9 +241,7 @@ async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[S
                 delay = t0 + offset - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                tasks.append(asyncio.create_task(
-                    _session(http, target, spec, session, sem, results, deadline, on_result,
-                             due=t0 + offset)))
+                tasks.append(asyncio.create_task(sender.session(session, due=t0 + offset)))
             truncated = any(await asyncio.gather(*tasks)) or truncated
         except BaseException:
             # Cancelled (the engine died, Ctrl-C): no request may outlive its session.
@@ -257,29 +256,41 @@ async def send_workload(target: Target, spec: WorkloadSpec, sessions: Sequence[S
                      send_s=offsets[len(tasks) - 1] if tasks else 0.0, lag=lag.figures())
 
 
-async def _session(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec,
-                   session: Session, sem: asyncio.Semaphore, results: list[RequestResult],
-                   deadline: float | None,
-                   on_result: Callable[[RequestResult], None] | None,
-                   due: float | None = None) -> bool:
-    """Send a session's turns in order; chat turns carry the replies received so far. The
-    first turn's result keeps `due`, when the schedule had it sent (perf_counter).
+@dataclass(frozen=True)
+class Sender:
+    """One run's client: its HTTP session, where and what it sends (`target`, `spec`), the
+    concurrency cap every request waits on (`sem`), when new requests stop (`deadline`,
+    perf_counter; None: never), and where each result goes (appended to `results`, then
+    passed to `on_result`). A warm-up's sender keeps its results apart and has no
+    deadline."""
 
-    True when the deadline stopped it before its last turn.
-    """
-    history = list(session.history)
-    for turn in session.turns:
-        async with sem:  # checked after the wait: queued requests must not start late
-            if deadline is not None and time.perf_counter() >= deadline:
-                return True
-            res = await send(http, target, spec,
-                             turn, Session([turn], session.system, history))
-        res.due, due = due, None
-        results.append(res)
-        if on_result is not None:
-            on_result(res)
-        if not res.success:
-            return False  # a conversation cannot go on without the reply
-        history += [{"role": "user", "content": turn.content},
-                    {"role": "assistant", "content": res.generated_text}]
-    return False
+    http: aiohttp.ClientSession
+    target: Target
+    spec: WorkloadSpec
+    sem: asyncio.Semaphore
+    results: list[RequestResult] = field(default_factory=list)
+    deadline: float | None = None
+    on_result: Callable[[RequestResult], None] | None = None
+
+    async def session(self, session: Session, due: float | None = None) -> bool:
+        """Send a session's turns in order; chat turns carry the replies received so far.
+        The first turn's result keeps `due`, when the schedule had it sent (perf_counter).
+
+        True when the deadline stopped it before its last turn.
+        """
+        history = list(session.history)
+        for turn in session.turns:
+            async with self.sem:  # checked after the wait: queued requests must not start late
+                if self.deadline is not None and time.perf_counter() >= self.deadline:
+                    return True
+                res = await send(self.http, self.target, self.spec,
+                                 turn, Session([turn], session.system, history))
+            res.due, due = due, None
+            self.results.append(res)
+            if self.on_result is not None:
+                self.on_result(res)
+            if not res.success:
+                return False  # a conversation cannot go on without the reply
+            history += [{"role": "user", "content": turn.content},
+                        {"role": "assistant", "content": res.generated_text}]
+        return False

@@ -9,7 +9,7 @@ per JSON line it reads on stdin (`{"argv": [...], "api_key": ...}`), answering o
 JSON line on stdout. It exits when its stdin closes. The API key reaches vLLM's
 client through `OPENAI_API_KEY`, which it reads per request, never the command line.
 
-`search` finds a capacity at SLO with these steps through `capacity.plan`, the same
+`search` finds a capacity at SLO with these steps through `searchplan.plan`, the same
 search autotune's own steps use; only the measuring differs.
 """
 
@@ -29,13 +29,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
 from autotune import slo, traces
 from autotune.errors import AutotuneError, ConfigError
-from autotune.measure import capacity, watch, workloads
+from autotune.measure import searchplan, serversearch, stepverdict, watch, workloads
+from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.searchplan import Anchor
 from autotune.traffic import WorkloadSpec
 
 # A sustained step offers the rate for this long: 4-6-s steps measured the transient.
@@ -50,6 +52,39 @@ READY_TIMEOUT_S = 600.0  # the helper's imports: ~27 s on a GPU host, more on a 
 
 class VllmBenchError(AutotuneError):
     """The `vllm bench serve` helper failed, hung or died."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The running server vLLM's client measures: its base URL, the served model's name,
+    the tokenizer vLLM's client counts and builds prompts with (a path or Hugging Face id),
+    the API key (it reaches the client through `OPENAI_API_KEY`, never the command line)
+    and the watch on its engine (`alive`: a search ends with `Halted` once it names a
+    reason)."""
+
+    base_url: str
+    model: str
+    tokenizer: str
+    api_key: str | None = None
+    alive: watch.Alive | None = None
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One `vllm bench serve` run: `num_prompts` prompts offered at `rate` requests/s (None:
+    a burst, all at once) with seed `seed`, after `warmups` warm-up requests; the
+    percentiles it reports (`metric_percentiles`); a trace step's own file (`trace_file`,
+    `write_trace`), and where vLLM's client saves its result file (`result_dir`,
+    `result_filename`; None: not saved)."""
+
+    rate: float | None
+    num_prompts: int
+    seed: int
+    metric_percentiles: Sequence[int] = PERCENTILES
+    warmups: int = 0
+    trace_file: Path | None = None
+    result_dir: Path | None = None
+    result_filename: str | None = None
 
 
 def dataset_args(spec: WorkloadSpec, trace_file: Path | None = None
@@ -130,33 +165,32 @@ def percentiles(slos: Mapping[str, float]) -> list[int]:
     return sorted(out)
 
 
-def step_args(spec: WorkloadSpec, *, base_url: str, model: str, tokenizer: str,
-              rate: float | None, num_prompts: int, seed: int,
-              metric_percentiles: Sequence[int] = PERCENTILES, warmups: int = 0,
-              result_dir: Path | None = None, result_filename: str | None = None,
-              trace_file: Path | None = None) -> list[str]:
-    """The `vllm bench serve` arguments of one step (pure; rate None is a burst). A trace
-    step's pace is in its file (`write_trace`): vLLM's client times it by its timestamps."""
+def step_args(spec: WorkloadSpec, endpoint: Endpoint, run: Invocation) -> list[str]:
+    """The `vllm bench serve` arguments of one run of `spec` against `endpoint` (pure). A
+    trace step's pace is in its file (`write_trace`): vLLM's client times it by its
+    timestamps."""
     chat = spec.api == "chat"
-    args = ["--backend", "openai-chat" if chat else "openai", "--base-url", base_url,
+    rate = run.rate
+    args = ["--backend", "openai-chat" if chat else "openai", "--base-url", endpoint.base_url,
             "--endpoint", "/v1/chat/completions" if chat else "/v1/completions",
-            "--model", model, "--tokenizer", tokenizer, *dataset_args(spec, trace_file)[0],
-            "--num-prompts", str(num_prompts), "--seed", str(seed),
+            "--model", endpoint.model, "--tokenizer", endpoint.tokenizer,
+            *dataset_args(spec, run.trace_file)[0],
+            "--num-prompts", str(run.num_prompts), "--seed", str(run.seed),
             "--request-rate", "inf" if rate is None else repr(float(rate)),
             "--burstiness", repr(spec.burstiness), "--temperature", repr(spec.temperature),
             "--percentile-metrics", METRICS,
-            "--metric-percentiles", ",".join(str(p) for p in metric_percentiles),
+            "--metric-percentiles", ",".join(str(p) for p in run.metric_percentiles),
             "--disable-tqdm"]
     if spec.ignore_eos:
         args.append("--ignore-eos")
     if spec.max_concurrency is not None:
         args += ["--max-concurrency", str(spec.max_concurrency)]
-    if warmups:
-        args += ["--num-warmups", str(warmups)]
-    if result_dir is not None:
-        args += ["--save-result", "--result-dir", str(result_dir)]
-        if result_filename:
-            args += ["--result-filename", result_filename]
+    if run.warmups:
+        args += ["--num-warmups", str(run.warmups)]
+    if run.result_dir is not None:
+        args += ["--save-result", "--result-dir", str(run.result_dir)]
+        if run.result_filename:
+            args += ["--result-filename", run.result_filename]
     return args
 
 
@@ -164,7 +198,7 @@ def judge(result: Mapping[str, Any], slos: Mapping[str, float],
           min_success_rate: float = 1.0) -> list[str]:
     """The SLOs a `vllm bench serve` result broke (its keys are autotune's, e.g.
     `p95_ttft_ms`); an empty list is a pass. No completed request is never a pass."""
-    broken = capacity.violations(result, slos, min_success_rate)
+    broken = stepverdict.violations(result, slos, min_success_rate)
     if not result.get("completed") and not any(b.startswith("success_rate") for b in broken):
         broken.insert(0, "no completed requests")
     return broken
@@ -287,54 +321,54 @@ def _tail(path: Path, n: int = 1) -> str:
     return " | ".join(text[-n:]) or "empty log"
 
 
-def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float], *, base_url: str,
-           model: str, tokenizer: str, api_key: str | None, step_s: float = STEP_S,
-           result_dir: Path | None = None, start: float | None = None,
-           factor: float | None = None, alive: watch.Alive | None = None
-           ) -> capacity.CapacityRecord:
-    """The capacity at SLO of the server at `base_url`, measured with vLLM's client, as
-    `capacity.record` keeps it. With `start` the
-    search begins there instead of at a burst (`capacity.plan`). `alive` watches the
-    engine through the idle waits and after every step (`Halted` once it names a reason):
-    a dead engine fails vLLM's requests at once, and each step would then wait out the
-    idle timeout."""
+def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float],
+           endpoint: Endpoint, *, step_s: float = STEP_S, result_dir: Path | None = None,
+           anchor: Anchor | None = None) -> CapacityRecord:
+    """The capacity at SLO of the server at `endpoint`, measured with vLLM's client, as
+    `searchplan.record` keeps it. An anchor with a `start` begins the search there instead
+    of at a burst (`searchplan.plan`). `endpoint.alive` watches the engine through the
+    idle waits and after every step (`Halted` once it names a reason): a dead engine fails
+    vLLM's requests at once, and each step would then wait out the idle timeout."""
     if step_s <= 0:
         raise ConfigError(f"--step-seconds must be positive (got {step_s:g})")
     cap = spec.capacity
+    alive = endpoint.alive
     pct = percentiles(slos)
     pace = workloads.pace(spec)
     files = Path(tempfile.mkdtemp(prefix="autotune-trace-")) if result_dir is None \
         else result_dir
 
-    def measure(kind: str, rate: float | None, index: int) -> capacity.Step:
-        waited = watch.run(capacity.wait_idle(base_url, cap.idle_timeout_s), alive)
+    def measure(kind: str, rate: float | None, index: int) -> searchplan.Step:
+        waited = watch.run(serversearch.wait_idle(endpoint.base_url, cap.idle_timeout_s),
+                           alive)
         n = prompts(spec, rate, step_s)
         trace_file = None
         if pace:  # a trace: this step's stretches at this step's pace
             trace_file = files / f"step-{index:02d}-{kind}.jsonl"
             n = write_trace(spec, n, math.inf if rate is None else rate / pace, index,
                             trace_file)
-        argv = step_args(spec, base_url=base_url, model=model, tokenizer=tokenizer,
-                         rate=rate, num_prompts=n, seed=spec.seed + index,
-                         metric_percentiles=pct,
-                         warmups=(spec.warmup_requests or capacity.WARMUP) if index == 0 else 0,
-                         result_dir=result_dir, result_filename=f"step-{index:02d}-{kind}.json",
-                         trace_file=trace_file)
+        warmups = (spec.warmup_requests or serversearch.WARMUP) if index == 0 else 0
+        argv = step_args(spec, endpoint, Invocation(
+            rate, n, spec.seed + index, metric_percentiles=pct, warmups=warmups,
+            trace_file=trace_file, result_dir=result_dir,
+            result_filename=f"step-{index:02d}-{kind}.json"))
         # A step that falls behind drains its backlog: allow the requests' own timeout.
         expected = n / rate if rate else n
         t0 = time.monotonic()
-        result = helper.step(argv, api_key=api_key, timeout_s=expected + spec.timeout_s + 120)
+        result = helper.step(argv, api_key=endpoint.api_key,
+                             timeout_s=expected + spec.timeout_s + 120)
         watch.check(alive)  # requests that failed because the engine died are no result
         broken = judge(result, slos, cap.min_success_rate)
         figures = slo.figures(result, slos)
-        return capacity.Step(index, kind, rate, not broken, result.get("request_throughput", 0.0),
-                             result.get("output_throughput", 0.0), broken,
-                             result.get("completed", 0) + result.get("failed", 0), figures,
-                             round(waited, 3), round(time.monotonic() - t0, 3),
-                             summary=result)
+        return searchplan.Step(index, kind, rate, not broken,
+                               result.get("request_throughput", 0.0),
+                               result.get("output_throughput", 0.0), broken,
+                               result.get("completed", 0) + result.get("failed", 0), figures,
+                               round(waited, 3), round(time.monotonic() - t0, 3),
+                               summary=result)
 
     try:
-        record = capacity.record(capacity.plan(measure, cap, start=start, factor=factor), spec)
+        record = searchplan.record(searchplan.plan(measure, cap, anchor), spec)
     finally:
         if result_dir is None:
             shutil.rmtree(files, ignore_errors=True)

@@ -21,8 +21,8 @@ from optuna.trial import TrialState
 from autotune import reasons
 from autotune.errors import ConfigError
 from autotune.flags import Flags, to_args
-from autotune.measure import capacity
-from autotune.measure.capacity import Ratio
+from autotune.measure import capacityrecord, capacitytext
+from autotune.measure.capacityrecord import Ratio
 from autotune.results import cost
 from autotune.results.show import capacity_caveat, slo_text
 from autotune.tuning import ranking as ranked
@@ -31,12 +31,12 @@ from autotune.tuning.records.trialrecord import TrialRecord
 
 
 def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> Ratio | None:
-    """`best`'s capacity over `reference`'s (`capacity.ratio`), None where either has none
+    """`best`'s capacity over `reference`'s (`capacityrecord.ratio`), None where either has none
     or they are the same trial."""
     if reference is None or reference.number == best.number or best.capacity is None \
             or reference.capacity is None:
         return None
-    return capacity.ratio(best.capacity, reference.capacity)
+    return capacityrecord.ratio(best.capacity, reference.capacity)
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Decision:
     left_out: str  # flags it sets to what vLLM uses anyway, in words ("" if none)
     winner: int | None  # the best by score, where `explain` found this smaller one tied
     slos: str
-    capacity: str | None  # `capacity.describe`: the one capacity text of every view
+    capacity: str | None  # `capacitytext.describe`: the one capacity text of every view
     capacity_rps: float | None
     ratio: Ratio | None
     throughput_ratio: float | None  # a fixed workload's throughput against the reference's
@@ -189,7 +189,7 @@ def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | 
         trial=rec.number, tried=rec.tried_because.short, overrides=effective.overrides(own),
         left_out=effective.words(own),
         winner=best.number if best is not None and best.number != rec.number else None,
-        slos=slo_text(slos), capacity=capacity.describe(rec.capacity) if rec.capacity else None,
+        slos=slo_text(slos), capacity=capacitytext.describe(rec.capacity) if rec.capacity else None,
         capacity_rps=rec.capacity.request_throughput if rec.capacity else None,
         ratio=capacity_ratio(rec, reference),
         throughput_ratio=throughput_ratio, reference=ranked.reference_name(snap),

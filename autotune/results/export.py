@@ -20,7 +20,7 @@ import yaml
 
 from autotune.errors import ConfigError
 from autotune.flags import to_args
-from autotune.measure import capacity
+from autotune.measure import capacityrecord, capacitytext
 from autotune.results import limits as limits_mod
 from autotune.results.cost import TrialCost
 from autotune.results.limits import Limits
@@ -93,7 +93,7 @@ class Facts:
         m, q = r.metrics, r.quality or Quality()
         cap = r.capacity if r.capacity is not None and r.capacity.low else None
         ref = ranking.reference_trial(study)
-        ratio = capacity.ratio(cap, ref.capacity) if cap is not None and ref is not None \
+        ratio = capacityrecord.ratio(cap, ref.capacity) if cap is not None and ref is not None \
             and ref.number != r.number and ref.capacity is not None else None
         return cls(study.study_name, r.number, r.baseline, r.engine_version, r.device_name,
                    r.gain, reference_name(study),
@@ -104,7 +104,7 @@ class Facts:
                    q.drift, q.passed, q.verdict, q.words(), r.startup_s,
                    r.validation.headline() if r.validation else None,
                    r.validation_vllm.headline() if r.validation_vllm else None,
-                   capacity.describe(r.capacity) if r.capacity else None,
+                   capacitytext.describe(r.capacity) if r.capacity else None,
                    ratio.text(reference_name(study)) if ratio else None)
 
 

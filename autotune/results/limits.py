@@ -25,8 +25,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord, StepRecord
+from autotune.measure import capacityrecord
+from autotune.measure.capacityrecord import CapacityRecord, StepRecord
 from autotune.tuning.records.trialrecord import TrialRecord
 
 SAFE_SHARE = 0.9  # of the interval's low end, where no passing step lies at or below it
@@ -99,7 +99,7 @@ def derive(rec: TrialRecord, slos: Mapping[str, float]) -> Limits:
     if not cap or not cap.low:
         return Limits(False, "the trial ran no capacity search, or no rate met its SLOs: "
                       "give the scenario SLOs (capacity mode) to measure them")
-    lo, hi = capacity.interval(cap)
+    lo, hi = capacityrecord.interval(cap)
     steps = _sustained(cap)
     passed = [s for s in steps if s.passed]
     below = [s for s in passed if s.load <= lo]
@@ -117,7 +117,7 @@ def derive(rec: TrialRecord, slos: Mapping[str, float]) -> Limits:
     metric, threshold, q_source = _queue(steps, cap)
     watch = _watch(metric, threshold, slos, steps)
     return Limits(True, capacity_rps=float(cap.request_throughput), interval=(lo, hi),
-                  first_failing_rps=cap.high, bottleneck=capacity.limit_text(cap),
+                  first_failing_rps=cap.high, bottleneck=capacityrecord.limit_text(cap),
                   safe_rps=safe, safe_source=safe_source, max_concurrency=concurrency,
                   concurrency_source=conc_source, queue_metric=metric,
                   queue_threshold=threshold, queue_source=q_source, slos=dict(slos),

@@ -14,8 +14,8 @@ from plotly.offline import get_plotlyjs
 
 from autotune.errors import ConfigError
 from autotune.flags import Flags
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord
+from autotune.measure import capacityrecord, capacitytext
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.results import cost, decision, report, show, summary, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
@@ -94,7 +94,7 @@ def _capacity(r: TrialRecord) -> tuple[str, str]:
 
 
 def _limit(cap: CapacityRecord | None) -> str:
-    return (capacity.limit_text(cap) if cap else None) or ""
+    return (capacityrecord.limit_text(cap) if cap else None) or ""
 
 
 def _gain(r: TrialRecord, tied: set[int], best: int | None) -> str:
@@ -268,7 +268,7 @@ def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
     if left := effective.words(own):
         text += f" (also set, at vLLM's defaults on this machine: {left})"
     if top.capacity:
-        text += f"; capacity at SLO {capacity.describe(top.capacity)}"
+        text += f"; capacity at SLO {capacitytext.describe(top.capacity)}"
         if caveat := show.capacity_caveat(top.capacity):
             text += f" (not a figure to quote: {caveat})"
     return text + (f"; ship it with: autotune export {study.study_name} --trial {top.number} "

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from autotune import reasons
 from autotune.errors import ConfigError
-from autotune.measure.capacity import CapacityRecord
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.slo import Slo
 from autotune.stored import Stored
 from autotune.tuning.quality.guardrail import Quality

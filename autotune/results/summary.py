@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.measure import capacity
+from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.speculation import Speculation
 from autotune.results import cost, whatif
 from autotune.results.decision import Decision, NoAnswer, no_answer, of_study
@@ -58,8 +58,8 @@ class CapacityRow:
         if cap is None:
             return None
         return cls(cap.request_throughput, cap.output_throughput, cap.low, cap.high,
-                   cap.uncertainty, cap.saturated, cap.stopped, capacity.interval(cap),
-                   len(cap.steps), capacity.describe(cap), capacity.limit_text(cap),
+                   cap.uncertainty, cap.saturated, cap.stopped, capacityrecord.interval(cap),
+                   len(cap.steps), capacitytext.describe(cap), capacityrecord.limit_text(cap),
                    capacity_caveat(cap))
 
 
@@ -157,7 +157,7 @@ def ranking(trials: Sequence[TrialRecord], defaults: dict[str, Any],
         out.append(RankRow(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)},
                            number=r.number, name=r.name,
                            overrides=ranked.overrides(r, defaults),
-                           tied=capacity.tied(cap, done[0][1]),
+                           tied=capacityrecord.tied(cap, done[0][1]),
                            per_million=cost.trial_cost(r, price).per_million
                            if priced and price else None,
                            currency=price.currency if priced and price else None))
@@ -294,4 +294,4 @@ def tied_with_best(study: optuna.Study | Snapshot) -> set[int]:
         return set()
     return {r.number for r in records(study, (TrialState.COMPLETE,))
             if r.feasible and r.capacity and r.number != best.number
-            and capacity.tied(r.capacity, best.capacity)}
+            and capacityrecord.tied(r.capacity, best.capacity)}

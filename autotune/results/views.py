@@ -20,8 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import reasons, traces
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord
+from autotune.measure import capacityrecord, capacitytext
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.results import cost, whatif
 from autotune.results.decision import capacity_ratio
 from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
@@ -55,7 +55,7 @@ def progress_line(p: Progress) -> str:
         if p.last.reason == reasons.FAILED_TO_START and p.last.detail:
             why += f": {p.last.detail}"  # the name alone does not say why it did not start
         parts.append(f"last #{p.last.number} {outcome(p.last)}" + (f" ({why})" if why else "")
-                     + (f": {capacity.describe(p.last.capacity)}"
+                     + (f": {capacitytext.describe(p.last.capacity)}"
                         if p.last.capacity is not None and not why else ""))
     return " | ".join(parts)
 
@@ -278,15 +278,15 @@ def print_ranking(ranking: list[RankRow], console: Console) -> None:
 
 def print_capacity(cap: CapacityRecord, slo_keys: list[str], console: Console) -> None:
     """The capacity line and the table of its search steps."""
-    console.print(f"capacity at SLO: {capacity.describe(cap)}; "
+    console.print(f"capacity at SLO: {capacitytext.describe(cap)}; "
                   f"{fmt(cap.output_throughput)} output tok/s at that rate")
-    if limit := capacity.limit_text(cap):
+    if limit := capacityrecord.limit_text(cap):
         console.print(f"limited by: {limit}")
     table = Table(title="capacity search steps (offered, achieved and SLO figures of each "
                   "step's steady window)")
-    for col in capacity.step_columns(cap, slo_keys):
+    for col in capacitytext.step_columns(cap, slo_keys):
         table.add_column(col, justify="right")
-    for row in capacity.step_rows(cap, slo_keys):
+    for row in capacitytext.step_rows(cap, slo_keys):
         table.add_row(*row)
     console.print(table)
 
@@ -335,7 +335,7 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         console.print("async scheduling (as the engine said): "
                       + ("on" if r.startup.async_scheduling else "off"))
     if r.capacity:
-        print_capacity(r.capacity, capacity.slo_keys(r.capacity), console)
+        print_capacity(r.capacity, capacitytext.slo_keys(r.capacity), console)
     v = r.validation
     if v:
         console.print(f"validation: {v.line()}; {v.when}, {v.engine_version}")

@@ -9,7 +9,7 @@ after two steps instead of a whole search. The winner itself runs again first, a
 control: rates differ between machines and between a night's start and its end, so the
 runs are compared with the winner as it measures beside them as well as with the study's
 figure (`Bar`). A flag whose removal leaves the capacity tied with either (overlapping
-intervals, `capacity.tied`) and the trial feasible carries none of the gain the study can
+intervals, `capacityrecord.tied`) and the trial feasible carries none of the gain the study can
 see. The flags that can go are then taken away together; when that is still tied it is the
 smallest configuration that carries the gain. When it is not (two flags that can each go
 alone, not both), they go one after another instead, the least loss first, as long as the
@@ -38,7 +38,7 @@ from autotune.config import Scenario
 from autotune.engine.defaults import same
 from autotune.errors import ConfigError
 from autotune.flags import Flags
-from autotune.measure import capacity
+from autotune.measure import capacityrecord, capacitytext, searchplan
 from autotune.stored import Stored
 from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
@@ -193,7 +193,7 @@ def interval(rec: TrialRecord) -> tuple[float, float] | None:
         return None
     if not cap.low:
         return (0.0, cap.high) if cap.high is not None else None
-    return capacity.interval(cap)
+    return capacityrecord.interval(cap)
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,8 @@ class Bar:
         study's figure or the control's)."""
         if rec.capacity is None or not rec.capacity.low or not self.acceptable(rec):
             return False
-        return any(capacity.tied(rec.capacity, r.capacity) for r in (self.winner, self.control)
+        return any(capacityrecord.tied(rec.capacity, r.capacity)
+                   for r in (self.winner, self.control)
                    if r is not None and r.capacity is not None and r.capacity.low)
 
 
@@ -263,7 +264,7 @@ def part(flag: str, value: Any, default: Any, ran: TrialRecord, bar: Bar,
     gain = won.low - base.low
     if gain <= 0:
         return Part(**facts)
-    win_i = capacity.interval(won)
+    win_i = capacityrecord.interval(won)
     pruned = not (ran.capacity and ran.capacity.low)
     return Part(**facts, share=None if pruned else (won.low - ran_i[0]) / gain,
                 share_low=(win_i[0] - ran_i[1]) / gain,
@@ -337,7 +338,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
         control_low=control.capacity.low if control and control.capacity else None,
         control_high=control.capacity.high if control and control.capacity else None,
         control_tied=bool(control and control.capacity and control.capacity.low
-                          and capacity.tied(control.capacity, won)),
+                          and capacityrecord.tied(control.capacity, won)),
         control_rejected="" if control is None or control.feasible
         or control.state != TrialState.COMPLETE else rejection(control),
         quality_void=bar.quality_void)
@@ -356,13 +357,13 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
     def floor() -> float:
         """Stop once a rate one step below the winner's capacity fails too, and below its
         control's (failing at the winner's own rate alone is no clear loss)."""
-        lows = [start, capacity.interval(won)[0] * capacity.AROUND]
+        lows = [start, capacityrecord.interval(won)[0] * searchplan.AROUND]
         control = next((r for r in records(study, (TrialState.COMPLETE,))
                         if r.tried_because.text == control_text and r.capacity
                         and r.capacity.low), None)
         if control is not None and control.capacity is not None and control.capacity.low:
             lows.append(control.capacity.low)
-        return min(lows) / capacity.AROUND
+        return min(lows) / searchplan.AROUND
 
     def measure(flags: dict[str, Any], origin: Origin, again: bool = False) -> TrialRecord:
         twin = _ran_before(study, origin) if again else study_mod.duplicate(study, flags, -1)
@@ -378,15 +379,15 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
         outcome = runner(scenario, model, flags,
                          trial_dir=study_dir / "trials" / f"ablation-{winner.number}-{n}",
                          guard=guard, intermediate=None,
-                         anchor=capacity.Anchor(floor=floor(), start=start,
-                                                factor=capacity.AROUND))
+                         anchor=searchplan.Anchor(floor=floor(), start=start,
+                                                factor=searchplan.AROUND))
         t = study_mod.told(study, scenario, outcome, guard, study_dir, n)
         rec = writers.append(study, t.state, t.values, t.constraints, started,
                              **{**t.fields, "origin": origin.as_dict()})
         cap = rec.capacity
         log.info("%s: trial %d %s, capacity %s", origin.text, rec.number,
                  "feasible" if rec.feasible else ranking.state_text(rec),
-                 capacity.describe(cap) if cap and cap.low else
+                 capacitytext.describe(cap) if cap and cap.low else
                  f"below {cap.high:.3g} req/s" if cap and cap.high else "-")
         return rec
 
@@ -426,7 +427,7 @@ def target(study: optuna.Study, trial: int | None = None) -> TrialRecord:
     return winner
 
 
-def _explainable(winner: TrialRecord) -> tuple[capacity.CapacityRecord, float]:
+def _explainable(winner: TrialRecord) -> tuple[capacityrecord.CapacityRecord, float]:
     """The winner's capacity and its rate, which every comparison of `explain` is made
     against; ConfigError for a trial without one."""
     cap = winner.capacity

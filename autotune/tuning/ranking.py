@@ -20,7 +20,7 @@ from autotune.engine import defaults as defaults_mod
 from autotune.engine.defaults import Effective, Machine, same
 from autotune.errors import ConfigError
 from autotune.flags import Flags, integer, normalize
-from autotune.measure import capacity
+from autotune.measure import capacityrecord
 from autotune.slo import Slo
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.records.snapshot import Snapshot, Source, records
@@ -61,7 +61,7 @@ def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float
     if best is None or best.capacity is None:
         return best
     ties = [r for r in candidates if r.capacity is not None
-            and capacity.tied(r.capacity, best.capacity)]
+            and capacityrecord.tied(r.capacity, best.capacity)]
     return min(ties, key=lambda r: (overrides(r, defaults), -score(r)))
 
 

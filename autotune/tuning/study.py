@@ -35,7 +35,7 @@ from autotune.engine import gpu
 from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
-from autotune.measure import capacity
+from autotune.measure import capacityrecord, searchplan
 from autotune.stored import plain
 from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
@@ -181,7 +181,7 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
             # sustained step then runs at the best's lower bound: a loser fails there and is
             # pruned at once. A pass is followed by a step at the best's upper bound: a fail
             # there is a proven tie and ends the search; a pass searches upward from it.
-            anchor = capacity.Anchor(burst=True) if best is None else capacity.Anchor(
+            anchor = searchplan.Anchor(burst=True) if best is None else searchplan.Anchor(
                 floor=best[0], start=best[0], burst=True, ceiling=best[1])
             outcome = runner(scenario, model, flags, trial_dir=trials_root / str(trial.number),
                              guard=guard,
@@ -353,7 +353,7 @@ def best_interval(study: optuna.Study, scenario: Scenario) -> tuple[float, float
             or not scenario.prune.capacity_early_stop or scenario.objective.mode != "weighted" \
             or not scenario.objective.weights.get("throughput"):
         return None
-    found = [capacity.interval(r.capacity) for r in ranking.feasible(study) if r.capacity]
+    found = [capacityrecord.interval(r.capacity) for r in ranking.feasible(study) if r.capacity]
     best = max(found, key=lambda bounds: bounds[0], default=None)
     return best if best is not None and best[0] > 0 else None
 

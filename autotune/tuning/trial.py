@@ -35,8 +35,9 @@ from autotune.engine.log import Startup
 from autotune.engine.server import Server
 from autotune.errors import EngineError, Halted
 from autotune.flags import to_args
-from autotune.measure import capacity, speculation
-from autotune.measure.bench import benchmark
+from autotune.measure import searchplan, serversearch, speculation
+from autotune.measure.bench import Load, ProbePhase, benchmark
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
 from autotune.measure.watch import Alive
 from autotune.stored import plain
@@ -136,14 +137,14 @@ def engine(scenario: Scenario, model: str, flags: dict[str, Any], log_path: Path
 def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
               guard: guardrail.Guard | None = None,
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
-              anchor: capacity.Anchor | None = None) -> Outcome:
+              anchor: searchplan.Anchor | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
     timings in the outcome's facts.
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
     In capacity mode `anchor` ties the search to capacities measured before
-    (`capacity.Anchor`). The study runs a searched trial's first sustained step at the
+    (`searchplan.Anchor`). The study runs a searched trial's first sustained step at the
     best's lower bound, after the burst, so that a loser fails there and is pruned at once,
     and its next at the best's upper bound, so that a tie is proven there and stops
     (`autotune.tuning.study`); an ablation starts at the winner's capacity with no burst
@@ -190,7 +191,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                 t1 = time.monotonic()
                 before = speculation.Counters.parse(srv.get_text("/metrics") or "")
                 summary = _measure(srv, scenario, workload, model, watch, intermediate,
-                                   anchor or capacity.Anchor())
+                                   anchor or searchplan.Anchor())
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
@@ -237,27 +238,24 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
 
 def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
              intermediate: Callable[[dict[str, Any]], str | None] | None,
-             anchor: capacity.Anchor) -> dict[str, Any]:
+             anchor: searchplan.Anchor) -> dict[str, Any]:
     """The workload against the running engine: a capacity search, or the fixed workload
     with its probe phase; every wait watched by `alive`."""
     spec = scenario.prune
-    target = Target(srv.url, model, srv.headers)
-    pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
+    load = Load(Target(srv.url, model, srv.headers), workload, model,
+                pids=lambda: [p.pid for p in srv.processes()], alive=alive)
     if workload.mode == "capacity":
-        summary = capacity.search(target, workload, tokenizer_model=model,
-                                  slos=scenario.objective.slos, pids=pids,
-                                  should_stop=anchor.stop_rule(), alive=alive,
-                                  start=anchor.start, factor=anchor.factor,
-                                  burst=anchor.burst, ceiling=anchor.ceiling)
-        found = capacity.CapacityRecord.from_dict(summary["capacity"])
-        if found.stopped == capacity.BELOW_BEST:
-            summary["stopped_after_probe"] = capacity.BELOW_BEST
+        summary = serversearch.search(load, scenario.objective.slos, anchor)
+        found = CapacityRecord.from_dict(summary["capacity"])
+        if found.stopped == searchplan.BELOW_BEST:
+            summary["stopped_after_probe"] = searchplan.BELOW_BEST
         elif not found.low:
             # No rate met the SLOs and kept pace: the trial has no capacity to rank by, and
             # its gentlest step's latencies alone could meet the SLOs (a step that fell
             # behind its arrivals), so it is pruned rather than left to read as feasible.
             summary["stopped_after_probe"] = found.stopped if found.stopped in (
-                capacity.UNREACHABLE, reasons.NO_SUCCESSFUL_REQUESTS) else reasons.NO_PASSING_RATE
+                searchplan.UNREACHABLE, reasons.NO_SUCCESSFUL_REQUESTS) \
+                else reasons.NO_PASSING_RATE
         return summary
     probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
         if spec.enabled and workload.kind != "chat" else 0
@@ -266,8 +264,7 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
         return prune.probe_verdict(partial, spec) or (
             intermediate(partial) if intermediate else None)
 
-    return benchmark(target, workload, tokenizer_model=model, pids=pids,
-                     probe_sessions=probe_n, on_probe=on_probe, alive=alive)
+    return benchmark(load, probe=ProbePhase(probe_n, on_probe))
 
 
 def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, alive: Alive

@@ -27,7 +27,7 @@ from autotune.engine import cpuplace, gpu
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
-from autotune.measure import capacity, vllmbench, watch
+from autotune.measure import searchplan, vllmbench, watch
 from autotune.stored import plain
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
@@ -39,7 +39,7 @@ from autotune.validation import VLLM_CLIENT, PairRun, Ratio, Recheck
 from autotune.verify import paired, pairs, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
-START_FACTOR = capacity.AROUND
+START_FACTOR = searchplan.AROUND
 CLIENT = VLLM_CLIENT
 REPEATS = 3
 
@@ -184,10 +184,11 @@ def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server
     if spec.kind == "trace":  # at the workload's own pace
         trace_file = run_dir / "fixed-trace.jsonl"
         count = vllmbench.write_trace(spec, count, spec.time_scale, 0, trace_file)
-    argv = vllmbench.step_args(spec, base_url=srv.url, model=model, tokenizer=model,
-                               rate=rate, num_prompts=count, seed=spec.seed,
-                               warmups=spec.warmup_requests, result_dir=run_dir,
-                               result_filename="fixed.json", trace_file=trace_file)
+    argv = vllmbench.step_args(spec, vllmbench.Endpoint(srv.url, model, model),
+                               vllmbench.Invocation(rate, count, spec.seed,
+                                                    warmups=spec.warmup_requests,
+                                                    trace_file=trace_file, result_dir=run_dir,
+                                                    result_filename="fixed.json"))
     result = helper.step(argv, api_key=srv.api_key,
                          timeout_s=spec.timeout_s * 2 + spec.num_requests)
     watch.check(srv.death)
@@ -223,11 +224,12 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
                 return replace(got, flags=launch, startup_s=round(startup, 3),
                                measure_s=round(time.monotonic() - t1, 3),
                                log_path=str(run_dir / "engine.log"), dir=str(run_dir))
-            found = vllmbench.search(helper, scenario.workload, scenario.objective.slos,
-                                   base_url=srv.url, model=model, tokenizer=model,
-                                   api_key=srv.api_key, step_s=step_s, result_dir=run_dir,
-                                   start=reported, factor=START_FACTOR if reported else None,
-                                   alive=srv.death)
+            found = vllmbench.search(
+                helper, scenario.workload, scenario.objective.slos,
+                vllmbench.Endpoint(srv.url, model, model, srv.api_key, srv.death),
+                step_s=step_s, result_dir=run_dir,
+                anchor=searchplan.Anchor(start=reported,
+                                         factor=START_FACTOR if reported else None))
             measure_s = time.monotonic() - t1
     except EngineError as err:
         raise validate.ValidationRunFailed(

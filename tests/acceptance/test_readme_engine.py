@@ -77,7 +77,7 @@ def test_show_puts_the_decision_and_its_capacity_ratio_first(block):
 
 def test_the_capacity_is_one_figure_in_every_output(block):
     """Live output, `show`, `show --json`, the report and every export format give the
-    decision's trial the same capacity, in the same words (`capacity.describe`)."""
+    decision's trial the same capacity, in the same words (`capacitytext.describe`)."""
     cwd, _ = block
     decision = _json(cwd, "show", STUDY, "--json")["decision"]
     figure = decision["capacity"]

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from autotune import reasons
 from autotune.engine import log as enginelog
-from autotune.measure import capacity
+from autotune.measure import searchplan
 from autotune.results import views
 from autotune.results.summary import Summary
 from autotune.tuning import deadline
@@ -42,8 +42,8 @@ def test_every_reason_has_a_one_line_meaning():
 
 def test_the_modules_take_their_reasons_from_one_place():
     spelled = [*enginelog.REASONS, prune.PREEMPTION, prune.KV_SATURATED, prune.FAILURES,
-               prune.BEHIND, deadline.CRASHED, deadline.TIMEOUT, capacity.BELOW_BEST,
-               capacity.UNREACHABLE, INTERRUPTED, ERROR]
+               prune.BEHIND, deadline.CRASHED, deadline.TIMEOUT, searchplan.BELOW_BEST,
+               searchplan.UNREACHABLE, INTERRUPTED, ERROR]
     assert all(r in reasons.REASONS for r in spelled), spelled
 
 

@@ -254,8 +254,8 @@ def test_a_trace_step_for_vllms_timed_trace_dataset(tmp_path):
     # the next step's blocks are other ids: its prefixes are not in the cache already
     assert not {b for r in burst for b in r["hash_ids"]} & {b for r in rows
                                                           for b in r["hash_ids"]}
-    argv = vllmbench.step_args(spec, base_url="http://h:1", model="m", tokenizer="m",
-                               rate=None, num_prompts=10, seed=0, trace_file=first)
+    argv = vllmbench.step_args(spec, vllmbench.Endpoint("http://h:1", "m", "m"),
+                               vllmbench.Invocation(None, 10, 0, trace_file=first))
     at = argv.index("--dataset-name")
     assert argv[at:at + 8] == ["--dataset-name", "timed_trace", "--dataset-path", str(first),
                                "--timed-trace-chunk-hash-size", "64",

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from autotune.engine.server import Server
-from autotune.measure.bench import benchmark
+from autotune.measure.bench import Load, benchmark
 from autotune.measure.loadgen import Target
 from autotune.traffic import WorkloadSpec
 
@@ -47,8 +47,8 @@ def test_agrees_with_vllm_bench_serve(server, tiny_model, monkeypatch):
                         warmup_requests=8)
     ours, theirs = [], []
     for seed in range(3):  # alternate, so drift of the machine hits both alike
-        ours.append(benchmark(Target(server.url, model, server.headers),
-                              spec.model_copy(update={"seed": seed}), tokenizer_model=model))
+        ours.append(benchmark(Load(Target(server.url, model, server.headers),
+                                   spec.model_copy(update={"seed": seed}), model)))
         theirs.append(_vllm_bench(server, model, seed, monkeypatch))
     assert [r["completed"] for r in ours] == [r["completed"] for r in theirs] == [N] * 3
     assert [r["total_output_tokens"] for r in ours] == [r["total_output_tokens"]
@@ -74,7 +74,7 @@ def test_chat_workload_reuses_the_shared_prefix(server, tiny_model):
     model = str(tiny_model)
     spec = WorkloadSpec(kind="chat", conversations=4, turns=3, system_len=256, input_len=32,
                         output_len=16, max_concurrency=4)
-    result = benchmark(Target(server.url, model, server.headers), spec, tokenizer_model=model)
+    result = benchmark(Load(Target(server.url, model, server.headers), spec, model))
     assert result["completed"] == 12 and result["failed"] == 0
     # Later turns resend the system prompt and the history: the prefix cache hits.
     assert result["probes"]["prefix_cache_hit_rate"] > 0.3

@@ -7,8 +7,9 @@ import math
 import pytest
 from optuna.trial import TrialState
 
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord, Step
+from autotune.measure import capacityrecord, capacitytext, searchplan, stepverdict
+from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.searchplan import Step
 from autotune.stored import plain
 from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
@@ -41,7 +42,7 @@ class Engine:
 def test_bisection_brackets_the_capacity_within_tolerance(cap):
     engine = Engine(cap, peak=20.0)
     spec = CapacitySpec(tolerance=0.05, max_steps=12, repeats=1)
-    r = capacity.plan(engine, spec)
+    r = searchplan.plan(engine, spec)
     assert r.low <= cap < r.high
     assert (r.high - r.low) / r.high <= 0.05
     assert r.request_rate == r.low and r.best.passed and r.best.load == r.low
@@ -52,7 +53,7 @@ def test_bisection_brackets_the_capacity_within_tolerance(cap):
 @pytest.mark.parametrize("max_steps", range(1, 10))
 def test_the_step_budget_counts_every_step(max_steps):
     engine = Engine(9.0, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.001, max_steps=max_steps, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.001, max_steps=max_steps, repeats=2))
     assert len(engine.calls) == len(r.steps) <= max_steps
     if r.low:  # whatever passed is below the capacity, whatever failed above it
         assert r.low <= 9.0 < r.high
@@ -60,7 +61,7 @@ def test_the_step_budget_counts_every_step(max_steps):
 
 def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
     engine = Engine(100.0, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(repeats=3))  # x1.25 per step, 8 steps
+    r = searchplan.plan(engine, CapacitySpec(repeats=3))  # x1.25 per step, 8 steps
     assert [k for k, _ in engine.calls] == ["burst", "ceiling", "expand", "expand", "expand",
                                             "expand", "repeat", "repeat"]
     assert [rate for _, rate in engine.calls][1:6] == pytest.approx(
@@ -68,26 +69,26 @@ def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
     assert r.request_rate == pytest.approx(48.828125) and r.high is None
     # with doubling the search reaches max_expand x the burst's rate and stops there
     engine = Engine(100.0, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(repeats=3, expand_factor=2.0))
+    r = searchplan.plan(engine, CapacitySpec(repeats=3, expand_factor=2.0))
     assert engine.calls == [("burst", None), ("ceiling", 20.0), ("expand", 40.0),
                             ("expand", 80.0), ("repeat", 80.0), ("repeat", 80.0)]
     assert r.request_rate == 80.0 and r.high is None and r.bracket == 0.0
     assert r.spread == 0.0 and r.uncertainty == 0.0
-    assert capacity.record(r, WorkloadSpec()).saturated
-    assert "a floor" in capacity.describe(capacity.record(r, WorkloadSpec()))
+    assert searchplan.record(r, WorkloadSpec()).saturated
+    assert "a floor" in capacitytext.describe(searchplan.record(r, WorkloadSpec()))
 
 
 def test_a_passing_burst_is_never_the_capacity():
     """A burst is over in a moment; only sustained steps can show the capacity."""
     engine = Engine(10.0, peak=20.0, lenient_burst=True)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2))
     assert r.steps[0].passed and r.best.kind != "burst"
     assert r.request_rate == 10.0 and r.high == pytest.approx(11.25)
 
 
 def test_nothing_passes_gives_zero_with_an_upper_bound():
     engine = Engine(0.001, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(max_steps=5, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(max_steps=5, repeats=2))
     assert r.request_rate == 0.0 and r.best is None
     assert r.high == pytest.approx(20.0 / 8)
     assert len(r.steps) == 5
@@ -96,7 +97,7 @@ def test_nothing_passes_gives_zero_with_an_upper_bound():
 def test_a_failed_repeat_moves_the_capacity_below_that_rate():
     # Step 5 (the repeat of the best rate) fails: that rate cannot be reported.
     engine = Engine(10.0, peak=20.0, flaky={5})
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.3, max_steps=10, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.3, max_steps=10, repeats=2))
     kinds = [k for k, _ in engine.calls]
     assert kinds[:6] == ["burst", "ceiling", "bisect", "bisect", "bisect", "repeat"]
     assert r.high <= engine.calls[5][1]  # the flaky rate now counts as failing
@@ -106,27 +107,26 @@ def test_a_failed_repeat_moves_the_capacity_below_that_rate():
 
 def test_early_stop_below_the_best_lower_bound():
     engine = Engine(3.0, peak=20.0)
-    floor = 8.0
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.01, max_steps=10),
-                      lambda low, high: "below" if high is not None and high <= floor else None)
-    assert r.stopped == "below"
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.01, max_steps=10),
+                        searchplan.Anchor(floor=8.0))
+    assert r.stopped == searchplan.BELOW_BEST
     assert [rate for _, rate in engine.calls] == [None, 20.0, 10.0, 5.0]  # fails at 5 < 8
     assert len(r.steps) == 4
 
 
 def test_violations_name_each_broken_slo():
     summary = {"completed": 9, "failed": 1, "p95_ttft_ms": 812.4, "p99_tpot_ms": 20.0}
-    out = capacity.violations(summary, {"ttft_p95_ms": 500, "tpot_p99_ms": 25}, 1.0)
+    out = stepverdict.violations(summary, {"ttft_p95_ms": 500, "tpot_p99_ms": 25}, 1.0)
     assert out == ["success_rate 0.900<1", "ttft_p95_ms 812.4>500"]
-    assert capacity.violations(summary, {"tpot_p99_ms": 25}, 0.9) == []
-    assert capacity.violations({"completed": 3, "failed": 0}, {"e2el_p90_ms": 1}, 1) \
+    assert stepverdict.violations(summary, {"tpot_p99_ms": 25}, 0.9) == []
+    assert stepverdict.violations({"completed": 3, "failed": 0}, {"e2el_p90_ms": 1}, 1) \
         == ["e2el_p90_ms None>1"]
 
 
 def test_record_gives_throughputs_at_capacity():
     engine = Engine(7.3, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.05, max_steps=12, repeats=1))
-    typed = capacity.record(r, WorkloadSpec())
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.05, max_steps=12, repeats=1))
+    typed = searchplan.record(r, WorkloadSpec())
     assert typed.request_throughput == r.low
     assert typed.output_throughput == pytest.approx(r.low * 32)  # 320 tokens / 10 requests
     assert typed.total_token_throughput == pytest.approx(r.low * 96)
@@ -134,9 +134,9 @@ def test_record_gives_throughputs_at_capacity():
     stored = plain(typed)  # as a trial keeps it: the steps without their full summaries
     assert len(stored["steps"]) == len(r.steps) and "summary" not in stored["steps"][0]
     assert CapacityRecord.from_dict(stored) == typed
-    lo, hi = capacity.interval(typed)
+    lo, hi = capacityrecord.interval(typed)
     assert lo == r.low and hi == r.high
-    assert "req/s" in capacity.describe(typed)
+    assert "req/s" in capacitytext.describe(typed)
 
 
 def _trial(number, value, cap, flags):
@@ -159,31 +159,33 @@ def test_ties_prefer_fewer_overrides_of_the_defaults():
     # a capacity clear of the noise wins despite its override
     assert ranking.pick([defaults, tuned, clear], score, fixed) is clear
     assert ranking.pick([], score, fixed) is None
-    assert not math.isnan(capacity.interval(CapacityRecord(low=1.0, high=None, spread=0.1))[1])
+    assert not math.isnan(
+        capacityrecord.interval(CapacityRecord(low=1.0, high=None, spread=0.1))[1])
 
 
 def test_halving_gives_up_when_even_low_load_misses_the_slos():
     engine = Engine(0.0, peak=20.0)
-    r = capacity.plan(engine, CapacitySpec(max_steps=20, min_rate_fraction=1 / 8))
+    r = searchplan.plan(engine, CapacitySpec(max_steps=20, min_rate_fraction=1 / 8))
     assert [rate for _, rate in engine.calls] == [None, 20.0, 10.0, 5.0, 2.5]  # 1.25 < 20/8
-    assert r.request_rate == 0.0 and r.stopped == capacity.UNREACHABLE
+    assert r.request_rate == 0.0 and r.stopped == searchplan.UNREACHABLE
 
 
 def test_early_stop_right_after_the_burst():
     engine = Engine(3.0, peak=6.0)
-    below = capacity.Anchor(floor=7.5).stop_rule()
-    r = capacity.plan(engine, CapacitySpec(), below)  # the burst peaks under 7.5
-    assert r.stopped == capacity.BELOW_BEST and len(r.steps) == 1
-    assert capacity.Anchor().stop_rule() is None and below is not None
+    anchor = searchplan.Anchor(floor=7.5)
+    r = searchplan.plan(engine, CapacitySpec(), anchor)  # the burst peaks under 7.5
+    below = anchor.stop_rule()
+    assert r.stopped == searchplan.BELOW_BEST and len(r.steps) == 1
+    assert searchplan.Anchor().stop_rule() is None and below is not None
     assert below(None, 8.0) is None
 
 
 @pytest.mark.parametrize("cap, peak, calls, stopped", [
     # a clear loser: its burst already fails below the best's lower bound
-    (3.0, 6.0, [("burst", None)], capacity.BELOW_BEST),
+    (3.0, 6.0, [("burst", None)], searchplan.BELOW_BEST),
     # a loser whose burst drains faster: its first sustained step, at the best's lower
     # bound, fails, and it is pruned at once (no bisection from the burst's rate)
-    (6.0, 20.0, [("burst", None), ("ceiling", 8.0)], capacity.BELOW_BEST),
+    (6.0, 20.0, [("burst", None), ("ceiling", 8.0)], searchplan.BELOW_BEST),
     # a contender passes there and searches upward from it, never below it
     (11.0, 20.0, [("burst", None), ("ceiling", 8.0), ("expand", 10.0), ("expand", 12.5),
                   ("bisect", 11.25), ("bisect", 10.625)], None),
@@ -192,9 +194,8 @@ def test_a_study_trial_starts_at_the_best_rate(cap, peak, calls, stopped):
     """As the study runs a searched trial once it has a complete one: the burst, then the
     first sustained step at the best's lower bound, which is also the early-stop floor."""
     engine = Engine(cap, peak=peak)
-    anchor = capacity.Anchor(floor=8.0, start=8.0, burst=True)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=1),
-                      anchor.stop_rule(), start=8.0, burst=True)
+    anchor = searchplan.Anchor(floor=8.0, start=8.0, burst=True)
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=1), anchor)
     assert engine.calls == calls and r.stopped == stopped
     assert all(rate is None or rate >= 8.0 for _, rate in engine.calls)
 
@@ -203,34 +204,33 @@ def test_a_study_trial_starts_at_the_best_rate(cap, peak, calls, stopped):
     # inside the best's interval (8-9.5): passes at its lower bound, fails at its upper
     # bound; no step could tell the two apart, so the search ends there (no bisection, no
     # repeat): two sustained steps in all
-    (9.0, [("burst", None), ("ceiling", 8.0), ("expand", 9.5)], capacity.TIED, 8.0, 9.5),
+    (9.0, [("burst", None), ("ceiling", 8.0), ("expand", 9.5)], searchplan.TIED, 8.0, 9.5),
     # beats the best's interval: passes at its upper bound and searches on from it
     (12.0, [("burst", None), ("ceiling", 8.0), ("expand", 9.5), ("expand", 11.875),
             ("expand", 14.84375), ("bisect", 13.359375), ("repeat", 11.875)], None, 11.875,
      13.359375),
     # below the best: pruned at its lower bound, as without a ceiling
-    (7.0, [("burst", None), ("ceiling", 8.0)], capacity.BELOW_BEST, None, 8.0),
+    (7.0, [("burst", None), ("ceiling", 8.0)], searchplan.BELOW_BEST, None, 8.0),
 ])
 def test_a_tie_with_the_best_is_proven_in_two_sustained_steps(cap, calls, stopped, low, high):
     """The study's anchor: the best's interval 8-9.5 req/s. A trial that passes at 8 runs
     its next step at 9.5, not at 8 x 1.25 = 10."""
     engine = Engine(cap, peak=20.0)
-    anchor = capacity.Anchor(floor=8.0, start=8.0, burst=True, ceiling=9.5)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2),
-                      anchor.stop_rule(), start=anchor.start, burst=anchor.burst,
-                      ceiling=anchor.ceiling)
+    anchor = searchplan.Anchor(floor=8.0, start=8.0, burst=True, ceiling=9.5)
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2), anchor)
     assert engine.calls == calls
     assert (r.stopped, r.low, r.high) == (stopped, low, high)
-    if stopped == capacity.TIED:  # a feasible trial, tied with the best by its record
-        rec = capacity.record(r, WorkloadSpec())
+    if stopped == searchplan.TIED:  # a feasible trial, tied with the best by its record
+        rec = searchplan.record(r, WorkloadSpec())
         best = CapacityRecord(low=8.0, high=9.5, request_throughput=8.0)
-        assert capacity.tied(rec, best) and "stopped: tied_inside_best" in capacity.describe(rec)
+        assert capacityrecord.tied(rec, best)
+        assert "stopped: tied_inside_best" in capacitytext.describe(rec)
 
 
 def test_a_burst_that_queues_does_not_cap_the_search():
     """The burst missed the SLOs by queueing alone: sustained steps go above its rate."""
     engine = Engine(25.0, peak=20.0, queueing=True)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.15, max_steps=8, repeats=2))
     assert engine.calls == [("burst", None), ("ceiling", 20.0), ("expand", 25.0),
                             ("expand", 31.25), ("bisect", 28.125), ("repeat", 25.0)]
     assert r.request_rate == 25.0 and r.high == 28.125 and r.best.kind == "expand"
@@ -238,23 +238,23 @@ def test_a_burst_that_queues_does_not_cap_the_search():
 
 def test_the_step_budget_keeps_a_repeat_in_reserve():
     engine = Engine(25.0, peak=20.0, queueing=True)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.01, max_steps=5, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.01, max_steps=5, repeats=2))
     assert [k for k, _ in engine.calls] == ["burst", "ceiling", "expand", "expand", "repeat"]
     assert r.request_rate == 25.0 and r.high == 31.25
 
 
 def test_a_re_check_starts_at_a_known_capacity_without_a_burst():
     engine = Engine(60.0, peak=100.0)
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=6, repeats=2),
-                      start=70.0, factor=1.25)
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.1, max_steps=6, repeats=2),
+                        searchplan.Anchor(start=70.0, factor=1.25))
     assert engine.calls[:3] == [("ceiling", 70.0), ("bisect", 56.0), ("bisect", 63.0)]
     assert "burst" not in [k for k, _ in engine.calls]
     assert r.low <= 60.0 < r.high and (r.high - r.low) / r.high <= 0.1
-    assert capacity.record(r, WorkloadSpec()).max_request_throughput is None
+    assert searchplan.record(r, WorkloadSpec()).max_request_throughput is None
     # passing at the start grows by the factor, not by doubling
     engine = Engine(80.0, peak=100.0)
-    capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=4, repeats=1), start=50.0,
-                  factor=1.25)
+    searchplan.plan(engine, CapacitySpec(tolerance=0.1, max_steps=4, repeats=1),
+                    searchplan.Anchor(start=50.0, factor=1.25))
     assert engine.calls[:2] == [("ceiling", 50.0), ("expand", 62.5)]
 
 
@@ -262,7 +262,7 @@ def test_a_flaky_rate_near_capacity_leaves_a_capacity_below_it():
     """The H200 defaults: 60 req/s passed, then failed its repeat on a growing backlog,
     with every rate above failing. The search goes on just below, not from zero."""
     engine = Engine(62.0, peak=60.2, queueing=True, flaky={5})
-    r = capacity.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=2))
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.1, max_steps=8, repeats=2))
     assert [k for k, _ in engine.calls][:6] == ["burst", "ceiling", "expand", "bisect",
                                                 "bisect", "repeat"]
     assert engine.calls[6][1] == pytest.approx(60.2 / 1.25)  # not halved to 30
@@ -288,21 +288,21 @@ def test_a_trace_step_record_says_what_it_replayed_and_reads_without_it():
     assert stored["steps"][1]["replayed"] == plain(part)
     assert stored["steps"][1]["window_offered_rps"] == 16.5
     assert CapacityRecord.from_dict(stored) == cap
-    columns = capacity.step_columns(cap, ["e2el_p95_ms"])
-    rows = capacity.step_rows(cap, ["e2el_p95_ms"])
+    columns = capacitytext.step_columns(cap, ["e2el_p95_ms"])
+    rows = capacitytext.step_rows(cap, ["e2el_p95_ms"])
     assert len(columns) == len(rows[0]) and columns[-2] == "replayed"
     table = [dict(zip(columns, row, strict=True)) for row in rows]
     assert [(t["rate req/s"], t["offered req/s"], t["achieved req/s"]) for t in table] == [
         ("burst", "burst", "40"), ("15", "16.5", "16.4"), ("117", "119", "90.1")]
     assert [t["replayed"] for t in table] == ["360 (1x)", "118/360 (28 %)", "2340 (6.6x)"]
-    assert capacity.rates(failed) == "119 req/s offered, 90.1 achieved"
-    assert capacity.rates(burst) == "40 req/s"
+    assert capacitytext.rates(failed) == "119 req/s offered, 90.1 achieved"
+    assert capacitytext.rates(burst) == "40 req/s"
     # a step recorded before: no replay, no window rates; the table shows its rate and the
     # whole step's achieved rate, with no replay column for a record that has none
     old = {k: v for k, v in stored["steps"][1].items()
            if k not in ("window_offered_rps", "window_achieved_rps", "replayed")}
-    step = capacity.StepRecord.from_dict(old)
+    step = capacityrecord.StepRecord.from_dict(old)
     assert step.replayed is None and step.window_offered_rps is None and step.as_dict() == old
     before = CapacityRecord(low=15.0, steps=(step,))
-    assert "replayed" not in capacity.step_columns(before, [])
-    assert capacity.step_rows(before, [])[0][2:5] == ["15", "15", "13.9"]
+    assert "replayed" not in capacitytext.step_columns(before, [])
+    assert capacitytext.step_rows(before, [])[0][2:5] == ["15", "15", "13.9"]

@@ -24,7 +24,15 @@ import pytest
 
 from autotune.engine import cpuplace
 from autotune.engine.server import Server
-from autotune.measure import bench, capacity
+from autotune.measure import (
+    bench,
+    capacityrecord,
+    capacitytext,
+    searchplan,
+    serversearch,
+    stepverdict,
+)
+from autotune.measure.bench import Load
 from autotune.measure.loadgen import Target
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
@@ -66,11 +74,10 @@ def eight(engines) -> Server:
     return engines[8]
 
 
-def _search(srv: Server, model, slos, should_stop=None, **start) -> dict:
-    return capacity.search(Target(srv.url, str(model), srv.headers), SPEC,
-                           tokenizer_model=str(model), slos=slos,
-                           pids=lambda: [p.pid for p in srv.processes()],
-                           should_stop=should_stop, **start)["capacity"]
+def _search(srv: Server, model, slos, anchor: searchplan.Anchor | None = None) -> dict:
+    load = Load(Target(srv.url, str(model), srv.headers), SPEC, str(model),
+                pids=lambda: [p.pid for p in srv.processes()])
+    return serversearch.search(load, slos, anchor)["capacity"]
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +87,7 @@ def unloaded_ms(eight, tiny_model) -> float:
     spec = SPEC.model_copy(update={"mode": "fixed", "max_concurrency": 1,
                                    "num_requests": 6, "warmup_requests": 4})
     target = Target(eight.url, str(tiny_model), eight.headers)
-    return max(bench.benchmark(target, spec, tokenizer_model=str(tiny_model))["p95_e2el_ms"]
+    return max(bench.benchmark(Load(target, spec, str(tiny_model)))["p95_e2el_ms"]
                for _ in range(2))
 
 
@@ -94,9 +101,9 @@ def loose(eight, tiny_model, loose_slos):
     return _search(eight, tiny_model, loose_slos)
 
 
-def _rec(cap: dict) -> capacity.CapacityRecord:
+def _rec(cap: dict) -> capacityrecord.CapacityRecord:
     """The typed record of a search's capacity dict, for capacity's helpers."""
-    return capacity.CapacityRecord.from_dict(cap)
+    return capacityrecord.CapacityRecord.from_dict(cap)
 
 
 def _client_bound(cap: dict) -> bool:
@@ -142,12 +149,13 @@ def test_bench_capacity_agrees_with_a_second_search(eight, loose, loose_slos, tm
     assert len(again["steps"]) <= 7 and all("figures" in s for s in again["steps"])
     # Two searches agree within their stated uncertainty (bracket and repeat spread) widened
     # by the search's tolerance.
-    (alo, ahi), (blo, bhi) = capacity.interval(_rec(loose)), capacity.interval(_rec(again))
+    (alo, ahi), (blo, bhi) = (capacityrecord.interval(_rec(loose)),
+                              capacityrecord.interval(_rec(again)))
     tol = CAP.tolerance
     _skip_if_invalid(alo * (1 - tol) <= bhi * (1 + tol) and blo * (1 - tol) <= ahi * (1 + tol),
                      loose, again)
     assert alo * (1 - tol) <= bhi * (1 + tol) and blo * (1 - tol) <= ahi * (1 + tol), \
-        (capacity.describe(_rec(loose)), capacity.describe(_rec(again)))
+        (capacitytext.describe(_rec(loose)), capacitytext.describe(_rec(again)))
 
 
 def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose, loose_slos):
@@ -155,11 +163,11 @@ def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose, loose
     strict one must not come out above the loose one beyond their stated uncertainty."""
     strict = _search(eight, tiny_model, {"e2el_p95_ms": loose_slos["e2el_p95_ms"] / 2})
     assert len(strict["steps"]) <= CAP.max_steps
-    lo, _ = capacity.interval(_rec(strict))
-    _, hi = capacity.interval(_rec(loose))
+    lo, _ = capacityrecord.interval(_rec(strict))
+    _, hi = capacityrecord.interval(_rec(loose))
     _skip_if_invalid(lo <= hi * (1 + CAP.tolerance), strict, loose)
-    assert lo <= hi * (1 + CAP.tolerance), (capacity.describe(_rec(strict)),
-                                            capacity.describe(_rec(loose)))
+    assert lo <= hi * (1 + CAP.tolerance), (capacitytext.describe(_rec(strict)),
+                                            capacitytext.describe(_rec(loose)))
 
 
 @pytest.fixture(scope="module")
@@ -174,11 +182,10 @@ def test_one_sequence_at_a_time_stops_below_the_best(one_seq, tiny_model, loose,
     # As a study passes the best trial's lower bound; at least 50 req/s, far above what one
     # sequence at a time drains here (its 32-request burst: ~5-8 req/s), so that a noisy
     # `loose` cannot make the early stop depend on luck.
-    floor = max(capacity.interval(_rec(loose))[0], 50.0)
-    one = _search(one_seq, tiny_model, loose_slos,
-                  should_stop=capacity.Anchor(floor=floor).stop_rule())
+    floor = max(capacityrecord.interval(_rec(loose))[0], 50.0)
+    one = _search(one_seq, tiny_model, loose_slos, searchplan.Anchor(floor=floor))
     # Its burst misses the SLO and peaks below the floor: the search stops there.
-    assert one["stopped"] == capacity.BELOW_BEST and len(one["steps"]) == 1
+    assert one["stopped"] == searchplan.BELOW_BEST and len(one["steps"]) == 1
     assert one["max_request_throughput"] < floor
     # Without the burst's verdict, the trial's first sustained step, offered at the best's
     # rate as the study offers it, fails: the trial is pruned there, with no bisection below
@@ -192,8 +199,8 @@ def test_one_sequence_at_a_time_stops_below_the_best(one_seq, tiny_model, loose,
     scenario = Scenario.model_validate({"model": {"path": str(tiny_model)},
                                         "objective": {"slos": loose_slos}, "workload": SPEC})
     summary = trial._measure(one_seq, scenario, SPEC, str(tiny_model), None, None,
-                             capacity.Anchor(floor=best, start=best, burst=False))
-    assert summary["stopped_after_probe"] == capacity.BELOW_BEST
+                             searchplan.Anchor(floor=best, start=best, burst=False))
+    assert summary["stopped_after_probe"] == searchplan.BELOW_BEST
     assert [(s["kind"], s["rate"], s["passed"]) for s in summary["capacity"]["steps"]] == \
         [("ceiling", best, False)]
 
@@ -211,25 +218,24 @@ def test_a_search_with_no_passing_rate_prunes_the_trial(eight, tiny_model):
                                         "objective": {"slos": {"ttft_p95_ms": 1.0}},
                                         "workload": spec})
     summary = trial._measure(eight, scenario, spec, str(tiny_model), None, None,
-                             capacity.Anchor())
-    found = capacity.CapacityRecord.from_dict(summary["capacity"])
+                             searchplan.Anchor())
+    found = capacityrecord.CapacityRecord.from_dict(summary["capacity"])
     assert not found.low and not any(s.passed for s in found.steps)
     assert summary["stopped_after_probe"] == (found.stopped or reasons.NO_PASSING_RATE)
     assert summary["stopped_after_probe"] in reasons.REASONS
 
 
-def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> capacity.Step:
+def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> searchplan.Step:
     """One sustained step at `rate` of 128-token replies, judged as the search judges it."""
     cap = CapacitySpec(min_step_s=seconds, max_step_s=seconds)
     spec = SPEC.model_copy(update={"request_rate": rate, "num_requests": 4,
                                    "warmup_requests": 0, "capacity": cap})
     spec = spec.model_copy(update={"num_requests": max(4, round(rate * seconds))})
-    asyncio.run(capacity.wait_idle(srv.url, 60))
-    whole, run, sampler = bench.step(Target(srv.url, str(model), srv.headers), spec,
-                                     tokenizer_model=str(model),
-                                     pids=lambda: [p.pid for p in srv.processes()],
-                                     probe_interval=0.25)
-    return capacity.judge("bisect", rate, 1, whole, run, sampler, cap, slos)
+    asyncio.run(serversearch.wait_idle(srv.url, 60))
+    sent = bench.step(Load(Target(srv.url, str(model), srv.headers), spec, str(model),
+                           pids=lambda: [p.pid for p in srv.processes()]),
+                      probe_interval=0.25)
+    return stepverdict.judge("bisect", rate, 1, sent, cap, slos)
 
 
 def test_a_growing_backlog_fails_a_step_whose_percentiles_pass(one_seq, tiny_model,
@@ -267,7 +273,7 @@ def test_every_step_names_what_limited_it(loose):
     assert loose["bottleneck"]["kind"] in kinds
     probes = [s for s in loose["steps"] if s["kind"] != "burst"]
     assert probes
-    figures = capacity.limiting_probes(_rec(loose))
+    figures = capacityrecord.limiting_probes(_rec(loose))
     assert figures["api_server_cpu"] is not None and figures["client_cpu"] is not None
     assert (figures["worker_cpu"] or 0) + (figures["engine_core_cpu"] or 0) > 0
     assert figures["gpu_util_mean"] is None  # no GPU here

@@ -53,8 +53,8 @@ def test_vllm_bench_serve_reads_the_same_file_as_its_custom_dataset():
                         str(workloads.dataset_path("chat"))]
     # each row's output_tokens; the prompt goes out as the user's message as it is
     assert args[4:] == ["--custom-output-len", "-1", "--skip-chat-template"]
-    step = vllmbench.step_args(spec, base_url="http://127.0.0.1:1", model="m", tokenizer="m",
-                               rate=2.0, num_prompts=10, seed=0)
+    step = vllmbench.step_args(spec, vllmbench.Endpoint("http://127.0.0.1:1", "m", "m"),
+                               vllmbench.Invocation(2.0, 10, 0))
     assert "openai-chat" in step and "--ignore-eos" not in step
 
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from autotune import traces
-from autotune.measure import capacity, steady
+from autotune.measure import searchplan, steady, stepverdict
+from autotune.measure.bench import StepRun
 from autotune.measure.loadgen import RunResult
 from autotune.measure.metrics import RequestResult
 from autotune.measure.probes import Sample, Sampler
@@ -77,7 +78,8 @@ def _judge(reqs, rate, slos, cap=None):
     whole = {"request_throughput": rate, "output_throughput": rate * 16,
              "completed": len(reqs), "failed": 0, "p95_e2el_ms": 1.0}
     sampler = Sampler("http://127.0.0.1:9")  # never started: no samples
-    return capacity.judge("bisect", rate, 1, whole, run, sampler, cap or CapacitySpec(), slos)
+    return stepverdict.judge("bisect", rate, 1, StepRun(whole, run, sampler),
+                             cap or CapacitySpec(), slos)
 
 
 def test_growing_backlog_fails_a_step_whose_percentiles_pass():
@@ -104,8 +106,9 @@ def test_the_burst_is_judged_whole():
     run = RunResult(reqs, 2.0, t0=100.0, send_s=0.0)
     whole = {"request_throughput": 20.0, "output_throughput": 320.0, "completed": 40,
              "failed": 0, "p95_e2el_ms": 5000.0}
-    step = capacity.judge("burst", None, 0, whole, run, Sampler("http://127.0.0.1:9"),
-                          CapacitySpec(), {"e2el_p95_ms": 1000})
+    step = stepverdict.judge("burst", None, 0,
+                             StepRun(whole, run, Sampler("http://127.0.0.1:9")),
+                             CapacitySpec(), {"e2el_p95_ms": 1000})
     assert not step.passed and step.window_s is None and not step.backlog
 
 
@@ -117,15 +120,15 @@ def test_window_settings_are_validated():
 
 def test_limiting_step_is_the_gentlest_failure_above_capacity():
     def step(i, rate, ok, kind):
-        return capacity.Step(i, "bisect", rate, ok, rate or 10.0,
+        return searchplan.Step(i, "bisect", rate, ok, rate or 10.0,
                              bottleneck={"kind": kind})
     steps = [step(0, None, False, "front_end"), step(1, 5.0, True, "none"),
              step(2, 7.5, False, "kv_cache"), step(3, 6.2, False, "gpu")]
-    result = capacity.Result(5.0, 5.0, 6.2, steps, steps[1])
-    assert capacity.limiting(result).bottleneck["kind"] == "gpu"
-    saturated = capacity.Result(10.0, 10.0, None, steps[:1], steps[0])
-    assert capacity.limiting(saturated) is steps[0]
-    assert not math.isnan(capacity.limiting(result).load)
+    result = searchplan.Result(5.0, 5.0, 6.2, steps, steps[1])
+    assert searchplan.limiting(result).bottleneck["kind"] == "gpu"
+    saturated = searchplan.Result(10.0, 10.0, None, steps[:1], steps[0])
+    assert searchplan.limiting(saturated) is steps[0]
+    assert not math.isnan(searchplan.limiting(result).load)
 
 
 def _running(reqs, cap: float | None, t0=100.0, t1=120.0, every=0.5):
@@ -187,7 +190,7 @@ def _engine(due: list[float], serve_rps: float, busy_s: float = 0.3,
 
 
 def _trace_due(tmp_path, rate: float, seconds: float = 20.0) -> list[float]:
-    """A trace step's due times at `rate` requests/s, as `capacity.search` schedules it:
+    """A trace step's due times at `rate` requests/s, as `serversearch.search` schedules it:
     rate x `seconds` requests of a 360-request Azure trace, four stretches of it (with their
     lulls) below 360, the whole trace again and again above."""
     trace = traces.load(azure.write(tmp_path / "azure.csv"), 512)
@@ -196,7 +199,7 @@ def _trace_due(tmp_path, rate: float, seconds: float = 20.0) -> list[float]:
 
 
 def _judge_trace(results, running, rate, send_s=None):
-    """`capacity.judge` on a trace step's results, the engine sampled at `running`; the
+    """`stepverdict.judge` on a trace step's results, the engine sampled at `running`; the
     step's schedule ended at `send_s` (s after T0; default: the last request's due time)."""
     send_s = send_s if send_s is not None else max(r.arrival for r in results) - T0
     run = RunResult(results, max(r.start_time + r.latency for r in results) - T0, t0=T0,
@@ -206,8 +209,8 @@ def _judge_trace(results, running, rate, send_s=None):
              "completed": len(results), "failed": 0}
     sampler = Sampler("http://127.0.0.1:9")  # never started: its samples are set here
     sampler.samples = [Sample(t, {"vllm:num_requests_running": n}) for t, n in running]
-    return capacity.judge("expand", rate, 2, whole, run, sampler, CapacitySpec(),
-                          {"e2el_p95_ms": 60_000})
+    return stepverdict.judge("expand", rate, 2, StepRun(whole, run, sampler), CapacitySpec(),
+                             {"e2el_p95_ms": 60_000})
 
 
 @pytest.mark.parametrize("rate", [15.0, 117.0])  # four stretches of the trace; 6.5 times it

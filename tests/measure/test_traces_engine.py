@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from autotune.measure import capacity
-from autotune.measure.bench import benchmark
+from autotune.measure import capacityrecord, capacitytext
+from autotune.measure.bench import Load, benchmark
 from autotune.measure.loadgen import Target
 from autotune.traces import WINDOWS, Replay
 from autotune.traffic import WorkloadSpec
@@ -29,8 +29,7 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     # (1.5 req/s) barely loads the engine; three times its E2EL p95 leaves room for
     # batching and none for queueing.
     day = WorkloadSpec(kind="trace", dataset="day", num_requests=12, warmup_requests=4)
-    calm = benchmark(Target(eager_server.url, model, eager_server.headers), day,
-                     tokenizer_model=model)
+    calm = benchmark(Load(Target(eager_server.url, model, eager_server.headers), day, model))
     assert calm["completed"] >= 8 and calm["failed"] == 0
     slo_ms = round(3 * calm["p95_e2el_ms"], 1)
     out = tmp_path / "trace.json"
@@ -45,8 +44,8 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "the trace's recorded pace" in proc.stdout
     result = json.loads(out.read_text())
-    cap = capacity.CapacityRecord.from_dict(result["capacity"])
-    assert cap.low and cap.time_scale, capacity.describe(cap)
+    cap = capacityrecord.CapacityRecord.from_dict(result["capacity"])
+    assert cap.low and cap.time_scale, capacitytext.describe(cap)
     pace = cap.low / cap.time_scale
     assert pace == pytest.approx(2229 / 1439.61, rel=1e-3)  # the shipped trace's mean rate
     assert cap.time_scale > 1  # the tiny model serves the day faster than recorded
@@ -81,13 +80,13 @@ def test_vllm_bench_serve_replays_the_same_step(eager_server, tiny_model, tmp_pa
 
     model, srv = str(tiny_model), eager_server
     spec = WorkloadSpec(kind="trace", dataset="day", num_requests=24, time_scale=2.0)
-    ours = benchmark(Target(srv.url, model, srv.headers), spec, tokenizer_model=model)
+    ours = benchmark(Load(Target(srv.url, model, srv.headers), spec, model))
     path = tmp_path / "step.jsonl"
     n = vllmbench.write_trace(spec, 24, spec.time_scale, 1, path)
     last_due = max(json.loads(line)["timestamp"] for line in path.read_text().splitlines())
     with vllmbench.Helper(tmp_path / "helper.log") as helper:
-        argv = vllmbench.step_args(spec, base_url=srv.url, model=model, tokenizer=model,
-                                   rate=None, num_prompts=n, seed=0, trace_file=path)
+        argv = vllmbench.step_args(spec, vllmbench.Endpoint(srv.url, model, model),
+                                   vllmbench.Invocation(None, n, 0, trace_file=path))
         theirs = helper.step(argv, api_key=srv.api_key, timeout_s=300)
     assert ours["completed"] == theirs["completed"] == n and not theirs["failed"]
     for key in ("total_input_tokens", "total_output_tokens"):

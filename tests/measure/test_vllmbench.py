@@ -30,8 +30,9 @@ URL, MODEL = "http://127.0.0.1:8000", "/models/tiny"
 
 
 def _args(spec: WorkloadSpec, **kw) -> list[str]:
-    return vllmbench.step_args(spec, base_url=URL, model=MODEL, tokenizer=MODEL,
-                               **{"rate": 4.0, "num_prompts": 80, "seed": 3, **kw})
+    return vllmbench.step_args(spec, vllmbench.Endpoint(URL, MODEL, MODEL),
+                               vllmbench.Invocation(**{"rate": 4.0, "num_prompts": 80, "seed": 3,
+                                                       **kw}))
 
 
 def _opt(argv: list[str], name: str) -> str:

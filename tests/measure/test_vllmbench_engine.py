@@ -24,9 +24,9 @@ def test_helper_runs_steps_on_a_cpu_engine(eager_server, tiny_model, tmp_path,
         assert helper.version and helper.start_s > 0
         results = []
         for rate, n in ((4.0, 12), (None, 12)):  # 3 s of Poisson arrivals, then a burst
-            argv = vllmbench.step_args(spec, base_url=srv.url, model=model,
-                                       tokenizer=model, rate=rate, num_prompts=n, seed=1,
-                                       result_dir=tmp_path, result_filename=f"{rate}.json")
+            argv = vllmbench.step_args(spec, vllmbench.Endpoint(srv.url, model, model),
+                                       vllmbench.Invocation(rate, n, 1, result_dir=tmp_path,
+                                                            result_filename=f"{rate}.json"))
             results.append(helper.step(argv, api_key=srv.api_key, timeout_s=300))
         with pytest.raises(vllmbench.VllmBenchError, match="invalid choice"):
             helper.step(["--backend", "nope"])

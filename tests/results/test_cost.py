@@ -18,7 +18,7 @@ import yaml
 
 from autotune.cli.main import main
 from autotune.errors import ConfigError
-from autotune.measure.capacity import CapacityRecord, StepRecord
+from autotune.measure.capacityrecord import CapacityRecord, StepRecord
 from autotune.results import cost, reportpage, show
 from autotune.tuning import ranking
 from autotune.tuning.records.trialrecord import TrialRecord

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 from autotune import reasons
 from autotune.cli import tune as tune_cli
 from autotune.cli.main import main
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord
+from autotune.measure import capacityrecord
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.results import cost, decision
 from autotune.results.summary import Summary
 from autotune.tuning.records.snapshot import Snapshot, records
@@ -156,10 +156,10 @@ def test_show_puts_the_decision_on_its_first_lines(tmp_path, capsys):
 def test_the_ratio_of_two_capacity_records():
     a = CapacityRecord(request_throughput=20.0, low=20.0, high=22.0, spread=0.0)
     b = CapacityRecord(request_throughput=10.0, low=10.0, high=11.0, spread=0.0)
-    r = capacity.ratio(a, b)
+    r = capacityrecord.ratio(a, b)
     assert r is not None and (r.ratio, r.verdict) == (2.0, "gain")
-    assert capacity.ratio(b, a).verdict == "loss"  # type: ignore[union-attr]
-    assert capacity.ratio(a, CapacityRecord()) is None  # no capacity: no ratio
+    assert capacityrecord.ratio(b, a).verdict == "loss"  # type: ignore[union-attr]
+    assert capacityrecord.ratio(a, CapacityRecord()) is None  # no capacity: no ratio
 
 
 def test_a_record_of_the_defaults_reads_as_such():

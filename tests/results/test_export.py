@@ -87,10 +87,10 @@ def test_every_format_carries_the_figures_and_origin(study):
 
 
 def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
-    """The export's figures are the decision's: the capacity at SLO in `capacity.describe`'s
+    """The export's figures are the decision's: the capacity at SLO in `capacitytext.describe`'s
     words with its ratio to vLLM's defaults, and the throughputs at that rate (the step's
     own request throughput read 33.67 where `show` said 27.6)."""
-    from autotune.measure import capacity
+    from autotune.measure import capacitytext
     from tests.paths import ROOT
 
     st = optuna.load_study(study_name="qwen3-4b-h200-guided-2",
@@ -98,7 +98,7 @@ def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
     rec = records(st)[1]
     assert rec.capacity is not None
     out = export.render(st, rec, "cli", "Qwen/Qwen3-4B-Instruct-2507")
-    figure = capacity.describe(rec.capacity)
+    figure = capacitytext.describe(rec.capacity)
     assert f"# capacity at SLO: {figure}; 1.34x vLLM defaults at 68.2 req/s" in out
     assert f"# at that rate: {rec.capacity.output_throughput:.1f} output tok/s" in out
     assert "# measured:" not in out

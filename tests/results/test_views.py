@@ -29,11 +29,11 @@ def test_a_trial_that_failed_to_start_says_why_in_the_progress_line():
 
 
 def test_the_live_line_gives_capacities_as_show_does():
-    """The best so far and the last trial by their capacity, in `capacity.describe`'s
+    """The best so far and the last trial by their capacity, in `capacitytext.describe`'s
     figures, the best as a ratio to vLLM's defaults with its interval."""
     from optuna.trial import TrialState
 
-    from autotune.measure.capacity import CapacityRecord
+    from autotune.measure.capacityrecord import CapacityRecord
     from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
     def rec(n: int, low: float, high: float, **kw) -> TrialRecord:

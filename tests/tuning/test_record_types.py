@@ -15,8 +15,8 @@ import pytest
 
 from autotune.cli import main as cli
 from autotune.engine.log import Startup, StartupFigures
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord, StepRecord
+from autotune.measure import capacityrecord, capacitytext
+from autotune.measure.capacityrecord import CapacityRecord, StepRecord
 from autotune.measure.speculation import Speculation
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy.memory import Estimate
@@ -186,11 +186,12 @@ def test_empty_and_older_dicts_read_at_their_defaults():
     assert cap.as_dict() == stored and cap.steps[0].load == 9.0
     assert cap.steps[0].probes == {} and cap.steps[0].backlog == {}
     assert cap.limit is None and cap.limiting_step is None
-    assert capacity.limit_text(cap) is None and capacity.limiting_probes(cap) == {}
-    assert capacity.interval(cap) == (4.0, 5.0) and capacity.describe(cap).startswith("4 req/s")
-    assert capacity.step_rows(cap, ["e2el_p95_ms"])[0][-2:] == ["-", "pass"]
-    assert capacity.interval(CapacityRecord.from_dict({})) == (0.0, 0.0)
-    assert capacity.describe(CapacityRecord.from_dict({})) == "no rate met the SLOs"
+    assert capacityrecord.limit_text(cap) is None and capacityrecord.limiting_probes(cap) == {}
+    assert capacityrecord.interval(cap) == (4.0, 5.0)
+    assert capacitytext.describe(cap).startswith("4 req/s")
+    assert capacitytext.step_rows(cap, ["e2el_p95_ms"])[0][-2:] == ["-", "pass"]
+    assert capacityrecord.interval(CapacityRecord.from_dict({})) == (0.0, 0.0)
+    assert capacitytext.describe(CapacityRecord.from_dict({})) == "no rate met the SLOs"
 
 
 def test_write_takes_typed_values_and_dicts_alike():

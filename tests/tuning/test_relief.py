@@ -291,14 +291,14 @@ def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
     """The committed H200 study h200-guided-check (no baselines, relief every 2), its
     defaults' limit read again across their knee, as a study records it now."""
 
-    from autotune.measure import capacity
+    from autotune.measure import searchplan
 
     db = ROOT / "studies" / "h200-guided-check.db"
     st = optuna.load_study(study_name="h200-guided-check", storage=f"sqlite:///{db}")
     recs = records(st)
     cap = recs[0].capacity
     assert cap is not None and cap.limiting_step is not None
-    knee = capacity.knee(cap.steps, cap.low, cap.limiting_step)
+    knee = searchplan.knee(cap.steps, cap.low, cap.limiting_step)
     metrics = {**recs[0].metrics, "capacity": {**recs[0].metrics["capacity"], "bottleneck": knee}}
     scenario = Scenario.model_validate(StudyRecord.of(st).scenario)
     return ([dataclasses.replace(recs[0], metrics=metrics)],
@@ -340,10 +340,10 @@ def test_a_tied_move_is_followed_by_the_next_suspects_move():
 
 
 def capacity_tied(a: TrialRecord, b: TrialRecord) -> bool:
-    from autotune.measure import capacity
+    from autotune.measure import capacityrecord
 
     return a.capacity is not None and b.capacity is not None and \
-        capacity.tied(a.capacity, b.capacity)
+        capacityrecord.tied(a.capacity, b.capacity)
 
 
 def test_the_study_loop_follows_a_tied_move_with_the_next_suspects_move(tmp_path):

@@ -52,14 +52,14 @@ def test_every_configuration_measured_to_the_end_is_replayed_as_measured(bench):
 def test_the_roofline_agrees_with_what_the_study_measured(bench):
     """Within 5 % of the capacity interval of every trial measured to the end, and under the
     rate at which each pruned trial's burst already failed."""
-    from autotune.measure import capacity
+    from autotune.measure import capacityrecord
 
     for r in _study():
         if r.capacity is None or r.origin_kind == ABLATION and not r.capacity.low:
             continue
         model = bench._h200({**bench.REPLAY.defaults, **r.flags}).capacity()
         if r.capacity.low:
-            lo, hi = capacity.interval(r.capacity)
+            lo, hi = capacityrecord.interval(r.capacity)
             assert lo * 0.95 <= model <= hi * 1.05, (r.number, lo, model, hi)
         elif r.capacity.max_request_throughput:
             assert model < r.capacity.max_request_throughput, r.number

@@ -50,7 +50,7 @@ from autotune.config import Param, Scenario
 from autotune.engine import defaults as defaults_mod
 from autotune.flags import Flags, normalize
 from autotune.measure import bottleneck as bn
-from autotune.measure import capacity
+from autotune.measure import capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.tuning.policy import prune, space
 from autotune.tuning.records.origin import RELIEF as RELIEF_KIND
@@ -417,7 +417,7 @@ def flags_of(params: Mapping[str, Any], scenario: Scenario) -> Flags | None:
 
 def suspected(rec: TrialRecord, tried: Sequence[TrialRecord] = ()) -> list[Bottleneck]:
     """What may limit a finished trial, best supported first: its limit, then the other
-    resources with evidence at its knee (`capacity.suspects`); a suspect whose relief move
+    resources with evidence at its knee (`capacityrecord.suspects`); a suspect whose relief move
     from this trial tied with it is spent and left out, so the next suspect's move follows
     rather than the next knob of the same one. Where the study's other trials (`tried`)
     show a suspect pegged at every load (`bottleneck.pegged_everywhere`), it goes last."""
@@ -427,10 +427,10 @@ def suspected(rec: TrialRecord, tried: Sequence[TrialRecord] = ()) -> list[Bottl
     spent = {r.tried_because.bottleneck for r in tried
              if r.origin_kind == RELIEF_KIND and r.tried_because.source == rec.number
              and r.state == TrialState.COMPLETE and r.capacity and r.capacity.low
-             and rec.capacity and capacity.tied(r.capacity, rec.capacity)}
+             and rec.capacity and capacityrecord.tied(r.capacity, rec.capacity)}
     out = [] if found.kind in spent else [found]
     cap, step = rec.capacity, rec.capacity.limiting_step if rec.capacity else None
-    for kind in (capacity.suspects(cap) if cap is not None else []):
+    for kind in (capacityrecord.suspects(cap) if cap is not None else []):
         if kind != found.kind and kind not in spent and step is not None:
             out.append(Bottleneck(kind, f"{bn.words(kind, step.probes)}: the next suspect, "
                                   f"relieving {', '.join(sorted(s for s in spent if s))} "

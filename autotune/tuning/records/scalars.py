@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.measure import capacity
-from autotune.measure.capacity import CapacityRecord
+from autotune.measure import capacityrecord
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
 from autotune.tuning.quality.guardrail import Quality
 from autotune.tuning.records.origin import Origin
@@ -43,7 +43,7 @@ def short(metrics: Mapping[str, Any] | None, quality: Quality | None,
                    capacity_low=cap.low if cap else None,
                    capacity_high=cap.high if cap else None,
                    capacity_uncertainty=cap.uncertainty if cap else None,
-                   bottleneck=capacity.limit_text(cap) if cap else
+                   bottleneck=capacityrecord.limit_text(cap) if cap else
                    (metrics.get("bottleneck") or {}).get("text"))
     if quality is not None:
         out.update(drift=quality.drift, agreement=quality.agreement,

@@ -27,9 +27,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import reasons
 from autotune.engine.ballast import Held
 from autotune.engine.log import Startup
-from autotune.measure import bottleneck, capacity
+from autotune.measure import bottleneck, capacityrecord
 from autotune.measure.bottleneck import Bottleneck
-from autotune.measure.capacity import CapacityRecord
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, plain
 from autotune.tuning.policy.memory import Estimate
@@ -175,7 +175,8 @@ class TrialRecord:
     def limit_probes(self) -> dict[str, Any]:
         """The probe figures the bottleneck was read from."""
         cap = self.capacity
-        return capacity.limiting_probes(cap) if cap else dict(self.metrics.get("probes") or {})
+        return capacityrecord.limiting_probes(cap) if cap \
+            else dict(self.metrics.get("probes") or {})
 
     @property
     def startup_s(self) -> float | None:

@@ -1,0 +1,70 @@
+"""A capacity in words and tables for a terminal: the one line every view prints
+(`describe`), a step's rates for a log line, and the table of a search's steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autotune.measure.capacityrecord import CapacityRecord, StepRecord, interval
+
+
+def describe(cap: CapacityRecord) -> str:
+    """One line: `3.2 req/s (2.9-3.4, ±5.0 %)` or why there is no capacity."""
+    if not cap.low:
+        high = cap.high
+        return "no rate met the SLOs" + (f" (fails at {high:.3g} req/s)" if high else "")
+    lo, hi = interval(cap)
+    text = f"{cap.request_throughput:.3g} req/s ({lo:.3g}-{hi:.3g}"
+    text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
+    if cap.time_scale:
+        text += f", {cap.time_scale:.3g}x the trace's recorded pace"
+    if cap.saturated:
+        text += ", a floor: the SLOs held at every rate tried"
+    if cap.stopped:
+        text += f", stopped: {cap.stopped}"
+    return text
+
+
+def rates(step: StepRecord) -> str:
+    """What a step offered and achieved, for a log line: `117 req/s offered, 86.4
+    achieved` over its judged window, else `86.4 req/s` achieved (the burst, older steps)."""
+    if step.window_offered_rps is None or step.window_achieved_rps is None:
+        return f"{step.achieved_rps:.3g} req/s"
+    return (f"{step.window_offered_rps:.3g} req/s offered, {step.window_achieved_rps:.3g} "
+            "achieved")
+
+
+def step_columns(cap: CapacityRecord, slo_keys: Sequence[str]) -> list[str]:
+    """The headers of `step_rows`: a trace's steps add what each replayed."""
+    traced = any(s.replayed for s in cap.steps)
+    return ["step", "kind", "rate req/s", "offered req/s", "achieved req/s", "out tok/s",
+            *slo_keys, "preempt", "backlog", "limit", *(["replayed"] if traced else []),
+            "verdict"]
+
+
+def step_rows(cap: CapacityRecord, slo_keys: Sequence[str]) -> list[list[str]]:
+    """A table of the steps for a terminal (`step_columns`): step, kind, the search's rate,
+    what the judged window was offered and achieved (requests/s; steps recorded before
+    the window's rates: the rate and the whole step's), SLO figures of the window,
+    backlog growth, what limited the step, what a trace's step replayed, verdict."""
+    traced = any(s.replayed for s in cap.steps)
+    rows = []
+    for s in cap.steps:
+        rate = "burst" if s.rate is None else f"{s.rate:.3g}"
+        offered = rate if s.window_offered_rps is None else f"{s.window_offered_rps:.3g}"
+        achieved = s.achieved_rps if s.window_achieved_rps is None else s.window_achieved_rps
+        figs = [f"{s.figures.get(k, float('nan')):.1f}" for k in slo_keys]
+        rows.append([str(s.index), s.kind, rate, offered, f"{achieved:.3g}",
+                     f"{s.output_throughput:.1f}", *figs,
+                     f"{s.figures.get('preemptions', 0):g}",
+                     f"{s.backlog['share']:+.0%}" if s.backlog else "-",
+                     s.bottleneck.get("kind", "-") if s.bottleneck else "-",
+                     *([s.replayed.short() if s.replayed else "-"] if traced else []),
+                     "pass" if s.passed else "fail"])
+    return rows
+
+
+def slo_keys(cap: CapacityRecord) -> list[str]:
+    """The SLO figures its steps were judged on (the first step's), for `step_rows`."""
+    return [k for k in (cap.steps[0].figures if cap.steps else {}) if k.endswith("_ms")]
