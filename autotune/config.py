@@ -205,7 +205,7 @@ class Objective(_Strict):
 
 class GuardrailSpec(_Strict):
     """Quality check of every trial against reference outputs
-    (`autotune.tuning.quality.guardrail`)."""
+    (`autotune.tuning.quality`)."""
 
     enabled: bool = True
     prompts: str | None = None  # JSONL of {"prompt": ...}; default: the shipped set

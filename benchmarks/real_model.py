@@ -40,7 +40,9 @@ from autotune.engine.server import Server
 from autotune.measure import speculation
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Tokenizer, dataset_path
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality import checking
+from autotune.tuning.quality.guard import make_guard
+from autotune.tuning.quality.verdict import Quality
 
 # float32: on CPUs without AVX-512 BF16 the CPU build computes bf16 several times slower
 # (seen here: a 495-token prefill 11.4 s in bf16, 1.8 s in float32).
@@ -69,7 +71,7 @@ def model_path() -> str:
     return str(tinymodel.build(preset="smollm2-135m").path)
 
 
-def _row(group: str, name: str, q: guardrail.Quality, seconds: float | None = None
+def _row(group: str, name: str, q: Quality, seconds: float | None = None
          ) -> dict[str, Any]:
     t = q.tasks
     return {"group": group, "config": name, "drift": q.drift, "agreement": q.agreement,
@@ -87,11 +89,11 @@ def guardrail_run(repeats: int, logs: Path, base: dict[str, Any], only: list[str
     model = model or model_path()
     scenario = Scenario.model_validate({"model": {"path": model}, "guardrail": {} if items
                                         is None else {"tasks": items}})
-    guard = guardrail.make_guard(scenario, logs / "none")
+    guard = make_guard(scenario, logs / "none")
     assert guard is not None
     t0 = time.monotonic()
     with Server(model, base, log_path=logs / "reference.log") as srv:
-        ref, own = guardrail.make_reference(Target(srv.url, model, srv.headers), guard,
+        ref, own = checking.make_reference(Target(srv.url, model, srv.headers), guard,
                                             context={"model": model, "flags": base})
     guard.reference = ref
     print(f"reference ({ref.template} prompts): noise drift {ref.noise['drift']:.4f} nats, "
@@ -111,7 +113,7 @@ def guardrail_run(repeats: int, logs: Path, base: dict[str, Any], only: list[str
         try:
             with Server(model, {**base, **flags}, log_path=logs / f"{i:02d}.log") as srv:
                 t1 = time.monotonic()
-                got = guardrail.check(Target(srv.url, model, srv.headers), guard)
+                got = checking.check(Target(srv.url, model, srv.headers), guard)
                 row = _row(group, name, got, time.monotonic() - t1)
         except Exception as err:  # noqa: BLE001 - a refused configuration is a result
             row = {"group": group, "config": name, "error": f"{type(err).__name__}: {err}"}

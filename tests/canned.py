@@ -32,7 +32,9 @@ import yaml
 
 from autotune.config import Scenario
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality.guard import Guard, make_guard
+from autotune.tuning.quality.reference import Reference
+from autotune.tuning.quality.verdict import DRIFT_FLOOR, Quality
 
 SCENARIO = """
 name: shared
@@ -86,7 +88,7 @@ class Canned:
                     f.write(json.dumps(entry) + "\n")
 
     def __call__(self, scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
-                 guard: guardrail.Guard | None = None, **_: Any) -> trial_mod.Outcome:
+                 guard: Guard | None = None, **_: Any) -> trial_mod.Outcome:
         number = int(Path(trial_dir).name)
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
         made = guard is not None and guard.reference is None
@@ -104,17 +106,17 @@ class Canned:
         new_reference = None
         checked_against = None  # the trial whose reference it was checked against
         if guard is not None:
-            thresholds = {"drift": guardrail.DRIFT_FLOOR, "agreement": 0.5}
+            thresholds = {"drift": DRIFT_FLOOR, "agreement": 0.5}
             verdict = {"drift": 0.0, "agreement": 1.0, "thresholds": thresholds,
                        "passed": True}
             if made:
-                new_reference = guardrail.Reference(
+                new_reference = Reference(
                     guard.prompts, guard.spec.max_tokens, [], {"drift": 0.0, "agreement": 1.0},
                     thresholds, {"trial": number})
                 verdict["made_reference"] = True
             else:
                 checked_against = guard.reference.context.get("trial")
-            quality = guardrail.Quality.from_dict(verdict)
+            quality = Quality.from_dict(verdict)
         self._note({"event": "end", "trial": number, "end": time.time(),
                     "checked_against": checked_against})
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts, quality,
@@ -132,7 +134,7 @@ def _loop(url: str, study_dir: str, worker_id: str, host: str) -> None:
     me = heartbeat.Worker(worker_id, host, os.getpid(), psutil.Process().create_time())
     st = study.open_study(sc, url, worker=me, heartbeat_s=1, grace_s=2)
     study.loop(st, sc, "/m", Path(study_dir), trials=6,
-               guard=guardrail.make_guard(sc, Path(study_dir)), runner=Canned.from_env())
+               guard=make_guard(sc, Path(study_dir)), runner=Canned.from_env())
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from autotune.results.replica import flag_count, gpu_count, on_cpu
 from autotune.stored import plain
 from autotune.tuning import ranking
 from autotune.tuning.quality import accuracy
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.records.snapshot import Source
 from autotune.tuning.records.trialrecord import TrialRecord

@@ -22,7 +22,7 @@ from autotune.slo import Slo
 from autotune.tuning import ablation, ranking
 from autotune.tuning.policy import relief
 from autotune.tuning.policy.objective import Measures
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import RELIEF
 from autotune.tuning.records.snapshot import Snapshot, Source, records
 from autotune.tuning.records.trialrecord import TrialRecord

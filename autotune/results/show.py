@@ -18,7 +18,7 @@ from autotune.errors import ConfigError
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.slo import Slo
 from autotune.stored import Stored
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.sharing import storage
 

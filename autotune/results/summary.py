@@ -29,7 +29,7 @@ from autotune.tuning import ranking as ranked
 from autotune.tuning.policy import relief
 from autotune.tuning.policy.objective import gain
 from autotune.tuning.quality.accuracy import TaskScore
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.snapshot import Snapshot, records
 from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 from autotune.validation import Recheck, Validation

@@ -5,7 +5,7 @@ start to finish), `records` (what the study stores: `trialrecord.TrialRecord`, w
 measured, and the study's own `studyrecord.StudyRecord`, the only readers and writers of
 Optuna's user attributes), `ranking` (the best feasible trial, ties within noise),
 `space`, `memory` and `prune` (what to try and what not to launch), `objective` (scores and
-constraints), `guardrail` (quality against reference outputs). Re-measuring a winner
+constraints), `quality` (the guardrail: quality against reference outputs). Re-measuring a winner
 against vLLM's defaults is `autotune.verify`, above this layer.
 
 Imports measure, engine and the top-level basics, never verify, results or the CLI.

@@ -43,7 +43,7 @@ from autotune.stored import Stored
 from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality.guard import Guard, make_guard
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.origin import ABLATION, Origin
 from autotune.tuning.records.snapshot import Snapshot, records
@@ -345,7 +345,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
 
 
 def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path,
-                  winner: TrialRecord, guard: guardrail.Guard | None,
+                  winner: TrialRecord, guard: Guard | None,
                   runner: study_mod.Runner = trial_mod.run_trial,
                   between: Callable[[], object] | None = None) -> Measure:
     """`ablate`'s `measure`: a fresh engine per configuration, its capacity search starting
@@ -407,7 +407,7 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     explanation with the study, and return it."""
     winner = target(study, trial)
     model = study_mod.resolve_model(scenario)
-    guard = guardrail.make_guard(scenario, study_dir)
+    guard = make_guard(scenario, study_dir)
     study_mod.sync_reference(study, guard, scenario, study_dir)
     measure = trial_measure(study, scenario, model, study_dir, winner, guard, runner,
                             study_mod.gpu_released(scenario))

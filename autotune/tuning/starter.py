@@ -140,11 +140,14 @@ def check_tokens(model: str) -> int | None:
     longest prompt (or task item) as sent, plus its answer and the scoring request's one
     more token; None when the model's tokenizer cannot be read here."""
     from autotune.config import GuardrailSpec
-    from autotune.tuning.quality import guardrail, tasks
+    from autotune.tuning.quality import tasks
+    from autotune.tuning.quality.guard import Guard
+    from autotune.tuning.quality.prompts import default_prompts
+    from autotune.tuning.quality.template import CHAT, PLAIN, has_chat_template
 
     spec = GuardrailSpec()
-    template = guardrail.CHAT if guardrail.has_chat_template(model) else guardrail.PLAIN
-    guard = guardrail.Guard(spec, guardrail.default_prompts(), None, template, model)
+    template = CHAT if has_chat_template(model) else PLAIN
+    guard = Guard(spec, default_prompts(), None, template, model)
     try:
         prompts = guard.lengths(guard.sent(guard.prompts))
         items = guard.lengths(guard.sent([i.prompt for i in tasks.generate(spec.tasks,

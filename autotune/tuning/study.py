@@ -42,7 +42,9 @@ from autotune.tuning import trial as trial_mod
 from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune, relief, space
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality import verdict
+from autotune.tuning.quality.guard import Guard, make_guard
+from autotune.tuning.quality.reference import reference_path
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import StudyRecord
@@ -116,15 +118,15 @@ def _constraints(scenario: Scenario, outcome: trial_mod.Outcome) -> dict[str, fl
     """Named constraints: the SLOs and failed requests, the guardrail, and `completed`
     (broken for a pruned trial, which also breaks every other, so all trials carry the
     same names, as GPSampler requires)."""
-    names = obj.constraint_names(scenario.objective) + list(guardrail.constraints(None))
+    names = obj.constraint_names(scenario.objective) + list(verdict.constraints(None))
     if outcome.state == trial_mod.PRUNED:
         return dict.fromkeys([*names, "completed"], 1.0)
     return {**obj.constraints(outcome.summary, scenario.objective),
-            **guardrail.constraints(outcome.quality), "completed": 0.0}
+            **verdict.constraints(outcome.quality), "completed": 0.0}
 
 
 def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path,
-            guard: guardrail.Guard | None = None, runner: Runner = trial_mod.run_trial
+            guard: Guard | None = None, runner: Runner = trial_mod.run_trial
             ) -> TrialRecord:
     """Ask, run and tell one trial, with its heartbeat; a Ctrl-C marks it FAIL, queues it
     again and re-raises (one that comes while the trial is being asked is held until the
@@ -140,7 +142,7 @@ def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Pa
 
 
 def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, model: str,
-               trials_root: Path, guard: guardrail.Guard | None, runner: Runner,
+               trials_root: Path, guard: Guard | None, runner: Runner,
                hold: HeldInterrupts) -> None:
     me = heartbeat.me(study)
     asked = TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
@@ -240,7 +242,7 @@ def _after_defaults(study: optuna.Study, me: heartbeat.Worker) -> bool:
         heartbeat.wait_for_defaults(study, me)
 
 
-def sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario: Scenario,
+def sync_reference(study: optuna.Study, guard: Guard | None, scenario: Scenario,
                     study_dir: Path) -> None:
     """A worker without the guardrail's reference takes the study's, made meanwhile by the
     defaults trial on another worker or host: written where this host keeps it, and loaded
@@ -249,23 +251,23 @@ def sync_reference(study: optuna.Study, guard: guardrail.Guard | None, scenario:
     if guard is None or guard.reference is not None:
         return
     data = StudyRecord.of(study).reference_data
-    path = guardrail.reference_path(scenario, study_dir)
+    path = reference_path(scenario, study_dir)
     if data is None and not path.exists():
         return
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, ensure_ascii=False))
-    fresh = guardrail.make_guard(scenario, study_dir)
+    fresh = make_guard(scenario, study_dir)
     guard.reference = fresh.reference if fresh is not None else None
 
 
-def _publish_reference(study: optuna.Study, guard: guardrail.Guard | None,
+def _publish_reference(study: optuna.Study, guard: Guard | None,
                        scenario: Scenario, study_dir: Path) -> None:
     """Keep the reference this worker loaded in the study too, for workers on other hosts."""
     if guard is None or guard.reference is None \
             or StudyRecord.of(study).reference_data is not None:
         return
-    path = guardrail.reference_path(scenario, study_dir)
+    path = reference_path(scenario, study_dir)
     if path.exists():
         studyrecord.set_reference_data(study, json.loads(path.read_text()))
 
@@ -283,7 +285,7 @@ class Told:
 
 
 def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
-         guard: guardrail.Guard | None, study_dir: Path, number: int) -> Told:
+         guard: Guard | None, study_dir: Path, number: int) -> Told:
     """The record fields, constraints and values of trial `number`'s outcome; a new
     guardrail reference is kept with the study here, once."""
     fields = {**outcome.facts.fields(), "outcome": outcome.state, "reason": outcome.reason}
@@ -300,7 +302,7 @@ def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
         made = StudyRecord.of(study).reference
         if made is None:
             guard.reference = outcome.new_reference
-            path = guardrail.reference_path(scenario, study_dir)
+            path = reference_path(scenario, study_dir)
             outcome.new_reference.save(path)
             studyrecord.set_reference(study, str(path), number)
             studyrecord.set_reference_data(study, json.loads(path.read_text()))
@@ -314,7 +316,7 @@ def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
 
 
 def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
-          outcome: trial_mod.Outcome, guard: guardrail.Guard | None, study_dir: Path) -> None:
+          outcome: trial_mod.Outcome, guard: Guard | None, study_dir: Path) -> None:
     """Write the outcome into the trial record and tell Optuna its state and values."""
     t = told(study, scenario, outcome, guard, study_dir, trial.number)
     writers.set_constraints(trial, t.constraints)
@@ -359,7 +361,7 @@ def best_interval(study: optuna.Study, scenario: Scenario) -> tuple[float, float
 
 
 def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *,
-         trials: int, timeout_s: float | None = None, guard: guardrail.Guard | None = None,
+         trials: int, timeout_s: float | None = None, guard: Guard | None = None,
          runner: Runner = trial_mod.run_trial, between: Callable[[], object] | None = None,
          on_progress: Callable[[Progress], None] | None = None,
          clock: Callable[[], float] = time.monotonic,
@@ -423,7 +425,7 @@ def tune(request: Request, *, on_progress: Callable[[Progress], None] | None = N
     if recovered := heartbeat.recover(study, heartbeat.me(study)):
         log.info("%d interrupted trial(s) will run again", recovered)
     study_dir = where.folder
-    guard = guardrail.make_guard(scenario, study_dir)
+    guard = make_guard(scenario, study_dir)
     _publish_reference(study, guard, scenario, study_dir)
     loop(study, scenario, resolve_model(scenario), study_dir, trials=request.trials,
          timeout_s=request.timeout_s, guard=guard, on_progress=on_progress,

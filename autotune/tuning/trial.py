@@ -45,7 +45,11 @@ from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import prune
 from autotune.tuning.policy.space import relation_violation
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality import checking
+from autotune.tuning.quality.client import Refused
+from autotune.tuning.quality.guard import Guard
+from autotune.tuning.quality.reference import Reference
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.trialrecord import TrialRecord
 
 log = logging.getLogger("autotune")
@@ -100,8 +104,8 @@ class Outcome:
     reason: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
     facts: Facts = field(default_factory=lambda: Facts({}))
-    quality: guardrail.Quality | None = None
-    new_reference: guardrail.Reference | None = None
+    quality: Quality | None = None
+    new_reference: Reference | None = None
 
 
 def command_line(model: str, flags: dict[str, Any]) -> list[str]:
@@ -135,7 +139,7 @@ def engine(scenario: Scenario, model: str, flags: dict[str, Any], log_path: Path
 
 
 def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
-              guard: guardrail.Guard | None = None,
+              guard: Guard | None = None,
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
               anchor: searchplan.Anchor | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
@@ -267,23 +271,23 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
     return benchmark(load, probe=ProbePhase(probe_n, on_probe))
 
 
-def _quality(target: Target, guard: guardrail.Guard, facts: Facts, model: str, alive: Alive
-             ) -> tuple[guardrail.Quality, guardrail.Reference | None]:
+def _quality(target: Target, guard: Guard, facts: Facts, model: str, alive: Alive
+             ) -> tuple[Quality, Reference | None]:
     """Check against the reference, or make the reference (with its noise floor); a check
     that could not run is a verdict with its error (the engine failed under it: the trial
     is pruned) or `not_checked` (the engine refused a request autotune built: the trial
     stands, unchecked)."""
     try:
         if guard.reference is not None:
-            return guardrail.check(target, guard, alive), None
-        ref, quality = guardrail.make_reference(
+            return checking.check(target, guard, alive), None
+        ref, quality = checking.make_reference(
             target, guard, context={"model": model, "flags": facts.flags,
                                     "engine_version": facts.engine_version,
                                     "device": facts.device},
             alive=alive)
         return quality, ref
-    except guardrail.Refused as err:  # autotune's request, not the configuration: unchecked
+    except Refused as err:  # autotune's request, not the configuration: unchecked
         log.warning("quality check not run: %s", err)
-        return guardrail.Quality(not_checked=str(err)), None
+        return Quality(not_checked=str(err)), None
     except (RuntimeError, OSError, aiohttp.ClientError, asyncio.TimeoutError, KeyError) as err:
-        return guardrail.Quality.from_dict({"error": f"{type(err).__name__}: {err}"}), None
+        return Quality.from_dict({"error": f"{type(err).__name__}: {err}"}), None

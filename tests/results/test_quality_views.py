@@ -13,8 +13,9 @@ from optuna.distributions import CategoricalDistribution
 
 from autotune.cli.main import main
 from autotune.config import GuardrailSpec
-from autotune.tuning.quality import accuracy, guardrail
-from autotune.tuning.quality.guardrail import Quality, Reference
+from autotune.tuning.quality import accuracy
+from autotune.tuning.quality.reference import Reference
+from autotune.tuning.quality.verdict import Quality, constraints, judge
 from tests import trials
 
 DIST = {"kv-cache-dtype": CategoricalDistribution(["auto", "fp8", "<b>evil</b>"])}
@@ -31,7 +32,7 @@ def _quality(drift: float, lost: int, gained: int, made: bool | None = None):
     for i in range(gained):
         got[123 + i] = True
     tasks = accuracy.score(right, got, changed=lost + gained + (10 if lost or gained else 0))
-    return guardrail._verdict(Quality(drift=drift, agreement=0.6, prefix_ratio=0.5,
+    return judge(Quality(drift=drift, agreement=0.6, prefix_ratio=0.5,
                                worst=[]), ref, tasks, GuardrailSpec(), made)
 
 
@@ -49,7 +50,7 @@ def db(tmp_path):
         params = {} if i == 0 else {"kv-cache-dtype": value}
         trials.add(st, values=[0.1 * i], params=params,
                    distributions={k: DIST[k] for k in params},
-                   constraints=guardrail.constraints(q), flags=params, gain=0.1 * i,
+                   constraints=constraints(q), flags=params, gain=0.1 * i,
                    measures={"throughput": 100.0 + i, "latency_ms": 50.0,
                              "memory_mib": 2000.0},
                    metrics={"completed": 16, "output_throughput": 100.0 + i},

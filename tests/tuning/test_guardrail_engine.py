@@ -17,7 +17,11 @@ import pytest
 from autotune.config import GuardrailSpec
 from autotune.engine.server import Server
 from autotune.measure.loadgen import Target
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality import checking
+from autotune.tuning.quality.guard import Guard
+from autotune.tuning.quality.prompts import default_prompts
+from autotune.tuning.quality.template import CHAT
+from autotune.tuning.quality.verdict import constraints, thresholds
 
 pytestmark = [pytest.mark.engine]
 
@@ -27,15 +31,15 @@ STRICT = 0.001  # nats: far above the reference's own noise (seen ~1e-6), below 
 SPEC = GuardrailSpec(max_tokens=32, drift_threshold=STRICT, tasks=40, require="unchanged")
 
 
-def _guard(tiny_model, ref=None) -> guardrail.Guard:
-    return guardrail.Guard(SPEC, guardrail.default_prompts(), ref, guardrail.CHAT,
+def _guard(tiny_model, ref=None) -> Guard:
+    return Guard(SPEC, default_prompts(), ref, CHAT,
                            str(tiny_model))
 
 
 @pytest.fixture(scope="module")
 def reference(eager_server, tiny_model):
     target = Target(eager_server.url, str(tiny_model), eager_server.headers)
-    ref, own = guardrail.make_reference(target, _guard(tiny_model), context={"flags": {}})
+    ref, own = checking.make_reference(target, _guard(tiny_model), context={"flags": {}})
     return ref, own
 
 
@@ -56,7 +60,7 @@ def test_reference_measures_its_own_noise(reference):
 
 def test_the_reference_configuration_passes(eager_server, tiny_model, reference):
     ref, _ = reference
-    q = guardrail.check(Target(eager_server.url, str(tiny_model), eager_server.headers),
+    q = checking.check(Target(eager_server.url, str(tiny_model), eager_server.headers),
                         _guard(tiny_model, ref))
     assert q.passed and q.verdict == "unchanged", q
     assert q.drift < STRICT / 10 and q.agreement == 1.0
@@ -70,11 +74,11 @@ def test_float32_drifts_and_is_rejected_under_a_strict_threshold(tiny_model, ref
     ref, _ = reference
     flags = {"enforce-eager": True, "dtype": "float32", "max-model-len": 1024}
     with Server(str(tiny_model), flags, log_path=tmp_path / "e.log") as srv:
-        q = guardrail.check(Target(srv.url, str(tiny_model), srv.headers),
+        q = checking.check(Target(srv.url, str(tiny_model), srv.headers),
                             _guard(tiny_model, ref))
     assert q.drift > 10 * ref.noise["drift"]  # measurable against the noise floor
     assert q.drift > STRICT and q.verdict == "changed" and not q.passed
-    assert guardrail.constraints(q) == {"quality": 1.0}
+    assert constraints(q) == {"quality": 1.0}
     assert "requires unchanged" in q.words()
     assert q.worst[0]["drift"] >= q.drift
     # prompts 13 and 14 (2,039 and 1,329 tokens through the template) do not fit 1,024
@@ -82,5 +86,5 @@ def test_float32_drifts_and_is_rejected_under_a_strict_threshold(tiny_model, ref
                           "answer: longer than the engine's 1,024-token context, left out"]
     assert q.left_out[0] in q.words()
     # Under the default threshold (3 x noise + 0.01 nats) the same change is unchanged.
-    lenient = guardrail.thresholds(ref.noise, 3.0, None, None)
+    lenient = thresholds(ref.noise, 3.0, None, None)
     assert q.drift < lenient["drift"]

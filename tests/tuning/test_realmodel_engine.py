@@ -24,7 +24,12 @@ from autotune.engine.server import Server
 from autotune.measure.loadgen import Target
 from autotune.measure.speculation import Speculation
 from autotune.tuning import trial
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality import checking
+from autotune.tuning.quality.guard import Guard
+from autotune.tuning.quality.prompts import default_prompts
+from autotune.tuning.quality.reference import Reference
+from autotune.tuning.quality.template import CHAT
+from autotune.tuning.quality.verdict import constraints
 
 pytestmark = [pytest.mark.engine]
 
@@ -45,17 +50,17 @@ def real_model() -> str:
 SPEC = {"num_prompts": 8, "max_tokens": 32, "tasks": 200}
 
 
-def _guard(model: str, ref: guardrail.Reference | None = None) -> guardrail.Guard:
+def _guard(model: str, ref: Reference | None = None) -> Guard:
     spec = GuardrailSpec(**SPEC)
-    return guardrail.Guard(spec, guardrail.default_prompts()[:spec.num_prompts], ref,
-                           guardrail.CHAT, model)
+    return Guard(spec, default_prompts()[:spec.num_prompts], ref,
+                           CHAT, model)
 
 
 @pytest.fixture(scope="module")
 def reference(real_model, tmp_path_factory):
     log = tmp_path_factory.mktemp("real") / "reference.log"
     with Server(real_model, EAGER, log_path=log) as srv:
-        ref, own = guardrail.make_reference(Target(srv.url, real_model, srv.headers),
+        ref, own = checking.make_reference(Target(srv.url, real_model, srv.headers),
                                             _guard(real_model), context={"flags": EAGER})
     return ref, own
 
@@ -125,10 +130,10 @@ def test_a_wrong_rope_base_is_worse(real_model, reference, tmp_path):
     wrong = {"rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}
     with Server(real_model, {**EAGER, "hf-overrides": wrong}, log_path=tmp_path / "e.log") \
             as srv:
-        q = guardrail.check(Target(srv.url, real_model, srv.headers), _guard(real_model, ref))
+        q = checking.check(Target(srv.url, real_model, srv.headers), _guard(real_model, ref))
     assert q.drift > 3 * ref.thresholds["drift"]
     # worse in task terms: a drop the paired interval shows, beyond the 1-point budget
     assert q.verdict == "worse" and not q.passed, q.words()
     assert q.tasks is not None and q.tasks.difference_high < 0 and q.tasks.difference < -1
     assert "worse: beyond the 1-point budget" in q.words()
-    assert guardrail.constraints(q) == {"quality": 1.0}
+    assert constraints(q) == {"quality": 1.0}

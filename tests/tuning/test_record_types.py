@@ -21,8 +21,7 @@ from autotune.measure.speculation import Speculation
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
-from autotune.tuning.quality import guardrail
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality, constraints
 from autotune.tuning.records import writers
 from autotune.tuning.records.origin import BASELINE, RELIEF, SAMPLER, Origin
 from autotune.tuning.records.snapshot import records
@@ -164,7 +163,7 @@ def test_empty_and_older_dicts_read_at_their_defaults():
     verdict = Quality.from_dict({"drift": 0.5, "agreement": 0.4, "passed": False,
                                  "thresholds": {"drift": 0.1, "agreement": 0.5}})
     assert verdict.checked and verdict.made_reference is None
-    assert guardrail.constraints(verdict) == {"quality": 1.0}  # a record of any version
+    assert constraints(verdict) == {"quality": 1.0}  # a record of any version
     assert verdict.verdict is None and verdict.words() == "rejected" and verdict.short() == "0.500"
 
     assert Startup.from_dict({}).as_dict() == {}

@@ -29,7 +29,7 @@ from optuna.trial import TrialState
 
 from autotune.engine import cpuplace
 from autotune.tuning import ranking, study
-from autotune.tuning.quality import guardrail
+from autotune.tuning.quality.guard import make_guard
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import DEFAULTS, INTERRUPTED
 from autotune.tuning.sharing import heartbeat, workers
@@ -136,7 +136,7 @@ def test_each_worker_samples_with_its_own_seed(tmp_path):
 def _work(i: int, sc, url: str, study_dir: Path, runner: canned.Canned, trials: int) -> None:
     st = study.open_study(sc, url, worker=_worker(i))
     study.loop(st, sc, "/m", study_dir, trials=trials,
-               guard=guardrail.make_guard(sc, study_dir), runner=runner)
+               guard=make_guard(sc, study_dir), runner=runner)
 
 
 def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_path):
@@ -247,7 +247,7 @@ def test_a_killed_workers_trial_is_queued_again_and_finished_by_the_other(url, t
         heartbeat.POLL_S, old = 0.1, heartbeat.POLL_S
         try:
             study.loop(st, sc, "/m", tmp_path / "shared", trials=3, runner=b,
-                       guard=guardrail.make_guard(sc, tmp_path / "shared"))
+                       guard=make_guard(sc, tmp_path / "shared"))
         finally:
             heartbeat.POLL_S = old
     finally:

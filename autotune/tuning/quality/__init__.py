@@ -1,4 +1,11 @@
 """Quality measurement: the guardrail that checks a trial's answers against reference
-outputs (`guardrail`: log-prob drift and agreement), the task check's items (`tasks`) and
-their paired accuracy and verdict (`accuracy`).
+outputs, and the task check's items and their paired accuracy.
+
+Public API: `guard` (`Guard`, the guardrail's part in a run, and `make_guard`), `checking`
+(`make_reference` and `check` on a served engine), `verdict` (the `Quality` record, the
+thresholds, the verdict and its Optuna constraint), `reference` (the stored reference and
+its file), `prompts` (the prompt set and a reference from expected outputs), `comparison`
+(drift and agreement), `template` (chat or plain prompts), `client` (the HTTP requests),
+`contextfit` (what fits the engine's context), `tasks` (the task check's items) and
+`accuracy` (their paired accuracy and the verdict's words).
 """

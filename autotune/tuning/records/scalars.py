@@ -15,7 +15,7 @@ from typing import Any
 from autotune.measure import capacityrecord
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import Origin
 
 SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",

@@ -34,7 +34,7 @@ from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, plain
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import BASELINE, SAMPLER, Origin
 from autotune.tuning.records.scalars import capacity_record, short
 from autotune.tuning.records.studyrecord import VALIDATION, VALIDATION_VLLM, StudyRecord

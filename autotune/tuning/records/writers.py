@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, plain
-from autotune.tuning.quality.guardrail import Quality
+from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import Origin
 from autotune.tuning.records.scalars import short
 from autotune.tuning.records.studyrecord import StudyRecord
