@@ -204,7 +204,7 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
     from autotune.tuning import study
     from autotune.tuning.sharing import workers
 
-    st = study.open_study(scenario, url, register=False)  # created here, once
+    st = study.open_study(scenario, url, register=False).study  # created here, once
     console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's {trials} "
                   "trials")
 
