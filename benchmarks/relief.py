@@ -312,7 +312,7 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
             replays.append(replayed is not None)
         if replayed is not None:
             return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(replayed),
-                                     trial_mod.Facts(flags))
+                                     trial_mod.EngineRun(flags))
         load = surface.load({**surface.defaults, **flags})
         cap = load.capacity() * math.exp(rng.gauss(0, NOISE))
         limit = surface.slos[surface.broken]
@@ -331,7 +331,7 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
                    "total_input_tokens": 204_800, "total_output_tokens": 25_600,
                    "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0, "probes": steps[0].probes,
                    "capacity": record.as_dict()}
-        facts = trial_mod.Facts(flags, kv_capacity_reported=int(load.kv_tokens)
+        facts = trial_mod.EngineRun(flags, kv_capacity_reported=int(load.kv_tokens)
                                 if load.kv_tokens is not None else None)
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)
 
@@ -347,11 +347,13 @@ def trials_to_best(surface: Surface, method: str, seed: int, budget: int, best: 
                               "tpe+relief-every": ("tpe", True, 1)}[method]
     scenario = surface.scenario(sampler, relief, every, seed)
     url = f"sqlite:///{root}/{surface.name}-{method}-{seed}.db"
-    study = study_mod.open_study(scenario, url)
+    shared = study_mod.open_study(scenario, url)
+    study = shared.study
     study.set_user_attr("engine_defaults", surface.defaults)
-    run = runner(surface, random.Random(seed * 7919 + 1), replays)
+    run = study_mod.RunContext(shared, scenario, "model", root / "trials",
+                               runner=runner(surface, random.Random(seed * 7919 + 1), replays))
     for n in range(1, budget + 1):
-        study_mod.loop(study, scenario, "model", root / "trials", trials=1, runner=run)
+        study_mod.loop(run, trials=1)
         pick = ranking.feasible_best(study)
         if pick is not None and surface.truth(pick.flags) >= (1 - WITHIN) * best:
             return n

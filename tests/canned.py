@@ -98,7 +98,7 @@ class Canned:
                     "made_reference": made, "start": start})
         time.sleep(self.hang_s if self.hang_gpu is not None and gpu == self.hang_gpu
                    else self.sleep_s)
-        facts = trial_mod.Facts(flags, trial_mod.command_line(model, flags), "vllm-test",
+        facts = trial_mod.EngineRun(flags, trial_mod.command_line(model, flags), "vllm-test",
                                 {"name": "cpu", "visible": gpu}, timings={"startup_s": 0.0})
         summary = {"completed": 16, "failed": 0, "output_throughput": throughput(flags),
                    "p95_ttft_ms": 10.0}
@@ -132,9 +132,10 @@ def _loop(url: str, study_dir: str, worker_id: str, host: str) -> None:
 
     sc = scenario()
     me = heartbeat.Worker(worker_id, host, os.getpid(), psutil.Process().create_time())
-    st = study.open_study(sc, url, worker=me, heartbeat_s=1, grace_s=2)
-    study.loop(st, sc, "/m", Path(study_dir), trials=6,
-               guard=make_guard(sc, Path(study_dir)), runner=Canned.from_env())
+    shared = study.open_study(sc, url, worker=me, heartbeat_s=1, grace_s=2)
+    study.loop(study.RunContext(shared, sc, "/m", Path(study_dir),
+                                make_guard(sc, Path(study_dir)), Canned.from_env()),
+               trials=6)
 
 
 if __name__ == "__main__":

@@ -94,9 +94,9 @@ def started(args: argparse.Namespace, *, trials: int | None = None,
     if args.memory_gib is not None and device is None:
         raise ConfigError("--memory-gib emulates a smaller card on a GPU; this machine runs "
                           "the CPU build")
-    start = starter.build(model, slos, card=card, engine=info, shape=shape, workload=workload,
-                          name=args.study, trials=trials, timeout=timeout,
-                          memory_gib=args.memory_gib,
+    asked = starter.Asked(model, slos, workload, name=args.study, trials=trials,
+                          timeout=timeout, memory_gib=args.memory_gib)
+    start = starter.build(asked, card=card, engine=info, shape=shape,
                           check=starter.check_tokens(model) if shape is not None else None)
     name, root = str(start.scenario.name), Path(args.studies_dir)
     # the study's own folder (`tune --model --storage ...` keeps it beside that database)

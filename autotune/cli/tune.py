@@ -204,7 +204,7 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
     from autotune.tuning import study
     from autotune.tuning.sharing import workers
 
-    st = study.open_study(scenario, url, register=False)  # created here, once
+    st = study.open_study(scenario, url, register=False).study  # created here, once
     console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's {trials} "
                   "trials")
 
@@ -214,9 +214,9 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
 
     with console.status("running trials on every GPU (Ctrl-C stops all of them cleanly; "
                         "run again to resume)"):
-        result = workers.run_workers(st, scenario, scenario_path, gpus, url=url,
-                                     studies_dir=root, trials=trials, timeout_s=timeout,
-                                     on_progress=on_progress, on_event=on_event)
+        run = workers.SharedRun(scenario_path, url, root, trials, timeout)
+        result = workers.run_workers(st, scenario, run, gpus, on_progress=on_progress,
+                                     on_event=on_event)
     return result.code, st
 
 

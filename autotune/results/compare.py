@@ -18,7 +18,7 @@ from autotune.results import cost
 from autotune.results.cost import Price, TrialCost
 from autotune.results.show import model_text, slo_text
 from autotune.tuning import ranking
-from autotune.tuning.records.snapshot import Snapshot, Source
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot
 
 # Why a study has no winner to compare.
 NO_WINNER = "no single feasible winner (none met the SLOs, or a Pareto study)"
@@ -64,7 +64,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
 
 
-def compare(studies: Sequence[Source], prices: Mapping[str, float] | None = None,
+def compare(studies: Sequence[StudyOrSnapshot], prices: Mapping[str, float] | None = None,
             load: float | None = None, any_model: bool = False) -> Comparison:
     """Rank `studies` (two or more, each read once) by their winners' cost per million
     output tokens; `prices` are GPU-hour prices by study name, over each study's own."""

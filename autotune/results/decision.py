@@ -26,7 +26,7 @@ from autotune.measure.capacityrecord import Ratio
 from autotune.results import cost
 from autotune.results.show import capacity_caveat, slo_text
 from autotune.tuning import ranking as ranked
-from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import TrialRecord
 
 
@@ -231,7 +231,7 @@ def _cost(rec: TrialRecord, reference: TrialRecord | None, reference_name: str,
     return "cost: " + ("; ".join(parts) or mine.missing)
 
 
-def of_study(study: Source, price: cost.Price, load: float | None
+def of_study(study: StudyOrSnapshot, price: cost.Price, load: float | None
              ) -> tuple[Decision | None, NoAnswer | None]:
     """The decision of a one-objective study, or why it has none."""
     snap = Snapshot.of(study)

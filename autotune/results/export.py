@@ -30,7 +30,7 @@ from autotune.tuning import ranking
 from autotune.tuning.quality import accuracy
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
-from autotune.tuning.records.snapshot import Source
+from autotune.tuning.records.snapshot import StudyOrSnapshot
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import Recheck, Validation
 
@@ -40,12 +40,12 @@ PORT = 8000
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def slos_of(study: Source) -> dict[str, float]:
+def slos_of(study: StudyOrSnapshot) -> dict[str, float]:
     """The SLOs the study measured capacity under (its stored scenario)."""
     return dict((ranking.stored_scenario(study).get("objective") or {}).get("slos") or {})
 
 
-def recheck(study: Source, r: TrialRecord, lim: Limits) -> dict[str, str]:
+def recheck(study: StudyOrSnapshot, r: TrialRecord, lim: Limits) -> dict[str, str]:
     """The command that re-measures the export against vLLM's defaults on the user's own
     machine with vLLM's own client, and what result would mean the export no longer holds."""
     command = shlex.join(["autotune", "validate", str(study.study_name), "--trial",
@@ -87,7 +87,7 @@ class Facts:
     capacity_ratio: str | None = None  # against vLLM's defaults, with its interval
 
     @classmethod
-    def of(cls, study: Source, r: TrialRecord) -> Facts:
+    def of(cls, study: StudyOrSnapshot, r: TrialRecord) -> Facts:
         """In capacity mode the throughputs are the capacity's (the rate at SLO and its
         output tokens), the figures `show` and the report give, not the step's own."""
         m, q = r.metrics, r.quality or Quality()
@@ -230,7 +230,7 @@ def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
                 memory_gib=memory, shm_gib=shm, env=env)
 
 
-def render(study: Source, r: TrialRecord, fmt: str, model: str,
+def render(study: StudyOrSnapshot, r: TrialRecord, fmt: str, model: str,
            image: str | None = None, max_replicas: int | None = None,
            sizing: TrialCost | None = None) -> str:
     """The artifact for trial `r` in format `fmt`, with the operating limits the study

@@ -37,7 +37,7 @@ from autotune.tuning.ranking import (
     reference_name,
     stored_scenario,
 )
-from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
 FEASIBLE, INFEASIBLE, PARTIAL = "feasible", "infeasible", "pruned (partial figures)"
@@ -70,7 +70,7 @@ class Axes:
         return f"{metric.upper()} {stat} (ms)"
 
 
-def axes(study: Source) -> Axes:
+def axes(study: StudyOrSnapshot) -> Axes:
     scenario = stored_scenario(study)
     o = scenario.get("objective") or {}
     return Axes(o.get("mode") or ("weighted" if len(study.directions) == 1 else "pareto"),
@@ -108,7 +108,7 @@ class Point:
         return "<br>".join(lines)
 
 
-def points(study: Source) -> tuple[list[Point], list[TrialRecord]]:
+def points(study: StudyOrSnapshot) -> tuple[list[Point], list[TrialRecord]]:
     """The trials that can be placed, and the rest (pruned or failed with no figures)."""
     ax, fixed = axes(study), fixed_flags(study)
     placed, unplaced = [], []
@@ -247,7 +247,7 @@ def _grouped(pts: Sequence[Point]) -> list[tuple[Point, str]]:
     return [(g[0], " = ".join(p.label for p in g)) for g in groups.values()]
 
 
-def pareto_figure(study: Source) -> go.Figure:
+def pareto_figure(study: StudyOrSnapshot) -> go.Figure:
     """Throughput against the objective's latency, memory as colour; the feasible front as a
     line, baselines labelled, infeasible trials as crosses, trials pruned mid-run hollow."""
     ax = axes(study)
@@ -320,7 +320,7 @@ def baseline_point(pts: Sequence[Point]) -> Point | None:
         next((p for p in done if p.name), None)
 
 
-def history_figure(study: Source) -> go.Figure:
+def history_figure(study: StudyOrSnapshot) -> go.Figure:
     """Gain over vLLM's defaults per trial, with the best feasible trial so far as a line.
 
     The best is chosen as `autotune show` chooses it: among trials whose capacities cannot
@@ -395,7 +395,7 @@ def history_figure(study: Source) -> go.Figure:
 MIN_DISTINCT = 5  # distinct searched configurations before importances mean anything
 
 
-def importances(study: Source) -> Importances | str:
+def importances(study: StudyOrSnapshot) -> Importances | str:
     """fANOVA importances of the searched flags for the first objective, or why there are
     none: fewer than `MIN_DISTINCT` distinct completed searched configurations (a copy of a
     configuration measured before, `same as #N`, adds nothing; two identical trials once
@@ -449,7 +449,7 @@ class Importances(dict[str, float]):
         return text
 
 
-def importance_figure(study: Source) -> go.Figure:
+def importance_figure(study: StudyOrSnapshot) -> go.Figure:
     """Bars of `importances`, or the reason there are none written on an empty figure."""
     imp = importances(study)
     what = "weighted score" if len(study.directions) == 1 else axes(study).throughput_label
@@ -495,7 +495,7 @@ def short_value(v: Any, limit: int = 14) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def parallel_figure(study: Source) -> go.Figure:
+def parallel_figure(study: StudyOrSnapshot) -> go.Figure:
     """One line per measured trial across its searched flags ('default' where vLLM picks)
     and its figures, coloured by gain (weighted) or throughput (Pareto)."""
     ax = axes(study)
@@ -529,7 +529,7 @@ def parallel_figure(study: Source) -> go.Figure:
     return fig
 
 
-def guardrail_figure(study: Source) -> go.Figure:
+def guardrail_figure(study: StudyOrSnapshot) -> go.Figure:
     """Drift (log scale) and agreement of every checked trial against their thresholds."""
     checked = [r for r in records(study) if r.quality and r.quality.checked]
     fig = make_subplots(rows=1, cols=2, subplot_titles=(
@@ -572,7 +572,7 @@ PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e
                             strict=True)), phases.FAILED: "#000000", "not split": "#c7c7c7"}
 
 
-def speculation_figure(study: Source) -> go.Figure:
+def speculation_figure(study: StudyOrSnapshot) -> go.Figure:
     """Acceptance of every speculative trial, with its mean acceptance length and the
     workload's TPOT: whether drafting paid on this traffic."""
     spec = [(r, r.speculation) for r in records(study) if r.speculation is not None]
@@ -601,7 +601,7 @@ def speculation_figure(study: Source) -> go.Figure:
     return fig
 
 
-def startup_figure(study: Source) -> go.Figure:
+def startup_figure(study: StudyOrSnapshot) -> go.Figure:
     """Where each started engine's start-up went, phase by phase, and how it was launched
     (a warm start skips the API server's imports): what a faster start must cut."""
     started = [r for r in records(study) if r.startup_s is not None]
@@ -630,7 +630,7 @@ def startup_figure(study: Source) -> go.Figure:
     return fig
 
 
-def best(study: Source) -> TrialRecord | None:
+def best(study: StudyOrSnapshot) -> TrialRecord | None:
     """The trial `autotune export` ships by default (its `balanced` policy), if any."""
     try:
         return choose(study, policy="balanced")
@@ -638,7 +638,7 @@ def best(study: Source) -> TrialRecord | None:
         return None
 
 
-def best_vs_baseline(study: Source, label: str | None = None) -> dict[str, Any]:
+def best_vs_baseline(study: StudyOrSnapshot, label: str | None = None) -> dict[str, Any]:
     """One row: vLLM's defaults and the best feasible trial, their figures and the gain."""
     ax = axes(study)
     pts = {p.number: p for p in points(study)[0]}

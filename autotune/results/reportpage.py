@@ -24,7 +24,7 @@ from autotune.tuning.policy import relief
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import RELIEF
-from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.validation import Validation
 
@@ -125,7 +125,7 @@ def _q(r: TrialRecord) -> Quality:
     return r.quality or Quality()
 
 
-def columns(study: Source, price: cost.Price | None = None) -> list[Column]:
+def columns(study: StudyOrSnapshot, price: cost.Price | None = None) -> list[Column]:
     """The table's columns; capacity and validation only where some trial has them, and
     with a known `price`, each trial's cost per million output tokens at its capacity."""
     ax = report.axes(study)
@@ -172,7 +172,7 @@ def columns(study: Source, price: cost.Price | None = None) -> list[Column]:
     return cols
 
 
-def trials_table(study: Source, price: cost.Price | None = None) -> str:
+def trials_table(study: StudyOrSnapshot, price: cost.Price | None = None) -> str:
     """Every trial with its outcome and reason, as an HTML table."""
     cols = columns(study, price)
     head = "".join(f"<th>{_e(name)}</th>" for name, _, _ in cols)
@@ -198,7 +198,7 @@ def table_html(rows: Sequence[Mapping[str, Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _about(study: Source) -> str:
+def _about(study: StudyOrSnapshot) -> str:
     """What was tuned, where, against what: the context every figure needs."""
     scenario = ranking.stored_scenario(study)
     trials = records(study)
@@ -254,7 +254,7 @@ def _decision(study: Snapshot, price: cost.Price, load: float | None) -> str:
                                               for line in lines) + "</div>"
 
 
-def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
+def _best_line(study: StudyOrSnapshot, top: TrialRecord | None, fixed: Mapping[str, Any]
                ) -> str:
     """`#7 --max-num-seqs 256 ..., gain +21.7 % over vLLM defaults, capacity ...; ship it
     with: ...`, with the capacity's caveat where it has one."""
@@ -275,7 +275,7 @@ def _best_line(study: Source, top: TrialRecord | None, fixed: Mapping[str, Any]
                    "--format k8s")
 
 
-def _guardrail(study: Source) -> str:
+def _guardrail(study: StudyOrSnapshot) -> str:
     ref = Snapshot.of(study).attrs.reference or {}
     checked = [(r.number, r.quality) for r in records(study) if r.quality and r.quality.checked]
     if not checked:
@@ -307,7 +307,7 @@ def _figure(fig: Any, div_id: str) -> str:
                        div_id=div_id)
 
 
-def what_if_table(study: Source, slos: Sequence[Slo]) -> str:
+def what_if_table(study: StudyOrSnapshot, slos: Sequence[Slo]) -> str:
     """The trials re-ranked under `slos` from their recorded steps (`whatif.rerank`)."""
     data = whatif.rerank(records(study), slos)
     head = "".join(f"<th>{_e(c)}</th>" for c in ("#", "tried because", "flags", "answer",
@@ -321,7 +321,7 @@ def what_if_table(study: Source, slos: Sequence[Slo]) -> str:
 
 
 
-def cost_section(study: Source, price: cost.Price, load: float) -> str:
+def cost_section(study: StudyOrSnapshot, price: cost.Price, load: float) -> str:
     """The winner beside the defaults at `load` req/s: replicas, cost, the saving."""
     winner = ranking.feasible_best(study)
     if winner is None:
@@ -339,7 +339,7 @@ def cost_section(study: Source, price: cost.Price, load: float) -> str:
             f"<table><tr>{head}</tr>{rows}</table><p>{_e(side.saving)}</p>")
 
 
-def build(study: Source, what_if: Sequence[Slo] = (), *, load: float | None = None,
+def build(study: StudyOrSnapshot, what_if: Sequence[Slo] = (), *, load: float | None = None,
           gpu_hour: float | None = None, gpus: int | None = None) -> str:
     """The whole report as one HTML document (with `what_if`, a section re-ranking the
     trials under those SLOs; with `load`, one setting the winner beside the defaults at
@@ -389,7 +389,7 @@ def build(study: Source, what_if: Sequence[Slo] = (), *, load: float | None = No
             f"{body}</body></html>")
 
 
-def write(study: Source, path: Path, what_if: Sequence[Slo] = (), *,
+def write(study: StudyOrSnapshot, path: Path, what_if: Sequence[Slo] = (), *,
           load: float | None = None, gpu_hour: float | None = None,
           gpus: int | None = None) -> Path:
     try:

@@ -8,9 +8,9 @@ rate: a clear loss fails there and one step below, and is pruned (`below_best_ca
 after two steps instead of a whole search. The winner itself runs again first, as the
 control: rates differ between machines and between a night's start and its end, so the
 runs are compared with the winner as it measures beside them as well as with the study's
-figure (`Bar`). A flag whose removal leaves the capacity tied with either (overlapping
-intervals, `capacityrecord.tied`) and the trial feasible carries none of the gain the study can
-see. The flags that can go are then taken away together; when that is still tied it is the
+figure (`WinnerAndControl`). A flag whose removal leaves the capacity tied with either
+(overlapping intervals, `capacity.tied`) and the trial feasible carries none of the gain the
+study can see. The flags that can go are then taken away together; when that is still tied it is the
 smallest configuration that carries the gain. When it is not (two flags that can each go
 alone, not both), they go one after another instead, the least loss first, as long as the
 capacity stays tied.
@@ -43,18 +43,19 @@ from autotune.stored import Stored
 from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.quality.guard import Guard, make_guard
+from autotune.tuning.quality.guard import make_guard
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.origin import ABLATION, Origin
-from autotune.tuning.records.snapshot import Snapshot, records
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
+from autotune.tuning.sharing import heartbeat
 
 log = logging.getLogger("autotune")
 
 
 @dataclass(frozen=True)
-class Part(Stored):
+class OverrideRemoval(Stored):
     """One real override of the winner, and what taking it away did: the trial that ran
     without it, that trial's capacity interval (req/s), whether it is tied with the
     winner, and the share of the winner's gain over the reference that the flag carries,
@@ -110,7 +111,7 @@ class Explanation(Stored):
     reference: int | None = None
     winner_rps: float | None = None
     reference_rps: float | None = None
-    parts: tuple[Part, ...] = ()
+    parts: tuple[OverrideRemoval, ...] = ()
     together: int | None = None
     minimal: int | None = None
     minimal_flags: dict[str, Any] = field(default_factory=dict)
@@ -122,7 +123,7 @@ class Explanation(Stored):
     control_tied: bool = False
     control_rejected: str = ""
     quality_void: bool = False
-    NESTED = {"parts": Part}
+    NESTED = {"parts": OverrideRemoval}
 
     def lines(self) -> list[str]:
         """The explanation in words, one line each."""
@@ -168,7 +169,7 @@ def _control_origin(winner: TrialRecord) -> Origin:
                   source=winner.number)
 
 
-def real_overrides(study: ranking.Source, rec: TrialRecord) -> Flags:
+def real_overrides(study: StudyOrSnapshot, rec: TrialRecord) -> Flags:
     """The flags of `rec` that change something: not at vLLM's effective default on the
     study's machine, and not the scenario's fixed value (which every trial has)."""
     fixed = ranking.fixed_flags(study)
@@ -197,7 +198,7 @@ def interval(rec: TrialRecord) -> tuple[float, float] | None:
 
 
 @dataclass(frozen=True)
-class Bar:
+class WinnerAndControl:
     """What a run without a flag must match to stand in for the winner: the winner's
     capacity as the study measured it, or as its control measured it now (the winner
     again on a fresh engine, on the machine the runs share: absolute rates differ between
@@ -244,29 +245,29 @@ def rejection(rec: TrialRecord) -> str:
     return ", ".join(broken) or "infeasible"
 
 
-def part(flag: str, value: Any, default: Any, ran: TrialRecord, bar: Bar,
-         reference: TrialRecord | None) -> Part:
+def removal(flag: str, value: Any, default: Any, ran: TrialRecord, against: WinnerAndControl,
+         reference: TrialRecord | None) -> OverrideRemoval:
     """What taking `flag` away did (pure): the share of the gain it carries is the
     capacity lost without it over the winner's gain, its interval from the two capacity
     intervals; the gain's own uncertainty is the winner's against the reference."""
-    ran_i, won = interval(ran), bar.winner.capacity
+    ran_i, won = interval(ran), against.winner.capacity
     base = reference.capacity if reference is not None else None
     complete = ran.state == TrialState.COMPLETE
     facts = {"flag": flag, "value": value, "default": default, "trial": ran.number,
              "low": ran.capacity.low if ran.capacity else None,
              "high": ran.capacity.high if ran.capacity else None,
-             "tied": bar.tied(ran),
-             "rejected": "" if bar.acceptable(ran) or not complete else rejection(ran),
+             "tied": against.tied(ran),
+             "rejected": "" if against.acceptable(ran) or not complete else rejection(ran),
              "failed": "" if complete or ran_i is not None else
              f"{ran.reason}: {ran.detail.splitlines()[0][:160]}" if ran.detail else ran.reason}
     if ran_i is None or won is None or not won.low or base is None or base.low is None:
-        return Part(**facts)
+        return OverrideRemoval(**facts)
     gain = won.low - base.low
     if gain <= 0:
-        return Part(**facts)
+        return OverrideRemoval(**facts)
     win_i = capacityrecord.interval(won)
     pruned = not (ran.capacity and ran.capacity.low)
-    return Part(**facts, share=None if pruned else (won.low - ran_i[0]) / gain,
+    return OverrideRemoval(**facts, share=None if pruned else (won.low - ran_i[0]) / gain,
                 share_low=(win_i[0] - ran_i[1]) / gain,
                 share_high=None if pruned else (win_i[1] - ran_i[0]) / gain,
                 at_least=pruned)
@@ -277,7 +278,7 @@ def part(flag: str, value: Any, default: Any, ran: TrialRecord, bar: Bar,
 Measure = Callable[[dict[str, Any], Origin, bool], TrialRecord]
 
 
-def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
+def ablate(study: StudyOrSnapshot, winner: TrialRecord, measure: Measure,
            room: Callable[[], bool] = lambda: True) -> Explanation:
     """Take the winner's real overrides away, one at a time, then the ones that can go
     together (see the module's docstring); `measure(flags, origin)` runs one configuration
@@ -287,12 +288,12 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
     effective = ranking.effective_defaults(study)
     fixed = ranking.fixed_flags(study)
     real = real_overrides(study, winner)
-    parts: list[Part] = []
+    parts: list[OverrideRemoval] = []
     ran: dict[str, TrialRecord] = {}
     complete = True
     control = measure(dict(winner.flags), _control_origin(winner), True) \
         if real and room() else None
-    bar = Bar(winner, control)
+    against = WinnerAndControl(winner, control)
     for flag, value in real.items():
         if not room():
             complete = False
@@ -301,7 +302,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
         origin = Origin(ABLATION, f"ablation of #{winner.number}: without {flag} {value}",
                         source=winner.number, knob=flag, before=value, after=default)
         ran[flag] = measure(without(winner.flags, [flag], fixed), origin, False)
-        parts.append(part(flag, value, default, ran[flag], bar, reference))
+        parts.append(removal(flag, value, default, ran[flag], against, reference))
     can_go = sorted((p for p in parts if p.tied), key=lambda p: -(p.low or 0.0))
     minimal, together = winner, None
     if len(can_go) == 1:
@@ -312,7 +313,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
             ABLATION, f"ablation of #{winner.number}: without {', '.join(names)}",
             source=winner.number), False)
         together = both.number
-        if bar.tied(both):
+        if against.tied(both):
             minimal = both
         else:  # they cannot all go: one after another, least loss first, while tied
             minimal = ran[can_go[0].flag]
@@ -324,7 +325,7 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
                     ABLATION, f"ablation of #{winner.number}: #{minimal.number} without "
                     f"{p.flag} {p.value}", source=winner.number, knob=p.flag, before=p.value),
                     False)
-                if bar.tied(less):
+                if against.tied(less):
                     minimal = less
     elif can_go:
         complete = False
@@ -341,16 +342,14 @@ def ablate(study: ranking.Source, winner: TrialRecord, measure: Measure,
                           and capacityrecord.tied(control.capacity, won)),
         control_rejected="" if control is None or control.feasible
         or control.state != TrialState.COMPLETE else rejection(control),
-        quality_void=bar.quality_void)
+        quality_void=against.quality_void)
 
 
-def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path,
-                  winner: TrialRecord, guard: Guard | None,
-                  runner: study_mod.Runner = trial_mod.run_trial,
-                  between: Callable[[], object] | None = None) -> Measure:
+def trial_measure(run: study_mod.RunContext, winner: TrialRecord) -> Measure:
     """`ablate`'s `measure`: a fresh engine per configuration, its capacity search starting
     at the winner's rate and stopped once it fails a step below it, told to the study as a
     trial of its own; a configuration some finished trial already ran is that trial."""
+    study = run.study
     won, start = _explainable(winner)
     control_text = _control_origin(winner).text
 
@@ -366,24 +365,25 @@ def trial_measure(study: optuna.Study, scenario: Scenario, model: str, study_dir
         return min(lows) / searchplan.AROUND
 
     def measure(flags: dict[str, Any], origin: Origin, again: bool = False) -> TrialRecord:
-        twin = _ran_before(study, origin) if again else study_mod.duplicate(study, flags, -1)
+        twin = _ran_before(study, origin) if again else \
+            study_mod.duplicate(Snapshot.of(study), flags, -1)
         if twin is not None:
             log.info("%s: the configuration of trial %d, not run again", origin.text,
                      twin.number)
             return twin
-        if between is not None:
-            between()
+        if run.before_launch is not None:
+            run.before_launch()
         n = len(study.get_trials(deepcopy=False))
         started = dt.datetime.now()
-        log.info("%s: %s", origin.text, " ".join(trial_mod.command_line(model, flags)))
-        outcome = runner(scenario, model, flags,
-                         trial_dir=study_dir / "trials" / f"ablation-{winner.number}-{n}",
-                         guard=guard, intermediate=None,
-                         anchor=searchplan.Anchor(floor=floor(), start=start,
-                                                factor=searchplan.AROUND))
-        t = study_mod.told(study, scenario, outcome, guard, study_dir, n)
-        rec = writers.append(study, t.state, t.values, t.constraints, started,
-                             **{**t.fields, "origin": origin.as_dict()})
+        log.info("%s: %s", origin.text, " ".join(trial_mod.command_line(run.model, flags)))
+        outcome = run.runner(run.scenario, run.model, flags,
+                             trial_dir=run.trials_dir / f"ablation-{winner.number}-{n}",
+                             guard=run.guard, intermediate=None,
+                             anchor=searchplan.Anchor(floor=floor(), start=start,
+                                                    factor=searchplan.AROUND))
+        result = study_mod.result_of(run, outcome, n)
+        rec = writers.append(study, result.state, result.values, result.constraints, started,
+                             **{**result.fields, "origin": origin.as_dict()})
         cap = rec.capacity
         log.info("%s: trial %d %s, capacity %s", origin.text, rec.number,
                  "feasible" if rec.feasible else ranking.state_text(rec),
@@ -406,12 +406,12 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     """Explain trial `trial` (default: the study's best feasible trial), keep the
     explanation with the study, and return it."""
     winner = target(study, trial)
-    model = study_mod.resolve_model(scenario)
-    guard = make_guard(scenario, study_dir)
-    study_mod.sync_reference(study, guard, scenario, study_dir)
-    measure = trial_measure(study, scenario, model, study_dir, winner, guard, runner,
-                            study_mod.gpu_released(scenario))
-    found = ablate(study, winner, measure, room)
+    run = study_mod.RunContext(heartbeat.SharedStudy.of(study), scenario,
+                               study_mod.resolve_model(scenario), study_dir,
+                               make_guard(scenario, study_dir), runner,
+                               study_mod.gpu_released(scenario))
+    study_mod.sync_reference(run)
+    found = ablate(study, winner, trial_measure(run, winner), room)
     studyrecord.store_explanation(study, winner.number, found.as_dict())
     return found
 
@@ -450,13 +450,13 @@ def _to_explain(study: optuna.Study) -> TrialRecord | None:
     return best
 
 
-def stored(study: ranking.Source, number: int) -> Explanation | None:
+def stored(study: StudyOrSnapshot, number: int) -> Explanation | None:
     """Trial `number`'s explanation, if `explain` ran on it."""
     data = Snapshot.of(study).attrs.explanations.get(number)
     return Explanation.from_dict(data) if isinstance(data, Mapping) else None
 
 
-def latest(study: ranking.Source) -> Explanation | None:
+def latest(study: StudyOrSnapshot) -> Explanation | None:
     """The explanation of the study's best feasible trial, or else the last one made."""
     found = Snapshot.of(study).attrs.explanations
     best = ranking.feasible_best(study)

@@ -23,7 +23,7 @@ from autotune.flags import Flags, integer, normalize
 from autotune.measure import capacityrecord
 from autotune.slo import Slo
 from autotune.tuning.policy.objective import Measures
-from autotune.tuning.records.snapshot import Snapshot, Source, records
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -31,7 +31,7 @@ POLICIES = ("max-throughput", "min-latency", "balanced")
 _NEVER = dt.datetime.max  # sorts a trial without a completion time last
 
 
-def _attrs(study: Source) -> StudyRecord:
+def _attrs(study: StudyOrSnapshot) -> StudyRecord:
     return study.attrs if isinstance(study, Snapshot) else StudyRecord.of(study)
 
 
@@ -65,7 +65,7 @@ def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float
     return min(ties, key=lambda r: (overrides(r, defaults), -score(r)))
 
 
-def reference_trial(study: Source) -> TrialRecord | None:
+def reference_trial(study: StudyOrSnapshot) -> TrialRecord | None:
     """The trial scores are relative to: vLLM's defaults, else the trial that completed first
     (on a 24 GB card the defaults' max-model-len does not fit, and they never run).
 
@@ -76,7 +76,7 @@ def reference_trial(study: Source) -> TrialRecord | None:
     return next((r for r in done if r.measures), None)
 
 
-def reference_name(study: Source) -> str:
+def reference_name(study: StudyOrSnapshot) -> str:
     """What gains are over, for display: "vLLM defaults" or the trial standing in for them."""
     r = reference_trial(study)
     if r is None or r.is_defaults:
@@ -84,17 +84,17 @@ def reference_name(study: Source) -> str:
     return f"{r.baseline or 'trial'} #{r.number} (vLLM defaults did not run)"
 
 
-def stored_scenario(study: Source) -> dict[str, Any]:
+def stored_scenario(study: StudyOrSnapshot) -> dict[str, Any]:
     """The scenario `tune` stored with the study (plain data; {} for a foreign study)."""
     return _attrs(study).scenario
 
 
-def fixed_flags(study: Source) -> Flags:
+def fixed_flags(study: StudyOrSnapshot) -> Flags:
     """The scenario's fixed engine flags (set for every trial, so not an override)."""
     return normalize((stored_scenario(study).get("engine") or {}).get("flags") or {})
 
 
-def machine(study: Source) -> Machine | None:
+def machine(study: StudyOrSnapshot) -> Machine | None:
     """What the study's engines ran on, as the platform rules see it: the emulated card
     where the scenario emulates one, else the GPU its trials recorded, else the CPU build;
     None where no trial says (nothing launched)."""
@@ -113,7 +113,7 @@ def machine(study: Source) -> Machine | None:
     return None
 
 
-def effective_defaults(study: Source) -> Effective:
+def effective_defaults(study: StudyOrSnapshot) -> Effective:
     """vLLM's effective defaults where the study ran (`autotune.engine.defaults`): the
     parser's (recorded when the study started), the platform's rules for its machine, and
     what its engines said at start-up about flags they were not given (vLLM's defaults'
@@ -132,24 +132,24 @@ def effective_defaults(study: Source) -> Effective:
     return Effective.of(snap.attrs.engine_defaults or {}, rules, facts)
 
 
-def not_overrides(study: Source) -> Flags:
+def not_overrides(study: StudyOrSnapshot) -> Flags:
     """Flag values that do not count as overriding vLLM's defaults: vLLM's effective
     defaults on the study's machine (`effective_defaults`) and the scenario's fixed flags."""
     return {**effective_defaults(study).values, **fixed_flags(study)}
 
 
-def feasible(study: Source) -> list[TrialRecord]:
+def feasible(study: StudyOrSnapshot) -> list[TrialRecord]:
     """Completed trials that met every constraint and carry measures."""
     return [r for r in records(study, (TrialState.COMPLETE,)) if r.feasible and r.measures]
 
 
-def feasible_best(study: Source) -> TrialRecord | None:
+def feasible_best(study: StudyOrSnapshot) -> TrialRecord | None:
     """The best feasible completed trial (weighted mode); None if there is none."""
     done = [r for r in feasible(study) if len(r.values or ()) == 1]
     return pick(done, objective_value, not_overrides(study))
 
 
-def choose(study: Source, *, trial: int | None = None, policy: str = "balanced",
+def choose(study: StudyOrSnapshot, *, trial: int | None = None, policy: str = "balanced",
            slos: Mapping[str, float] | None = None, what: str = "export") -> TrialRecord:
     """A given trial number, or the best feasible trial under a policy (`export`'s and
     `validate`'s choice); ConfigError, prefixed with `what`, when there is none."""
@@ -187,7 +187,7 @@ def choose(study: Source, *, trial: int | None = None, policy: str = "balanced",
     return smallest_tied(study, best, candidates)
 
 
-def smallest_tied(study: Source, best: TrialRecord, candidates: Sequence[TrialRecord]
+def smallest_tied(study: StudyOrSnapshot, best: TrialRecord, candidates: Sequence[TrialRecord]
                   ) -> TrialRecord:
     """The smallest configuration that `explain` found tied with `best` (kept with the
     study as `explain:N`, `autotune.tuning.ablation`), when it is one of the candidates;

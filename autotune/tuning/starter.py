@@ -157,23 +157,39 @@ def check_tokens(model: str) -> int | None:
     return max(max(prompts) + spec.max_tokens, max(items) + spec.task_tokens) + 1
 
 
-def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineInfo,
-          shape: memory.ModelShape | None, workload: str = "random", name: str | None = None,
-          trials: int | None = None, timeout: str | None = None,
-          memory_gib: float | None = None, check: int | None = None) -> Start:
-    """The scenario for `model` on `card` under `slos`, and why each value was chosen.
+@dataclass(frozen=True)
+class Asked:
+    """What the command line asks a scenario for: the model, its SLOs (`--slo KEY=MS`) and
+    the traffic (`--workload`: a kind of `WORKLOADS` or a file), and optionally the study's
+    name, its trials and time (its budget) and a smaller card to emulate (`--memory-gib`,
+    `hardware.memory_gib`)."""
+
+    model: str
+    slos: Mapping[str, float]
+    workload: str = "random"
+    name: str | None = None
+    trials: int | None = None
+    timeout: str | None = None
+    memory_gib: float | None = None
+
+
+def build(asked: Asked, *, card: Card, engine: EngineInfo, shape: memory.ModelShape | None,
+          check: int | None = None) -> Start:
+    """The scenario `asked` for on `card`, and why each value was chosen.
 
     `shape` is the model's config.json (None for a Hub id not on disk: ranges then come
-    from the card alone). `memory_gib` emulates a smaller card (`hardware.memory_gib`).
-    `check` is what the quality check needs of one sequence (`check_tokens`): the
-    max-model-len holds it too, or the check would be refused by the engine it checks.
+    from the card alone). `check` is what the quality check needs of one sequence
+    (`check_tokens`): the max-model-len holds it too, or the check would be refused by the
+    engine it checks.
     """
+    model, slos, workload = asked.model, asked.slos, asked.workload
+    trials, timeout, memory_gib = asked.trials, asked.timeout, asked.memory_gib
     cpu = card.memory_gib is None
     choices: list[Choice] = []
     gib = memory_gib if memory_gib is not None else card.memory_gib
     work = workload_of(workload, cpu)
     raw: dict[str, Any] = {
-        "name": name or study_name(model, card), "model": {"path": model},
+        "name": asked.name or study_name(model, card), "model": {"path": model},
         "workload": {**work, "mode": "capacity"},
         "objective": {"mode": "weighted", "latency": next(iter(slos))[:-3],
                       "weights": {"throughput": 1.0, "latency": 0.5, "memory": 0.1},
@@ -190,10 +206,10 @@ def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineIn
         flags["max-model-len"] = need
         whole = None  # does one sequence of the model's own context fit the KV cache?
         if shape is not None and context is not None:
-            whole = memory.estimate(
-                shape, device_memory_bytes=int(gib * GiB) if gib else None,
+            whole = memory.estimate(shape, memory.Launch(
+                device_memory_bytes=int(gib * GiB) if gib else None,
                 cpu_kvcache_space_gib=CPU_KV_GIB if cpu else None,
-                gpu_memory_utilization=max(FRACTIONS)).fits_one_sequence
+                gpu_memory_utilization=max(FRACTIONS))).fits_one_sequence
         choices.append(Choice("max-model-len", (
             f"max-model-len {need}: the workload's longest request is {longest} tokens"
             if longest else f"max-model-len {need}: room for chat histories and file prompts")
@@ -234,10 +250,10 @@ def build(model: str, slos: Mapping[str, float], *, card: Card, engine: EngineIn
         space["gpu-memory-utilization"] = {"choices": list(FRACTIONS)}
         held = None
         if shape is not None:
-            est = memory.estimate(shape, device_memory_bytes=int(gib * GiB),
-                                  gpu_memory_utilization=max(FRACTIONS),
-                                  kv_cache_dtype="fp8" if fp8 else "auto",
-                                  max_model_len=flags.get("max-model-len"))
+            est = memory.estimate(shape, memory.Launch(
+                device_memory_bytes=int(gib * GiB), gpu_memory_utilization=max(FRACTIONS),
+                kv_cache_dtype="fp8" if fp8 else "auto",
+                max_model_len=flags.get("max-model-len")))
             held = est.kv_capacity_tokens / request
         top = min(1024, max(16, int(held))) if held else integer(rules, "max-num-seqs", 256)
         seqs = _powers(16, top)

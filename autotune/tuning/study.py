@@ -46,7 +46,7 @@ from autotune.tuning.quality import verdict
 from autotune.tuning.quality.guard import Guard, make_guard
 from autotune.tuning.quality.reference import reference_path
 from autotune.tuning.records import studyrecord, writers
-from autotune.tuning.records.snapshot import records
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import ERROR, INTERRUPTED, TrialRecord
 from autotune.tuning.sharing import creation, heartbeat
@@ -82,29 +82,62 @@ def resolve_model(scenario: Scenario) -> str:
     return tinymodel.resolve(scenario.model.tiny, scenario.model.path)
 
 
-def duplicate(study: optuna.Study, flags: dict[str, Any], number: int) -> TrialRecord | None:
+@dataclass(frozen=True)
+class RunContext:
+    """One run of the loop as each of its trials sees it: the study as this worker shares it
+    (`heartbeat.SharedStudy`: the study, the worker, its heartbeats), the scenario, the model
+    as launched, the study's folder (each trial's files under `trials/`, the guardrail
+    reference beside them), the guardrail (its reference filled in once a trial made it or
+    the study had it), the runner (`trial.run_trial`, or the seam tests' canned one) and what
+    runs before each launch (`before_launch`: the wait for the GPU). `tune` builds one per
+    run, `explain` one for its ablations.
+
+    What the study itself says (`StudyRecord`: the engine's defaults, the guardrail
+    reference, the baselines queued) is not kept here: another worker may write it between
+    two trials, so the loop reads it once per trial (`_run_asked`)."""
+
+    shared: heartbeat.SharedStudy
+    scenario: Scenario
+    model: str
+    folder: Path
+    guard: Guard | None = None
+    runner: Runner = trial_mod.run_trial
+    before_launch: Callable[[], object] | None = None
+
+    @property
+    def study(self) -> optuna.Study:
+        return self.shared.study
+
+    @property
+    def trials_dir(self) -> Path:
+        """Where each trial keeps its files (`trials/N`)."""
+        return self.folder / "trials"
+
+
+def duplicate(now: Snapshot, flags: dict[str, Any], number: int) -> TrialRecord | None:
     """A finished trial that ran the engine these flags would start (`heartbeat.same_engine`,
     vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
-    defaults = StudyRecord.of(study).engine_defaults
-    return next((r for r in records(study, (TrialState.COMPLETE, TrialState.PRUNED))
+    defaults = now.attrs.engine_defaults
+    return next((r for r in records(now, (TrialState.COMPLETE, TrialState.PRUNED))
                  if r.number != number and heartbeat.same_engine(flags, r, defaults)), None)
 
 
-def reference(study: optuna.Study) -> obj.Measures | None:
+def reference(study: StudyOrSnapshot) -> obj.Measures | None:
     """The reference trial's measures (see `ranking.reference_trial`)."""
     r = ranking.reference_trial(study)
     return r.measures if r else None  # r has measures
 
 
-def _pruner_hook(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
-                 searched: bool) -> Callable[[dict[str, Any]], str | None] | None:
+def _pruner_hook(run: RunContext, trial: optuna.Trial, searched: bool
+                 ) -> Callable[[dict[str, Any]], str | None] | None:
     """Report the probe phase's score so Optuna's pruner can stop a trial that is behind
     earlier ones at the same point (weighted mode; baselines always run to the end)."""
+    scenario = run.scenario
     if scenario.objective.mode != "weighted" or not searched:
         return None
 
     def hook(partial: dict[str, Any]) -> str | None:
-        ref = reference(study)
+        ref = reference(run.study)
         if ref is None or not partial.get("completed"):
             return None
         trial.report(obj.values(obj.measures(partial, scenario.objective), ref,
@@ -125,26 +158,31 @@ def _constraints(scenario: Scenario, outcome: trial_mod.Outcome) -> dict[str, fl
             **verdict.constraints(outcome.quality), "completed": 0.0}
 
 
-def run_one(study: optuna.Study, scenario: Scenario, model: str, trials_root: Path,
-            guard: Guard | None = None, runner: Runner = trial_mod.run_trial
-            ) -> TrialRecord:
+def run_one(run: RunContext) -> TrialRecord:
     """Ask, run and tell one trial, with its heartbeat; a Ctrl-C marks it FAIL, queues it
     again and re-raises (one that comes while the trial is being asked is held until the
     trial can be given back: a trial is never left RUNNING)."""
     hold = HeldInterrupts()
     try:
-        trial = heartbeat.ask(study)
-        with heartbeat.heartbeat(study, trial.number):
-            _run_asked(study, trial, scenario, model, trials_root, guard, runner, hold)
+        trial = heartbeat.ask(run.study)
+        with run.shared.heartbeat(trial.number):
+            _run_asked(run, trial, hold)
     finally:
         hold.release()
-    return TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
+    return TrialRecord.of(run.study.get_trials(deepcopy=False)[trial.number])
 
 
-def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, model: str,
-               trials_root: Path, guard: Guard | None, runner: Runner,
-               hold: HeldInterrupts) -> None:
-    me = heartbeat.me(study)
+def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> None:
+    """Run and tell an asked trial. The study's own attributes (`StudyRecord`) are read
+    once for it, once vLLM's defaults are done, and carried through its steps (its twin,
+    its copy, its first rate, its relief move): another worker may write them between two
+    trials, not while one runs (the engine's defaults are kept before any loop starts; the
+    baselines and the guardrail reference follow vLLM's defaults, waited for first).
+    Where another worker may write meanwhile, the study is read again at that step: the
+    guardrail reference a worker lacks (`sync_reference`), one a trial made
+    (`result_of`), the baselines' queueing (`creation.queue_baselines`)."""
+    study, scenario = run.study, run.scenario
+    me = run.shared.worker
     asked = TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
     # Flags fixed when it was queued: a baseline's, or a relief move the space cannot
     # express as parameters (which, unlike a baseline, is pruned like any searched trial).
@@ -160,35 +198,38 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
         # worker (other workers read a trial with a worker as one whose flags are known).
         writers.write(trial, flags=flags, origin=asked.tried_because.as_dict(),
                       worker=plain(me))
+        if not asked.is_defaults and not _after_defaults(run.shared):
+            _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
+                       "vLLM's defaults are queued and must run first")
+            return
+        attrs = StudyRecord.of(study)  # once for this trial
         if not asked.is_defaults:
-            if not _after_defaults(study, me):
-                _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
-                           "vLLM's defaults are queued and must run first")
-                return
-            heartbeat.wait_for_twin(study, flags, trial.number, me,
-                                 defaults=StudyRecord.of(study).engine_defaults)
-            sync_reference(study, guard, scenario, trials_root.parent)
-        dup = duplicate(study, flags, trial.number)
+            run.shared.wait_for_twin(flags, trial.number, defaults=attrs.engine_defaults)
+            sync_reference(run)
+        now = Snapshot.of(study, attrs)  # the trials as they stand before it launches
+        dup = duplicate(now, flags, trial.number)
         if dup is not None:  # a rejected twin stays rejected
             outcome = trial_mod.Outcome(
                 trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
                 dup.reason, dup.metrics,
                 # what ran is the twin's engine; the flags stay this trial's own
-                dataclasses.replace(trial_mod.Facts.of_record(dup, dup.number), flags=flags),
+                dataclasses.replace(trial_mod.EngineRun.of_record(dup, dup.number),
+                                    flags=flags),
                 quality=dup.quality)
         else:
-            log.info("trial %d: %s", trial.number, " ".join(trial_mod.command_line(model, flags)))
-            best = best_interval(study, scenario) if searched else None
+            log.info("trial %d: %s", trial.number,
+                     " ".join(trial_mod.command_line(run.model, flags)))
+            best = best_interval(now, scenario) if searched else None
             # A searched trial's burst stops a clear loser within seconds; its first
             # sustained step then runs at the best's lower bound: a loser fails there and is
             # pruned at once. A pass is followed by a step at the best's upper bound: a fail
             # there is a proven tie and ends the search; a pass searches upward from it.
             anchor = searchplan.Anchor(burst=True) if best is None else searchplan.Anchor(
                 floor=best[0], start=best[0], burst=True, ceiling=best[1])
-            outcome = runner(scenario, model, flags, trial_dir=trials_root / str(trial.number),
-                             guard=guard,
-                             intermediate=_pruner_hook(study, trial, scenario, searched),
-                             anchor=anchor)
+            outcome = run.runner(scenario, run.model, flags,
+                                 trial_dir=run.trials_dir / str(trial.number),
+                                 guard=run.guard, intermediate=_pruner_hook(run, trial, searched),
+                                 anchor=anchor)
     except KeyboardInterrupt:
         with no_interrupts():  # a further Ctrl-C must not leave the study half-written
             if flags is None and base is None:  # its point, so that the same one runs again
@@ -209,10 +250,10 @@ def _run_asked(study: optuna.Study, trial: optuna.Trial, scenario: Scenario, mod
             raise
         log.exception("trial %d failed in autotune itself; the study goes on", trial.number)
     else:
-        _tell(study, trial, scenario, outcome, guard, trials_root.parent)
+        _tell(run, trial, outcome)
         if asked.is_defaults:
             creation.queue_baselines(study, scenario)
-        _relieve(study, scenario, trial.number)
+        _relieve(run, trial.number, attrs)
 
 
 def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
@@ -230,53 +271,54 @@ def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
     study.tell(trial, state=TrialState.FAIL)
 
 
-def _after_defaults(study: optuna.Study, me: heartbeat.Worker) -> bool:
+def _after_defaults(shared: heartbeat.SharedStudy) -> bool:
     """Wait while vLLM's defaults run on another worker; False when they are queued and
     nobody runs them (this trial then goes back into the queue: the defaults come first)."""
     while True:
-        state, _ = heartbeat.defaults_state(study)
+        state, _ = heartbeat.defaults_state(shared.study)
         if state == heartbeat.DONE:
             return True
         if state == heartbeat.QUEUED:
             return False
-        heartbeat.wait_for_defaults(study, me)
+        shared.wait_for_defaults()
 
 
-def sync_reference(study: optuna.Study, guard: Guard | None, scenario: Scenario,
-                    study_dir: Path) -> None:
+def sync_reference(run: RunContext) -> None:
     """A worker without the guardrail's reference takes the study's, made meanwhile by the
     defaults trial on another worker or host: written where this host keeps it, and loaded
     as `make_guard` loads any reference. With none in the study, this trial makes it (the
-    defaults did not run)."""
+    defaults did not run). The study is read here, not with the trial's other attributes:
+    the trial may have waited for a twin meanwhile, whose worker may have made it."""
+    guard = run.guard
     if guard is None or guard.reference is not None:
         return
-    data = StudyRecord.of(study).reference_data
-    path = reference_path(scenario, study_dir)
+    data = StudyRecord.of(run.study).reference_data
+    path = reference_path(run.scenario, run.folder)
     if data is None and not path.exists():
         return
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, ensure_ascii=False))
-    fresh = make_guard(scenario, study_dir)
+    fresh = make_guard(run.scenario, run.folder)
     guard.reference = fresh.reference if fresh is not None else None
 
 
-def _publish_reference(study: optuna.Study, guard: Guard | None,
-                       scenario: Scenario, study_dir: Path) -> None:
+def _publish_reference(run: RunContext) -> None:
     """Keep the reference this worker loaded in the study too, for workers on other hosts."""
+    guard = run.guard
     if guard is None or guard.reference is None \
-            or StudyRecord.of(study).reference_data is not None:
+            or StudyRecord.of(run.study).reference_data is not None:
         return
-    path = reference_path(scenario, study_dir)
+    path = reference_path(run.scenario, run.folder)
     if path.exists():
-        studyrecord.set_reference_data(study, json.loads(path.read_text()))
+        studyrecord.set_reference_data(run.study, json.loads(path.read_text()))
 
 
 @dataclass(frozen=True)
-class Told:
+class TrialResult:
     """What a trial's outcome tells the study: its state, values, named constraints and
-    record fields (`told`); `_tell` gives them to a running trial, `writers.append` to a
-    trial measured outside the queue."""
+    record fields (`result_of`); `_tell` gives them to a running trial, `writers.append` to
+    a trial measured outside the queue."""
 
     state: TrialState
     values: list[float] | None
@@ -284,16 +326,18 @@ class Told:
     fields: dict[str, Any]
 
 
-def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
-         guard: Guard | None, study_dir: Path, number: int) -> Told:
+def result_of(run: RunContext, outcome: trial_mod.Outcome, number: int) -> TrialResult:
     """The record fields, constraints and values of trial `number`'s outcome; a new
-    guardrail reference is kept with the study here, once."""
+    guardrail reference is kept with the study here, once: the study is read again for it,
+    since another worker's trial may have made one while this one ran (then that one
+    stays)."""
+    study, scenario, guard = run.study, run.scenario, run.guard
     fields = {**outcome.facts.fields(), "outcome": outcome.state, "reason": outcome.reason}
     if outcome.summary:  # pruned: e.g. what the probe phase saw before it stopped the trial
         fields["metrics"] = outcome.summary
     constraints = _constraints(scenario, outcome)
     if outcome.state == trial_mod.PRUNED:
-        return Told(TrialState.PRUNED, None, constraints, fields)
+        return TrialResult(TrialState.PRUNED, None, constraints, fields)
     m = obj.measures(outcome.summary, scenario.objective)
     values = obj.values(m, reference(study), scenario.objective)
     if outcome.quality is not None:
@@ -302,52 +346,57 @@ def told(study: optuna.Study, scenario: Scenario, outcome: trial_mod.Outcome,
         made = StudyRecord.of(study).reference
         if made is None:
             guard.reference = outcome.new_reference
-            path = reference_path(scenario, study_dir)
+            path = reference_path(scenario, run.folder)
             outcome.new_reference.save(path)
             studyrecord.set_reference(study, str(path), number)
-            studyrecord.set_reference_data(study, json.loads(path.read_text()))
+            # its JSON data as `save` wrote it, for workers on other hosts
+            studyrecord.set_reference_data(study, dataclasses.asdict(outcome.new_reference))
         else:  # only where the defaults could not run and two trials raced to make one
             log.warning("trial %d made a guardrail reference, but trial %s's is the study's",
                         number, made.get("trial"))
     fields["measures"] = m.as_dict()
     if scenario.objective.mode == "weighted":
         fields["gain"] = obj.gain(values[0])
-    return Told(TrialState.COMPLETE, list(values), constraints, fields)
+    return TrialResult(TrialState.COMPLETE, list(values), constraints, fields)
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, scenario: Scenario,
-          outcome: trial_mod.Outcome, guard: Guard | None, study_dir: Path) -> None:
+def _tell(run: RunContext, trial: optuna.Trial, outcome: trial_mod.Outcome) -> None:
     """Write the outcome into the trial record and tell Optuna its state and values."""
-    t = told(study, scenario, outcome, guard, study_dir, trial.number)
-    writers.set_constraints(trial, t.constraints)
-    writers.write(trial, **t.fields)
-    if t.state == TrialState.PRUNED:
-        study.tell(trial, state=TrialState.PRUNED)
+    result = result_of(run, outcome, trial.number)
+    writers.set_constraints(trial, result.constraints)
+    writers.write(trial, **result.fields)
+    if result.state == TrialState.PRUNED:
+        run.study.tell(trial, state=TrialState.PRUNED)
     else:
-        study.tell(trial, t.values)
+        run.study.tell(trial, result.values)
 
 
-def _relieve(study: optuna.Study, scenario: Scenario, number: int) -> None:
+def _relieve(run: RunContext, number: int, attrs: StudyRecord) -> None:
     """Queue the relief move of the best trial's bottleneck (or of trial `number`'s, just
-    finished), where the scenario wants them and one is due (`relief.due`)."""
+    finished), where the scenario wants them and one is due (`relief.due`); `attrs`, the
+    study's attributes as the trial read them."""
+    scenario = run.scenario
     spec = scenario.relief
     if not spec.enabled or scenario.sampler.name == "grid":
         return
-    recs = records(study)
+    now = Snapshot.of(run.study, attrs)  # the trials as they stand, this one told
+    recs = records(now)
     if not relief.due(recs, spec.every):
         return
-    best = ranking.feasible_best(study)
+    best = ranking.feasible_best(now)
     just = next(r for r in recs if r.number == number)
-    move = relief.propose(recs, scenario, StudyRecord.of(study).engine_defaults or {},
+    move = relief.propose(recs, scenario, attrs.engine_defaults or {},
                           [r for r in (best, just) if r is not None])
     if move is None:
         return
-    study.enqueue_trial(move.params or {}, skip_if_exists=False, user_attrs=writers.queued_move(
-        None if move.params is not None else move.flags, move.origin.as_dict()))
+    run.study.enqueue_trial(move.params or {}, skip_if_exists=False,
+                            user_attrs=writers.queued_move(
+                                None if move.params is not None else move.flags,
+                                move.origin.as_dict()))
     log.info("queued a relief move: %s", move.describe())
 
 
-def best_interval(study: optuna.Study, scenario: Scenario) -> tuple[float, float] | None:
+def best_interval(study: StudyOrSnapshot, scenario: Scenario) -> tuple[float, float] | None:
     """The interval (requests/s) of the feasible trial with the highest capacity lower
     bound, which a capacity search can stop below or be tied inside: only where the
     objective is weighted and throughput counts."""
@@ -360,24 +409,22 @@ def best_interval(study: optuna.Study, scenario: Scenario) -> tuple[float, float
     return best if best is not None and best[0] > 0 else None
 
 
-def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *,
-         trials: int, timeout_s: float | None = None, guard: Guard | None = None,
-         runner: Runner = trial_mod.run_trial, between: Callable[[], object] | None = None,
+def loop(run: RunContext, *, trials: int, timeout_s: float | None = None,
+         claim: Callable[[], bool] | None = None,
          on_progress: Callable[[Progress], None] | None = None,
-         clock: Callable[[], float] = time.monotonic,
-         claim: Callable[[], bool] | None = None) -> None:
+         clock: Callable[[], float] = time.monotonic) -> None:
     """Run up to `trials` trials, never starting one that the time box cannot hold (the
-    longest trial so far); `between` runs before each launch (e.g. wait for the GPU), and
-    `claim` (workers of one `--gpus` run) takes one of the run's trials, False when none is
-    left. Before each trial, trials of dead workers are queued again and, while vLLM's
-    defaults run on another worker, this one waits."""
-    me = heartbeat.me(study)
+    longest trial so far); `run.before_launch` runs before each launch (e.g. wait for the
+    GPU), and `claim` (workers of one `--gpus` run) takes one of the run's trials, False
+    when none is left. Before each trial, trials of dead workers are queued again and,
+    while vLLM's defaults run on another worker, this one waits."""
+    study, shared = run.study, run.shared
     t0 = clock()
     longest = 0.0
     done = 0
     while done < trials:
-        heartbeat.recover(study, me)
-        heartbeat.wait_for_defaults(study, me)
+        shared.recover()
+        shared.wait_for_defaults()
         elapsed = clock() - t0
         if timeout_s is not None and elapsed + longest > timeout_s:
             log.info("stopping: %.0f s left, a trial takes up to %.0f s",
@@ -389,10 +436,10 @@ def loop(study: optuna.Study, scenario: Scenario, model: str, study_dir: Path, *
         if claim is not None and not claim():
             log.info("stopping: the run's trials are all taken")
             break
-        if between is not None:
-            between()
+        if run.before_launch is not None:
+            run.before_launch()
         start = clock()
-        last = run_one(study, scenario, model, study_dir / "trials", guard, runner)
+        last = run_one(run)
         done += 1
         longest = max(longest, clock() - start)
         if on_progress is not None:
@@ -420,18 +467,17 @@ def tune(request: Request, *, on_progress: Callable[[Progress], None] | None = N
     """Run up to `request.trials` more trials (or until its timeout), resuming the study
     if it exists; as its worker when several share the study."""
     scenario, where = request.scenario, request.location
-    study = open_study(scenario, where.url, worker=request.worker)
-    record_engine_defaults(study, scenario, engine_info())
-    if recovered := heartbeat.recover(study, heartbeat.me(study)):
+    shared = open_study(scenario, where.url, worker=request.worker)
+    record_engine_defaults(shared.study, scenario, engine_info())
+    if recovered := shared.recover():
         log.info("%d interrupted trial(s) will run again", recovered)
-    study_dir = where.folder
-    guard = make_guard(scenario, study_dir)
-    _publish_reference(study, guard, scenario, study_dir)
-    loop(study, scenario, resolve_model(scenario), study_dir, trials=request.trials,
-         timeout_s=request.timeout_s, guard=guard, on_progress=on_progress,
-         claim=request.claim, runner=runner or trial_mod.run_trial,
-         between=gpu_released(scenario))
-    return study
+    run = RunContext(shared, scenario, resolve_model(scenario), where.folder,
+                     make_guard(scenario, where.folder),
+                     runner or trial_mod.run_trial, gpu_released(scenario))
+    _publish_reference(run)
+    loop(run, trials=request.trials, timeout_s=request.timeout_s, claim=request.claim,
+         on_progress=on_progress)
+    return shared.study
 
 
 def gpu_released(scenario: Scenario) -> Callable[[], object]:

@@ -58,7 +58,7 @@ COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are prune
 
 
 @dataclass
-class Facts:
+class EngineRun:
     """What a trial ran, where, and how its engine started: the trial record's fields of
     those names (`records.trialrecord.TrialRecord`), filled in as the trial goes, written by
     the study."""
@@ -89,21 +89,21 @@ class Facts:
                 if f.name in self._ALWAYS or getattr(self, f.name) is not None}
 
     @classmethod
-    def of_record(cls, rec: TrialRecord, duplicate_of: int | None = None) -> Facts:
-        """A finished trial's facts, for a trial that would start the same engine."""
+    def of_record(cls, rec: TrialRecord, duplicate_of: int | None = None) -> EngineRun:
+        """A finished trial's engine run, for a trial that would start the same engine."""
         return cls(**{f.name: getattr(rec, f.name) for f in dataclasses.fields(cls)
                       if f.name != "duplicate_of"}, duplicate_of=duplicate_of)
 
 
 @dataclass
 class Outcome:
-    """What a trial produced: a state, a reason when pruned, what ran, and what it measured
-    (`summary`, the record's metrics)."""
+    """What a trial produced: a state, a reason when pruned, what ran (`facts`, its
+    `EngineRun`), and what it measured (`summary`, the record's metrics)."""
 
     state: str
     reason: str = ""
     summary: dict[str, Any] = field(default_factory=dict)
-    facts: Facts = field(default_factory=lambda: Facts({}))
+    facts: EngineRun = field(default_factory=lambda: EngineRun({}))
     quality: Quality | None = None
     new_reference: Reference | None = None
 
@@ -143,7 +143,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
               anchor: searchplan.Anchor | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
-    timings in the outcome's facts.
+    timings in the outcome's `facts` (its `EngineRun`).
 
     `intermediate` sees the probe phase's summary and may return a reason to stop
     (the study's Optuna pruner); the probe rules of `scenario.prune` apply first.
@@ -158,7 +158,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                         scenario.budget.trial_timeout)
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
-    facts = Facts(flags, command_line(model, flags), "-".join(installed()),
+    facts = EngineRun(flags, command_line(model, flags), "-".join(installed()),
                   {"name": device.name, "memory_mib": device.memory_mib} if device
                   else {"name": "cpu"}, scenario.engine.env, str(trial_dir / "engine.log"))
     why = relation_violation(flags)
@@ -271,7 +271,7 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
     return benchmark(load, probe=ProbePhase(probe_n, on_probe))
 
 
-def _quality(target: Target, guard: Guard, facts: Facts, model: str, alive: Alive
+def _quality(target: Target, guard: Guard, facts: EngineRun, model: str, alive: Alive
              ) -> tuple[Quality, Reference | None]:
     """Check against the reference, or make the reference (with its noise floor); a check
     that could not run is a verdict with its error (the engine failed under it: the trial

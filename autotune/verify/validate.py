@@ -156,7 +156,7 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     where = out_dir / "validate" / f"{candidate.number}-vs-{against.number}-{stamp}"
     idle_mib = gpu.Monitor().used_mib()  # None without a GPU
-    seen: list[trial_mod.Facts] = []  # the last run's engine and device, for the record
+    seen: list[trial_mod.EngineRun] = []  # the last run's engine and device, for the record
 
     def measure(run: pairs.Run) -> PairRun:
         outcome = trial_mod.run_trial(runs_scenario, model, dict(run.trial.flags),

@@ -75,8 +75,8 @@ def test_reasons_with_details_start_with_a_listed_reason():
                               vocab_size=1000, intermediate_size=256, num_attention_heads=2,
                               tie_word_embeddings=True, dtype_bytes=2,
                               max_position_embeddings=4096)
-    est = memory.estimate(shape, device_memory_bytes=None, kv_cache_memory_bytes=10_000,
-                          max_model_len=4096)
+    est = memory.estimate(shape, memory.Launch(None, kv_cache_memory_bytes=10_000,
+                                               max_model_len=4096))
     verdict = prune.before_launch(est, PruneSpec())
     assert verdict is not None and verdict.partition(": ")[0] == reasons.KV_TOO_SMALL
 

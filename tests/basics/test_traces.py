@@ -277,7 +277,6 @@ def test_a_traces_longest_request_sizes_max_model_len():
     # `init --workload trace` fixes max-model-len to hold it
     from autotune.engine.info import engine_info
 
-    start = starter.build("/models/tiny", {"e2el_p95_ms": 2500},
-                          card=starter.Card("cpu", None, 2), engine=engine_info(), shape=None,
-                          workload="trace")
+    start = starter.build(starter.Asked("/models/tiny", {"e2el_p95_ms": 2500}, "trace"),
+                          card=starter.Card("cpu", None, 2), engine=engine_info(), shape=None)
     assert start.scenario.engine.flags["max-model-len"] >= longest

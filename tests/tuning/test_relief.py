@@ -210,7 +210,7 @@ def canned(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any) -> t
     summary = {"completed": 8, "failed": 0, "output_throughput": 100.0 * servers,
                "p95_ttft_ms": 50.0, "probes": probes,
                "bottleneck": plain(bn.attribute(probes))}
-    return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, trial_mod.Facts(flags))
+    return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, trial_mod.EngineRun(flags))
 
 
 def _run_loop(tmp_path, **changes: Any) -> list[TrialRecord]:
@@ -218,10 +218,10 @@ def _run_loop(tmp_path, **changes: Any) -> list[TrialRecord]:
     raw.update(changes)
     sc = Scenario.model_validate(raw)
     url = f"sqlite:///{tmp_path}/relief-loop.db"
-    st = study_mod.open_study(sc, url)
+    shared = study_mod.open_study(sc, url)
     # vLLM's block size on a GPU: the defaults are a point of the space.
-    st.set_user_attr("engine_defaults", {"block-size": 16})
-    study_mod.loop(st, sc, "model", tmp_path, trials=6, runner=canned)
+    shared.study.set_user_attr("engine_defaults", {"block-size": 16})
+    study_mod.loop(study_mod.RunContext(shared, sc, "model", tmp_path, runner=canned), trials=6)
     return records(optuna.load_study(study_name="relief-loop", storage=url))
 
 
@@ -238,7 +238,8 @@ def test_the_study_queues_relief_moves_and_records_why(tmp_path):
     assert [r.flags["api-server-count"] for r in relieved][:2] == [2, 4]
     # Parameters, so the sampler learns from them; every configuration launched once.
     assert all(r.params for r in relieved)
-    keys = [relief.Taken([], scenario(), {"block-size": 16}).key(r.flags) for r in trials
+    taken = relief.TakenConfigurations([], scenario(), {"block-size": 16})
+    keys = [taken.key(r.flags) for r in trials
             if r.duplicate_of is None and r.state == TrialState.COMPLETE]
     assert len(keys) == len(set(keys))
     assert all(r.scalars()["tried_because"] == r.tried_because.text for r in trials)
@@ -273,7 +274,7 @@ def test_preemption_fits_the_sequences_to_what_the_cache_held():
                           params={"max-num-seqs": 256}, flags={"max-num-seqs": 256},
                           device=H200)
     assert first(unknown, sc).after == 128
-    assert relief.fit(Param(low=8, high=512, type="int", step=8), 256, 79.4) == 72
+    assert relief.largest_within(Param(low=8, high=512, type="int", step=8), 256, 79.4) == 72
 
 
 def test_the_live_progress_says_when_the_best_is_gpu_bound():
@@ -358,12 +359,13 @@ def test_the_study_loop_follows_a_tied_move_with_the_next_suspects_move(tmp_path
     def same_capacity(scenario: Scenario, model: str, flags: dict[str, Any],
                       **_: Any) -> trial_mod.Outcome:
         return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(measured_defaults),
-                                 trial_mod.Facts(flags, device=H200))
+                                 trial_mod.EngineRun(flags, device=H200))
 
     url = f"sqlite:///{tmp_path}/tied-loop.db"
-    st = study_mod.open_study(sc, url)
-    st.set_user_attr("engine_defaults", defaults)
-    study_mod.loop(st, sc, "model", tmp_path, trials=4, runner=same_capacity)
+    shared = study_mod.open_study(sc, url)
+    shared.study.set_user_attr("engine_defaults", defaults)
+    study_mod.loop(study_mod.RunContext(shared, sc, "model", tmp_path, runner=same_capacity),
+                   trials=4)
     trials = records(optuna.load_study(study_name="tied-loop", storage=url))
     moves = [r for r in trials if r.origin_kind == RELIEF]
     assert [r.number for r in moves] == [1, 3]  # relief every 2: sampler trial #2 between

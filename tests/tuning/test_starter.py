@@ -32,9 +32,9 @@ def cuda():
     return dataclasses.replace(engine_info(), device="cuda")
 
 
-def _build(card, info, **kw):
-    return starter.build("/models/Qwen3-4B-Instruct-2507", {"ttft_p95_ms": 500}, card=card,
-                         engine=info, shape=QWEN3_4B, **kw)
+def _build(card, info, **asked):
+    return starter.build(starter.Asked("/models/Qwen3-4B-Instruct-2507", {"ttft_p95_ms": 500},
+                                       **asked), card=card, engine=info, shape=QWEN3_4B)
 
 
 def test_a_24_gb_card_and_an_h200_get_ranges_of_their_own(cuda):
@@ -70,8 +70,8 @@ def test_an_emulated_card_is_sized_as_the_small_card(cuda):
 @pytest.mark.parametrize("workload", ["random", "chat", "text", "trace"])
 def test_the_installed_vllm_takes_every_value_chosen(card, workload, cuda, tmp_path):
     info = engine_info() if card.memory_gib is None else cuda
-    start = starter.build("/models/Qwen3-4B-Instruct-2507", {"ttft_p95_ms": 500}, card=card,
-                          engine=info, shape=QWEN3_4B, workload=workload)
+    start = starter.build(starter.Asked("/models/Qwen3-4B-Instruct-2507", {"ttft_p95_ms": 500},
+                                        workload), card=card, engine=info, shape=QWEN3_4B)
     space.check_against_engine(start.scenario, info, tmp_path / "scenario.yaml")
     # every point of the space is a combination vLLM takes, not only each value alone
     names = list(start.scenario.space)
@@ -85,8 +85,8 @@ def test_the_written_file_is_the_scenario_even_for_a_hostile_model_name(tmp_path
     model = tmp_path / 'we"ird: #model\n- {x}'
     model.mkdir()
     (model / "config.json").write_text("{}")
-    start = starter.build(str(model), {"e2el_p95_ms": 2500}, card=starter.Card("cpu", None),
-                          engine=engine_info(), shape=TINY)
+    start = starter.build(starter.Asked(str(model), {"e2el_p95_ms": 2500}),
+                          card=starter.Card("cpu", None), engine=engine_info(), shape=TINY)
     path = tmp_path / "s" / "scenario.yaml"
     path.parent.mkdir()
     path.write_text(start.yaml())
@@ -168,10 +168,11 @@ def test_the_quality_check_sizes_max_model_len(tiny_model):
     and a build that fits it (or the model's own context, where that is all there is)."""
     need = starter.check_tokens(str(tiny_model))
     assert need == 2039 + 48 + 1
-    build = starter.build(str(tiny_model), {"e2el_p95_ms": 2500}, card=starter.Card("cpu", None),
-                          engine=engine_info(), shape=TINY, check=need)
+    asked = starter.Asked(str(tiny_model), {"e2el_p95_ms": 2500})
+    build = starter.build(asked, card=starter.Card("cpu", None), engine=engine_info(),
+                          shape=TINY, check=need)
     assert build.scenario.engine.flags["max-model-len"] == 4096
     tight = dataclasses.replace(TINY, max_position_embeddings=2048)
-    build = starter.build(str(tiny_model), {"e2el_p95_ms": 2500}, card=starter.Card("cpu", None),
-                          engine=engine_info(), shape=tight, check=need)
+    build = starter.build(asked, card=starter.Card("cpu", None), engine=engine_info(),
+                          shape=tight, check=need)
     assert "max-model-len" not in build.scenario.engine.flags  # the model's own 2,048

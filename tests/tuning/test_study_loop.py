@@ -63,7 +63,7 @@ class Canned:
         if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
             raise KeyboardInterrupt
         time.sleep(self.sleep_s)
-        facts = trial_mod.Facts(flags, trial_mod.command_line(model, flags), "vllm-test",
+        facts = trial_mod.EngineRun(flags, trial_mod.command_line(model, flags), "vllm-test",
                                 {"name": "cpu"}, timings={"startup_s": 1.0})
         seqs = flags.get("max-num-seqs", 16)  # the defaults: between 8 and 32
         if seqs == 4:
@@ -74,12 +74,18 @@ class Canned:
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)
 
 
+def _context(shared: heartbeat.SharedStudy, scenario: Scenario, runner: Any,
+             tmp_path: Path, model: str = "/m") -> study.RunContext:
+    """The loop's run context for the seam study, its folder `seam/` under `tmp_path`."""
+    return study.RunContext(shared, scenario, model, tmp_path / "seam", runner=runner)
+
+
 def _run(tmp_path: Path, scenario: Scenario, runner: Canned, trials: int,
          timeout_s: float | None = None) -> optuna.Study:
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
-    study.loop(st, scenario, "/models/tiny", tmp_path / "seam", trials=trials,
-               timeout_s=timeout_s, runner=runner)
-    return st
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    study.loop(_context(shared, scenario, runner, tmp_path, "/models/tiny"), trials=trials,
+               timeout_s=timeout_s)
+    return shared.study
 
 
 def test_baselines_first_then_the_search_with_one_record_each(tmp_path):
@@ -131,9 +137,10 @@ def test_a_sampled_default_is_the_defaults_engine_copied_not_launched(tmp_path):
     runner = Canned()
     scenario = _scenario(space={"max-num-seqs": {"choices": [16]}}, baselines=[],
                          sampler={"name": "random"})
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    st = shared.study
     studyrecord.set_engine_defaults(st, {"max-num-seqs": 16})
-    study.loop(st, scenario, "/models/tiny", tmp_path / "seam", trials=2, runner=runner)
+    study.loop(_context(shared, scenario, runner, tmp_path, "/models/tiny"), trials=2)
     defaults, searched = records(st)
     assert len(runner.calls) == 1 and defaults.is_defaults  # one engine for both
     assert searched.duplicate_of == defaults.number and searched.values == defaults.values
@@ -158,7 +165,7 @@ def test_a_searched_trial_starts_at_the_best_trials_rate(tmp_path):
         summary = {"completed": 16, "failed": 0, "request_throughput": rate,
                    "output_throughput": rate * 16, "p95_ttft_ms": 10.0, "capacity": cap}
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary,
-                                 trial_mod.Facts(flags, trial_mod.command_line(model, flags)))
+                                 trial_mod.EngineRun(flags, trial_mod.command_line(model, flags)))
 
     scenario = _scenario(baselines=[{"name": "eight", "flags": {"max-num-seqs": 8}}],
                          workload={"kind": "random", "num_requests": 16, "mode": "capacity"})
@@ -176,10 +183,10 @@ def test_a_searched_trial_starts_at_the_best_trials_rate(tmp_path):
                for _, start, _, ceiling in searched)
 
 
-def test_a_trials_facts_are_record_fields():
-    names = {f.name for f in dataclasses.fields(trial_mod.Facts)}
+def test_a_trials_engine_run_is_record_fields():
+    names = {f.name for f in dataclasses.fields(trial_mod.EngineRun)}
     assert names <= WRITABLE, names - WRITABLE
-    facts = trial_mod.Facts({"max-num-seqs": 8}, detail="refused")
+    facts = trial_mod.EngineRun({"max-num-seqs": 8}, detail="refused")
     assert facts.fields() == {"flags": {"max-num-seqs": 8}, "command": [],
                               "engine_version": None, "device": {}, "env": {},
                               "log_path": None, "detail": "refused"}
@@ -190,7 +197,7 @@ def test_the_first_completed_trial_stands_in_when_the_defaults_are_pruned(tmp_pa
         def __call__(self, scenario, model, flags, trial_dir, **kw):
             if "max-num-seqs" not in flags:
                 return trial_mod.Outcome(trial_mod.PRUNED, "kv_too_small",
-                                         facts=trial_mod.Facts(flags))
+                                         facts=trial_mod.EngineRun(flags))
             return super().__call__(scenario, model, flags, trial_dir, **kw)
 
     st = _run(tmp_path, _scenario(baselines=[]), DefaultsRefused(), trials=3)
@@ -202,16 +209,16 @@ def test_the_first_completed_trial_stands_in_when_the_defaults_are_pruned(tmp_pa
 
 def test_ctrl_c_marks_the_trial_interrupted_and_queues_it_again(tmp_path):
     scenario = _scenario()
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    st = shared.study
     with pytest.raises(KeyboardInterrupt):
-        study.loop(st, scenario, "/m", tmp_path / "seam", trials=3,
-                   runner=Canned(interrupt_at=2))
+        study.loop(_context(shared, scenario, Canned(interrupt_at=2), tmp_path), trials=3)
     recs = records(st)
     assert recs[1].state == TrialState.FAIL and recs[1].outcome == INTERRUPTED
     assert recs[1].flags == {"enforce-eager": True, "max-num-seqs": 4}  # what it was running
     assert recs[2].state == TrialState.WAITING and recs[2].baseline == "refused"
     runner = Canned()
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=1, runner=runner)
+    study.loop(_context(shared, scenario, runner, tmp_path), trials=1)
     assert runner.calls == [{"enforce-eager": True, "max-num-seqs": 4}]
 
 
@@ -219,12 +226,12 @@ def test_defaults_interrupted_run_first_again_under_the_next_number(tmp_path):
     """What the README says of a Ctrl-C during vLLM's defaults: the resumed study runs them
     first again, as trial 1, and every figure is still relative to them."""
     scenario = _scenario()
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    st = shared.study
     with pytest.raises(KeyboardInterrupt):
-        study.loop(st, scenario, "/m", tmp_path / "seam", trials=3,
-                   runner=Canned(interrupt_at=1))
+        study.loop(_context(shared, scenario, Canned(interrupt_at=1), tmp_path), trials=3)
     runner = Canned()
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
+    study.loop(_context(shared, scenario, runner, tmp_path), trials=2)
     recs = records(st)
     assert recs[0].state == TrialState.FAIL and recs[0].outcome == INTERRUPTED
     assert recs[1].is_defaults and recs[1].state == TrialState.COMPLETE
@@ -256,30 +263,32 @@ def test_a_signal_during_the_writes_is_held_until_they_are_done(sig):
 def test_a_killed_tuners_running_trial_runs_again(tmp_path):
     scenario = _scenario()
     url = f"sqlite:///{tmp_path / 'seam.db'}"
-    st = study.open_study(scenario, url)
+    shared = study.open_study(scenario, url)
+    st = shared.study
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     trial = heartbeat.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
     writers.write(trial, flags={}, worker=plain(heartbeat.Worker(
         "gone", socket.gethostname(), dead.pid, time.time() - 5)))
-    assert heartbeat.recover(st, heartbeat.me(st)) == 1  # its process is gone: at once
+    assert shared.recover() == 1  # its process is gone: at once
     recs = records(st)
     assert recs[0].state == TrialState.FAIL
     assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [DEFAULTS]
-    assert heartbeat.recover(st, heartbeat.me(st)) == 0
+    assert shared.recover() == 0
     # The defaults run again first; the named baseline is queued once they have finished.
     runner = Canned()
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
+    study.loop(_context(shared, scenario, runner, tmp_path), trials=2)
     assert runner.calls == [{"enforce-eager": True}, {"enforce-eager": True, "max-num-seqs": 4}]
 
 
 def test_a_trial_written_before_workers_were_recorded_runs_again_after_the_grace(tmp_path):
     scenario = _scenario()
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    st = shared.study
     heartbeat.ask(st)  # RUNNING, no worker: an older autotune's, or one killed right after `ask`
-    assert heartbeat.recover(st, heartbeat.me(st)) == 0  # it might be starting right now
+    assert shared.recover() == 0  # it might be starting right now
     time.sleep(1.1)
-    assert heartbeat.recover(st, heartbeat.me(st), grace_s=1) == 1
+    assert shared.recover(grace_s=1) == 1
     assert records(st)[0].state == TrialState.FAIL
 
 
@@ -293,8 +302,8 @@ def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
 
     runner = OneSecond()
     scenario = _scenario()
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=6, timeout_s=2.5, runner=runner,
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    study.loop(_context(shared, scenario, runner, tmp_path), trials=6, timeout_s=2.5,
                clock=lambda: now[0])
     # After two (2 s) a third would end past 2.5 s.
     assert len(runner.calls) == 2
@@ -302,9 +311,9 @@ def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
 
 def test_progress_reports_records(tmp_path):
     scenario = _scenario()
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
     seen: list[study.Progress] = []
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=3, runner=Canned(),
+    study.loop(_context(shared, scenario, Canned(), tmp_path), trials=3,
                on_progress=seen.append)
     assert [p.done for p in seen] == [1, 2, 3]
     assert isinstance(seen[-1].last, TrialRecord) and seen[-1].last.number == 2
@@ -345,17 +354,18 @@ def test_a_trial_asked_before_the_queued_defaults_goes_back_behind_them(tmp_path
     """A study whose defaults were queued again behind another trial (an older autotune
     queued every baseline at once): that trial is given back, the defaults run first."""
     scenario = _scenario()
-    st = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    st = shared.study
     first = heartbeat.ask(st)  # the defaults, then lost
     st.enqueue_trial({"max-num-seqs": 8})  # 1, queued before the defaults come back
     heartbeat.fail_and_requeue(st, TrialRecord.of(st.get_trials()[first.number]))
     runner = Canned()
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=2, runner=runner)
+    study.loop(_context(shared, scenario, runner, tmp_path), trials=2)
     assert runner.calls == [{"enforce-eager": True}]
     recs = records(st)
     assert (recs[1].state, recs[1].reason) == (TrialState.FAIL, "defaults_first")
     assert recs[2].is_defaults and recs[2].state == TrialState.COMPLETE
     # It is queued again, behind the defaults and ahead of the named baseline they queued.
     assert [r.baseline for r in recs if r.state == TrialState.WAITING] == [None, "refused"]
-    study.loop(st, scenario, "/m", tmp_path / "seam", trials=1, runner=runner)
+    study.loop(_context(shared, scenario, runner, tmp_path), trials=1)
     assert runner.calls[1] == {"enforce-eager": True, "max-num-seqs": 8}

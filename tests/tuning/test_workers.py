@@ -119,9 +119,9 @@ def test_two_processes_never_pop_the_same_queued_trial(url):
 def test_each_worker_samples_with_its_own_seed(tmp_path):
     sc = canned.scenario()
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    first = study.open_study(sc, url, worker=_worker(0))
+    first = study.open_study(sc, url, worker=_worker(0)).study
     assert heartbeat.register(first, _worker(0), 7) == 7  # alone: the scenario's seed
-    second = study.open_study(sc, url, worker=_worker(1))
+    second = study.open_study(sc, url, worker=_worker(1)).study
     seeds = {heartbeat.register(first, _worker(0), 7), heartbeat.register(second, _worker(1), 7)}
     assert len(seeds) == 2 and seeds == {heartbeat.derived_seed(7, "w0"),
                                          heartbeat.derived_seed(7, "w1")}
@@ -134,9 +134,9 @@ def test_each_worker_samples_with_its_own_seed(tmp_path):
 
 
 def _work(i: int, sc, url: str, study_dir: Path, runner: canned.Canned, trials: int) -> None:
-    st = study.open_study(sc, url, worker=_worker(i))
-    study.loop(st, sc, "/m", study_dir, trials=trials,
-               guard=make_guard(sc, study_dir), runner=runner)
+    shared = study.open_study(sc, url, worker=_worker(i))
+    study.loop(study.RunContext(shared, sc, "/m", study_dir, make_guard(sc, study_dir),
+                                runner), trials=trials)
 
 
 def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_path):
@@ -167,6 +167,9 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
     assert len(half) == 1 and half[0] in (1, 2), half
     # The reference is the defaults', and every other trial was checked against it.
     assert st.user_attrs["reference"]["trial"] == defaults.number
+    # its contents too, as the file holds them, for workers on other hosts
+    saved = json.loads((tmp_path / "shared" / "reference.json").read_text())
+    assert st.user_attrs["reference_data"] == saved
     assert [c["trial"] for c in launches if c["made_reference"]] == [defaults.number]
     checked = {c["trial"]: c["checked_against"] for c in runner.calls if c["event"] == "end"}
     assert all(checked[r.number] == defaults.number
@@ -183,21 +186,25 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
 def test_a_worker_waits_for_the_same_configuration_running_elsewhere(tmp_path):
     sc = canned.scenario(baselines=[])
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    st = study.open_study(sc, url, worker=_worker(0))
-    study.loop(st, sc, "/m", tmp_path / "shared", trials=1, runner=canned.Canned())
+    shared = study.open_study(sc, url, worker=_worker(0))
+    st = shared.study
+    study.loop(study.RunContext(shared, sc, "/m", tmp_path / "shared", runner=canned.Canned()),
+               trials=1)
     flags = {"enforce-eager": True, "max-num-seqs": 8, "block-size": 32}
     for _ in range(2):
         st.enqueue_trial({"max-num-seqs": 8, "block-size": 32}, skip_if_exists=False)
     other = study.open_study(sc, url, worker=_worker(1))
     slow, fast = canned.Canned(sleep_s=1.0), canned.Canned()
-    t = threading.Thread(target=study.loop, args=(st, sc, "/m", tmp_path / "shared"),
-                         kwargs={"trials": 1, "runner": slow})
+    t = threading.Thread(target=study.loop, args=(
+        study.RunContext(shared, sc, "/m", tmp_path / "shared", runner=slow),),
+        kwargs={"trials": 1})
     t.start()
     while not slow.calls:  # trial 1 is running the flags
         time.sleep(0.01)
     heartbeat.POLL_S, old = 0.05, heartbeat.POLL_S
     try:
-        study.loop(other, sc, "/m", tmp_path / "shared", trials=1, runner=fast)
+        study.loop(study.RunContext(other, sc, "/m", tmp_path / "shared", runner=fast),
+                   trials=1)
     finally:
         heartbeat.POLL_S = old
         t.join()
@@ -243,11 +250,13 @@ def test_a_killed_workers_trial_is_queued_again_and_finished_by_the_other(url, t
         a.wait()
         t0 = time.monotonic()
         b = canned.Canned(log_path=str(log_path))
-        st = study.open_study(sc, url, worker=_worker(1), heartbeat_s=1, grace_s=2)
+        shared = study.open_study(sc, url, worker=_worker(1), heartbeat_s=1, grace_s=2)
+        st = shared.study
         heartbeat.POLL_S, old = 0.1, heartbeat.POLL_S
         try:
-            study.loop(st, sc, "/m", tmp_path / "shared", trials=3, runner=b,
-                       guard=make_guard(sc, tmp_path / "shared"))
+            study.loop(study.RunContext(shared, sc, "/m", tmp_path / "shared",
+                                        make_guard(sc, tmp_path / "shared"), b),
+                       trials=3)
         finally:
             heartbeat.POLL_S = old
     finally:

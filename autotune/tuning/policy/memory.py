@@ -160,41 +160,58 @@ class Estimate(Stored):
     reason: str = ""
 
 
-def estimate(shape: ModelShape, *, device_memory_bytes: int | None,
-             gpu_memory_utilization: float = 0.92, kv_cache_dtype: str = "auto",
-             max_model_len: int | None = None, max_num_seqs: int | None = None,
-             request_tokens: int | None = None, kv_cache_memory_bytes: int | None = None,
-             cpu_kvcache_space_gib: float | None = None, overhead_bytes: int | None = None,
-             block_size: int = 16, max_num_batched_tokens: int | None = None) -> Estimate:
-    """Predict the KV cache of a launch and whether it can serve one max-model-len request
-    (vLLM refuses to start otherwise) and `max_num_seqs` requests of `request_tokens` each.
+@dataclass(frozen=True)
+class Launch:
+    """A launch as the memory model sees it: the memory it has and the flags that size its
+    KV cache. The budget is `kv_cache_memory_bytes` (--kv-cache-memory-bytes) when given,
+    else `cpu_kvcache_space_gib` (VLLM_CPU_KVCACHE_SPACE) on the CPU engine, else
+    `device_memory_bytes` x `gpu_memory_utilization` - weights - `overhead_bytes`
+    (`default_overhead` unless given). `block_size` is vLLM's --block-size: 16 on GPUs, 128
+    on the CPU engine; `max_model_len` None is the model's own context."""
 
-    The budget is --kv-cache-memory-bytes when given, else VLLM_CPU_KVCACHE_SPACE on the
-    CPU engine, else device memory x utilization - weights - overhead (`default_overhead`
-    unless given). `block_size` is vLLM's --block-size: 16 on GPUs, 128 on the CPU engine.
-    """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ValueError(f"gpu-memory-utilization {gpu_memory_utilization} is not in (0, 1]")
+    device_memory_bytes: int | None
+    gpu_memory_utilization: float = 0.92
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    cpu_kvcache_space_gib: float | None = None
+    overhead_bytes: int | None = None
+    block_size: int = 16
+    max_num_batched_tokens: int | None = None
+
+
+def estimate(shape: ModelShape, launch: Launch, request_tokens: int | None = None
+             ) -> Estimate:
+    """Predict the KV cache of `launch` and whether it can serve one max-model-len request
+    (vLLM refuses to start otherwise) and `launch.max_num_seqs` requests of `request_tokens`
+    each."""
+    utilization, device = launch.gpu_memory_utilization, launch.device_memory_bytes
+    if not 0 < utilization <= 1:
+        raise ValueError(f"gpu-memory-utilization {utilization} is not in (0, 1]")
     weights = param_count(shape) * shape.dtype_bytes
-    per_token = kv_bytes_per_token(shape, kv_cache_dtype)
-    mml = max_model_len if max_model_len is not None else shape.max_position_embeddings
+    per_token = kv_bytes_per_token(shape, launch.kv_cache_dtype)
+    mml = launch.max_model_len if launch.max_model_len is not None \
+        else shape.max_position_embeddings
     reason = ""
-    if kv_cache_memory_bytes is not None:
-        budget = int(kv_cache_memory_bytes)
-    elif cpu_kvcache_space_gib is not None:
-        budget = int(cpu_kvcache_space_gib * GiB)
-    elif device_memory_bytes is not None:
-        if overhead_bytes is None:
-            tokens = max_num_batched_tokens or default_batched_tokens(device_memory_bytes)
-            overhead_bytes = default_overhead(shape, tokens)
-        budget = int(device_memory_bytes * gpu_memory_utilization) - weights - overhead_bytes
+    if launch.kv_cache_memory_bytes is not None:
+        budget = int(launch.kv_cache_memory_bytes)
+    elif launch.cpu_kvcache_space_gib is not None:
+        budget = int(launch.cpu_kvcache_space_gib * GiB)
+    elif device is not None:
+        overhead = launch.overhead_bytes
+        if overhead is None:
+            overhead = default_overhead(shape, launch.max_num_batched_tokens
+                                        or default_batched_tokens(device))
+        budget = int(device * utilization) - weights - overhead
         if budget <= 0:
             reason = (f"{reasons.OOM}: weights and overhead "
-                      f"({(weights + overhead_bytes) / GiB:.1f} GiB) "
-                      f"exceed {device_memory_bytes / GiB:.1f} GiB × {gpu_memory_utilization}")
+                      f"({(weights + overhead) / GiB:.1f} GiB) "
+                      f"exceed {device / GiB:.1f} GiB × {utilization}")
     else:
         raise ValueError("need device_memory_bytes, kv_cache_memory_bytes or "
                          "cpu_kvcache_space_gib")
+    block_size = launch.block_size
     blocks = max(budget, 0) // (block_size * per_token)
     capacity, longest = blocks * block_size, max(blocks - 1, 0) * block_size
     fits = budget > 0 and mml <= longest
@@ -203,8 +220,8 @@ def estimate(shape: ModelShape, *, device_memory_bytes: int | None,
                   f"max-model-len is {mml}"
                   f" (at most {longest} fits, one block being held back)")
     workload = None
-    if max_num_seqs is not None and request_tokens is not None:
-        workload = capacity >= max_num_seqs * request_tokens
+    if launch.max_num_seqs is not None and request_tokens is not None:
+        workload = capacity >= launch.max_num_seqs * request_tokens
     return Estimate(weights, per_token, budget, capacity, mml, longest, fits, workload, reason)
 
 

@@ -84,18 +84,18 @@ def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
     # Front-end and scheduling flags (api-server-count, async-scheduling, stream-interval)
     # and any other flag not read here do not change KV memory: ignored on purpose.
     try:
-        return memory.estimate(
-            shape, device_memory_bytes=device,
+        return memory.estimate(shape, memory.Launch(
+            device_memory_bytes=device,
             gpu_memory_utilization=float(flags.get("gpu-memory-utilization", 0.92)),
             kv_cache_dtype=str(flags.get("kv-cache-dtype", "auto")),
             max_model_len=_int(flags.get("max-model-len")),
             max_num_seqs=_int(flags.get("max-num-seqs")),
-            request_tokens=w.prefix_len + w.input_len + w.output_len,
             kv_cache_memory_bytes=kv_bytes,
             cpu_kvcache_space_gib=float(cpu_space) if cpu_space and device is None
             and kv_bytes is None else None,
             block_size=_int(flags.get("block-size")) or (16 if device else 128),
-            max_num_batched_tokens=_int(flags.get("max-num-batched-tokens")))
+            max_num_batched_tokens=_int(flags.get("max-num-batched-tokens"))),
+            request_tokens=w.prefix_len + w.input_len + w.output_len)
     except ValueError:
         return None
 

@@ -239,7 +239,7 @@ def notch(p: Param, value: Any, toward: Any) -> Any:
     return target if (target > value if up else target < value) else None
 
 
-def held(rec: TrialRecord) -> float | None:
+def requests_cached(rec: TrialRecord) -> float | None:
     """How many of the trial's requests its KV cache holds at once: the KV tokens the engine
     reported over the mean tokens (prompt and answer) of a measured request."""
     tokens = rec.kv_capacity_reported or rec.startup.kv_cache_tokens
@@ -250,7 +250,7 @@ def held(rec: TrialRecord) -> float | None:
     return tokens / per if tokens and per else None
 
 
-def fit(p: Param, value: Any, most: float | None) -> Any:
+def largest_within(p: Param, value: Any, most: float | None) -> Any:
     """The largest value of `p` below `value` and at most `most` (one notch down where
     `most` is unknown, or no value of the space is that small)."""
     if most is None or not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -379,7 +379,7 @@ def _moved_flags(rec: TrialRecord, scenario: Scenario, knob: str, value: Any
     return {**flags, "speculative-config": config}
 
 
-class Taken:
+class TakenConfigurations:
     """The configurations a study has run, runs or has queued, compared with vLLM's
     defaults filled in (so `{}` and an explicit default are the same engine)."""
 
@@ -468,7 +468,7 @@ def _moves_of(rec: TrialRecord, found: Bottleneck, scenario: Scenario,
         if p is None or (knob.when is not None and knob.when not in pressure):
             continue
         before = current(knob.name, rec, defaults)
-        after = fit(p, before, held(rec)) if knob.toward == FIT \
+        after = largest_within(p, before, requests_cached(rec)) if knob.toward == FIT \
             else notch(p, before, knob.toward)
         if after is None:
             continue
@@ -485,7 +485,7 @@ def propose(records: Sequence[TrialRecord], scenario: Scenario, defaults: Mappin
             sources: Sequence[TrialRecord]) -> Move | None:
     """The first relief move of the first of `sources` (the best trial so far, then the
     trial just measured) whose configuration no trial of the study has taken."""
-    taken = Taken(records, scenario, defaults)
+    taken = TakenConfigurations(records, scenario, defaults)
     seen: set[int] = set()
     for rec in sources:
         if rec.number in seen:

@@ -10,8 +10,8 @@ false). Only the modules here read or write them (`tests/project/test_layers.py`
 `studyrecord` (`StudyRecord`: the study's own attributes, read once, and their setters),
 `writers` (`write`, the study loop's only writer of a trial's record, and what a trial is
 queued or added with), `snapshot` (`Snapshot`: a study and every record read once;
-`records`; `Source`, what readers take), `scalars` (the short copies of key figures shown by
-optuna-dashboard), `origin` (`Origin`: why a trial was tried) and `worker` (`Worker`: the
-process that ran a trial, and whether it is gone). None of them imports the loop
-(`autotune.tuning.study`).
+`records`; `StudyOrSnapshot`, what readers take), `scalars` (the short copies of key
+figures shown by optuna-dashboard), `origin` (`Origin`: why a trial was tried) and
+`worker` (`Worker`: the process that ran a trial, and whether it is gone). None of them
+imports the loop (`autotune.tuning.study`).
 """

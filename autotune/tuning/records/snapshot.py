@@ -1,6 +1,6 @@
 """A study read once (`Snapshot`): its own attributes and every trial's record, for readers
 that rank and tabulate the same trials several ways (`autotune show`, the report, export);
-`records`, a study's trials as records; `Source`, what those readers take.
+`records`, a study's trials as records; `StudyOrSnapshot`, what those readers take.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ class Snapshot:
     trials: tuple[TrialRecord, ...]
 
     @classmethod
-    def of(cls, study: optuna.Study | Snapshot) -> Snapshot:
+    def of(cls, study: optuna.Study | Snapshot, attrs: StudyRecord | None = None) -> Snapshot:
+        """`study` read now (a snapshot as it is); with `attrs`, the study's own attributes
+        as the caller already read them, and only the trials are read."""
         if isinstance(study, Snapshot):
             return study
-        attrs = StudyRecord.of(study)
+        attrs = StudyRecord.of(study) if attrs is None else attrs
         return cls(study, attrs, tuple(TrialRecord.of(t, attrs)
                                        for t in study.get_trials(deepcopy=False)))
 
@@ -42,7 +44,7 @@ class Snapshot:
 
 
 # What readers take: a study, or one read once (`Snapshot.of` gives the latter either way).
-Source = optuna.Study | Snapshot
+StudyOrSnapshot = optuna.Study | Snapshot
 
 
 def records(study: optuna.Study | Snapshot, states: Sequence[TrialState] | None = None

@@ -71,10 +71,11 @@ _BASELINES_S = 60.0
 
 def open_study(scenario: Scenario, url: str, *, worker: heartbeat.Worker | None = None,
                heartbeat_s: int | None = None, grace_s: int | None = None,
-               register: bool = True) -> optuna.Study:
+               register: bool = True) -> heartbeat.SharedStudy:
     """Create or load the scenario's study, with heartbeats, as `worker` (default: this
     process), whose sampler gets its own seed (`heartbeat.register`; `register=False` for a
-    process that only watches the study, as `tune --gpus` does its workers).
+    process that only watches the study, as `tune --gpus` does its workers). The study comes
+    with its storage and worker (`heartbeat.SharedStudy`), which its heartbeats use.
 
     Creating the study is atomic in the storage (its name is unique), so of several workers
     starting together exactly one creates it and queues vLLM's defaults.
@@ -94,7 +95,7 @@ def open_study(scenario: Scenario, url: str, *, worker: heartbeat.Worker | None 
                                   sampler=make_sampler(scenario), pruner=pruner)
         created = False
     me = worker or heartbeat.Worker.here()
-    heartbeat.attach(study, store, me)
+    shared = heartbeat.SharedStudy.attach(study, store, me)
     if created or not _await_creator(study):
         # vLLM's defaults first; the named baselines follow once they finish (`run_one`).
         study.enqueue_trial({}, user_attrs=writers.queued(DEFAULTS, {}))
@@ -106,7 +107,7 @@ def open_study(scenario: Scenario, url: str, *, worker: heartbeat.Worker | None 
     if register:
         study.sampler = make_sampler(scenario,
                                      heartbeat.register(study, me, scenario.sampler.seed))
-    return study
+    return shared
 
 
 def _await_creator(study: optuna.Study) -> bool:

@@ -14,10 +14,11 @@ public API is used:
   host is queued again at once, without waiting for the grace period;
 - a trial records its flags and then its worker (`TrialRecord.worker`, a `Worker`)
   before its engine starts, so no worker launches a configuration that another is running: the
-  higher-numbered twin waits for the lower one and copies its result (`wait_for_twin`);
+  higher-numbered twin waits for the lower one and copies its result
+  (`SharedStudy.wait_for_twin`);
 - vLLM's defaults come first: while they run on one worker, the others wait before asking
-  for a trial (`wait_for_defaults`), since the guardrail's reference and every weighted
-  score come from that trial;
+  for a trial (`SharedStudy.wait_for_defaults`), since the guardrail's reference and every
+  weighted score come from that trial;
 - each worker's sampler has its own seed derived from the scenario's (`register`): two TPE
   samplers with one seed propose the same configurations.
 """
@@ -33,7 +34,6 @@ import random
 import threading
 import time
 import warnings
-import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -129,17 +129,6 @@ def _who(rec: TrialRecord) -> str:
     return rec.worker.id if rec.worker is not None and rec.worker.id else "another worker"
 
 
-@dataclass
-class _Held:
-    storage: optuna.storages.RDBStorage
-    study_id: int
-    requeue: Requeue
-    worker: Worker
-
-
-_HELD: weakref.WeakKeyDictionary[optuna.Study, _Held] = weakref.WeakKeyDictionary()
-
-
 def storage(url: str, *, heartbeat_s: int | None = None, grace_s: int | None = None
             ) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage for `url` with heartbeats on. Several workers may create the
@@ -191,19 +180,6 @@ def serialize_sqlite(engine: sqlalchemy.engine.Engine) -> None:
     engine.dispose()  # connections pooled while Optuna created the tables: without the hooks
 
 
-def attach(study: optuna.Study, store: optuna.storages.RDBStorage, worker: Worker) -> None:
-    """Remember the storage a study was opened on (for its heartbeats), and as whom."""
-    callback = store.get_heartbeat_stale_trial_callback()
-    _HELD[study] = _Held(store, store.get_study_id_from_name(study.study_name),
-                         callback if isinstance(callback, Requeue) else Requeue(), worker)
-
-
-def me(study: optuna.Study) -> Worker:
-    """The worker this process is on `study` (this process, for a study opened elsewhere)."""
-    held = _HELD.get(study)
-    return held.worker if held is not None else Worker.here()
-
-
 def ask(study: optuna.Study) -> optuna.Trial:
     """`study.ask()`, without Optuna's warning that heartbeats are meant for
     `Study.optimize` (this module records them itself); other warnings pass through."""
@@ -216,65 +192,134 @@ def ask(study: optuna.Study) -> optuna.Trial:
     return trial
 
 
-@contextlib.contextmanager
-def heartbeat(study: optuna.Study, number: int) -> Iterator[None]:
-    """Record trial `number`'s heartbeat now and every interval until the block ends."""
-    held = _HELD.get(study)
-    interval = held.storage.get_heartbeat_interval() if held else None
-    if held is None or interval is None:
-        yield
-        return
-    # Heartbeats are kept per trial id; Optuna's public storage API (BaseStorage) maps the
-    # trial's number to it, since neither `Trial` nor `FrozenTrial` exposes the id.
-    trial_id = held.storage.get_trial_id_from_study_id_trial_number(held.study_id, number)
-    held.storage.record_heartbeat(trial_id)  # at once: no moment without a heartbeat
-    stop = threading.Event()
+@dataclass(frozen=True)
+class SharedStudy:
+    """A study as this process works on it: the study, the worker this process is there
+    (`Worker`), and the storage it was opened on with heartbeats on (`storage`; its study id
+    and its stale-trial callback, which counts the trials it queued again). `open_study`
+    makes one; a study opened elsewhere (`of`) has no storage: no heartbeats, and a dead
+    worker's trial is found by its process or the grace period only.
 
-    def beat() -> None:
-        while not stop.wait(interval):
-            try:
-                held.storage.record_heartbeat(trial_id)
-            except Exception as err:  # the next beat tries again
-                log.warning("trial %d: heartbeat not recorded: %s", number,
-                            masked(str(err))[:300])
+    The heartbeats, the recovery of dead workers' trials and the waits that keep workers in
+    order are its methods, so what they need travels with the study, in no module's state."""
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{number}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    study: optuna.Study
+    worker: Worker
+    storage: optuna.storages.RDBStorage | None = None
+    study_id: int | None = None
+    requeue: Requeue | None = None
 
+    @classmethod
+    def attach(cls, study: optuna.Study, store: optuna.storages.RDBStorage, worker: Worker
+               ) -> SharedStudy:
+        """`study` as opened on `store` (for its heartbeats), as `worker`."""
+        callback = store.get_heartbeat_stale_trial_callback()
+        return cls(study, worker, store, store.get_study_id_from_name(study.study_name),
+                   callback if isinstance(callback, Requeue) else Requeue())
 
-def recover(study: optuna.Study, me: Worker | None = None, grace_s: float | None = None
-            ) -> int:
-    """Fail and queue again every trial whose worker is gone; returns how many this call
-    queued. Stale heartbeats (any host) go through Optuna; a worker of this host whose
-    process is gone is recognised at once; a RUNNING trial with no worker recorded (written
-    before workers were, or left between `ask` and its first record) once it is older than
-    the grace period."""
-    held = _HELD.get(study)
-    before = held.requeue.count if held else 0
-    if held is not None and held.storage.get_heartbeat_interval() is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)
-    queued = (held.requeue.count - before) if held else 0
-    grace = grace_s if grace_s is not None else (held.storage.grace_period if held else None) \
-        or GRACE_S
-    now = dt.datetime.now()
-    for rec in records(study, (TrialState.RUNNING,)):
-        if rec.worker is not None:
-            gone = me is not None and me.sees_gone(rec.worker)
-        else:
-            gone = rec.datetime_start is not None \
-                and (now - rec.datetime_start).total_seconds() > grace
-        if gone and fail_and_requeue(study, rec):
-            queued += 1
-            log.warning("trial %d: its worker (%s) is gone; failed, its configuration is "
-                        "queued again", rec.number, _who(rec))
-    return queued
+    @classmethod
+    def of(cls, study: optuna.Study) -> SharedStudy:
+        """A study opened elsewhere, as this process."""
+        return cls(study, Worker.here())
+
+    @contextlib.contextmanager
+    def heartbeat(self, number: int) -> Iterator[None]:
+        """Record trial `number`'s heartbeat now and every interval until the block ends."""
+        store = self.storage
+        interval = store.get_heartbeat_interval() if store is not None else None
+        if store is None or interval is None or self.study_id is None:
+            yield
+            return
+        # Heartbeats are kept per trial id; Optuna's public storage API (BaseStorage) maps
+        # the trial's number to it, since neither `Trial` nor `FrozenTrial` exposes the id.
+        trial_id = store.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        store.record_heartbeat(trial_id)  # at once: no moment without a heartbeat
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                try:
+                    store.record_heartbeat(trial_id)
+                except Exception as err:  # the next beat tries again
+                    log.warning("trial %d: heartbeat not recorded: %s", number,
+                                masked(str(err))[:300])
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{number}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def recover(self, grace_s: float | None = None) -> int:
+        """Fail and queue again every trial whose worker is gone; returns how many this call
+        queued. Stale heartbeats (any host) go through Optuna; a worker of this host whose
+        process is gone is recognised at once; a RUNNING trial with no worker recorded
+        (written before workers were, or left between `ask` and its first record) once it
+        is older than the grace period."""
+        study, store, requeue = self.study, self.storage, self.requeue
+        before = requeue.count if requeue is not None else 0
+        if store is not None and store.get_heartbeat_interval() is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+        queued = (requeue.count - before) if requeue is not None else 0
+        grace = grace_s if grace_s is not None else \
+            (store.grace_period if store is not None else None) or GRACE_S
+        now = dt.datetime.now()
+        for rec in records(study, (TrialState.RUNNING,)):
+            if rec.worker is not None:
+                gone = self.worker.sees_gone(rec.worker)
+            else:
+                gone = rec.datetime_start is not None \
+                    and (now - rec.datetime_start).total_seconds() > grace
+            if gone and fail_and_requeue(study, rec):
+                queued += 1
+                log.warning("trial %d: its worker (%s) is gone; failed, its configuration "
+                            "is queued again", rec.number, _who(rec))
+        return queued
+
+    def wait_for_defaults(self, poll_s: float | None = None) -> None:
+        """While vLLM's defaults run on another worker, wait (checking that worker's
+        heartbeat: if it dies, its trial is queued again and this worker takes it next)."""
+        said = False
+        while True:
+            state, rec = defaults_state(self.study)
+            if state != RUNNING or rec is None:
+                return
+            if not said:
+                log.info("waiting for vLLM's defaults (trial %d, on %s): the quality "
+                         "reference and every score come from that trial", rec.number,
+                         _who(rec))
+                said = True
+            time.sleep(POLL_S if poll_s is None else poll_s)
+            self.recover()
+
+    def wait_for_twin(self, flags: Mapping[str, Any], number: int,
+                      defaults: Mapping[str, Any] | None = None,
+                      poll_s: float | None = None) -> None:
+        """Return once no lower-numbered trial runs these flags (`defaults` filled in, as
+        `flags_key`). The lower number launches and the higher one waits, so of two
+        workers that picked the same configuration exactly one starts an engine; trials
+        that have not yet announced their flags are waited for (at most ANNOUNCE_S)."""
+        key = flags_key(flags, defaults)
+        t0 = time.monotonic()
+        said: set[int] = set()
+        while True:
+            lower = [r for r in records(self.study, (TrialState.RUNNING,)) if r.number < number]
+            twins = [r for r in lower
+                     if r.worker is not None and flags_key(r.flags, defaults) == key]
+            unannounced = [r for r in lower if r.worker is None]
+            if not twins and (not unannounced or time.monotonic() - t0 > ANNOUNCE_S):
+                return
+            for r in twins:
+                if r.number not in said:
+                    log.info("trial %d: trial %d (on %s) is running the same flags; waiting "
+                             "for its result", number, r.number, _who(r))
+                    said.add(r.number)
+            time.sleep(POLL_S if poll_s is None else poll_s)
+            self.recover()
 
 
 def fail_and_requeue(study: optuna.Study, rec: TrialRecord) -> bool:
@@ -288,15 +333,15 @@ def fail_and_requeue(study: optuna.Study, rec: TrialRecord) -> bool:
     return True
 
 
-def register(study: optuna.Study, me: Worker, seed: int) -> int:
+def register(study: optuna.Study, worker: Worker, seed: int) -> int:
     """Note this worker in the study and return its sampler seed: the scenario's own for
     the first worker a study ever had (a lone tuner is reproducible), else one derived from
     the scenario's seed and the worker's id. Each worker writes its key before it reads the
     others', so of two that start together at least one sees the other."""
-    studyrecord.set_worker(study, me.id, {**plain(me),
-                                          "since": dt.datetime.now().isoformat(timespec="seconds")})
-    others = [w for w in StudyRecord.of(study).workers if w != me.id]
-    return derived_seed(seed, me.id) if others else seed
+    studyrecord.set_worker(study, worker.id, {
+        **plain(worker), "since": dt.datetime.now().isoformat(timespec="seconds")})
+    others = [w for w in StudyRecord.of(study).workers if w != worker.id]
+    return derived_seed(seed, worker.id) if others else seed
 
 
 def derived_seed(seed: int, worker_id: str) -> int:
@@ -323,45 +368,3 @@ def defaults_state(study: optuna.Study) -> tuple[str, TrialRecord | None]:
             and r.datetime_complete is not None
             and (now - r.datetime_complete).total_seconds() < REQUEUE_S]
     return (RUNNING, lost[-1]) if lost else (DONE, None)
-
-
-def wait_for_defaults(study: optuna.Study, me: Worker | None, poll_s: float | None = None
-                      ) -> None:
-    """While vLLM's defaults run on another worker, wait (checking that worker's heartbeat:
-    if it dies, its trial is queued again and this worker takes it next)."""
-    said = False
-    while True:
-        state, rec = defaults_state(study)
-        if state != RUNNING or rec is None:
-            return
-        if not said:
-            log.info("waiting for vLLM's defaults (trial %d, on %s): the quality reference "
-                     "and every score come from that trial", rec.number, _who(rec))
-            said = True
-        time.sleep(POLL_S if poll_s is None else poll_s)
-        recover(study, me)
-
-
-def wait_for_twin(study: optuna.Study, flags: Mapping[str, Any], number: int,
-                  me: Worker | None, poll_s: float | None = None,
-                  defaults: Mapping[str, Any] | None = None) -> None:
-    """Return once no lower-numbered trial runs these flags (`defaults` filled in, as
-    `flags_key`). The lower number launches and the higher one waits, so of two workers that
-    picked the same configuration exactly one starts an engine; trials that have not yet
-    announced their flags are waited for (at most ANNOUNCE_S)."""
-    key = flags_key(flags, defaults)
-    t0 = time.monotonic()
-    said: set[int] = set()
-    while True:
-        lower = [r for r in records(study, (TrialState.RUNNING,)) if r.number < number]
-        twins = [r for r in lower if r.worker is not None and flags_key(r.flags, defaults) == key]
-        unannounced = [r for r in lower if r.worker is None]
-        if not twins and (not unannounced or time.monotonic() - t0 > ANNOUNCE_S):
-            return
-        for r in twins:
-            if r.number not in said:
-                log.info("trial %d: trial %d (on %s) is running the same flags; waiting for "
-                         "its result", number, r.number, _who(r))
-                said.add(r.number)
-        time.sleep(POLL_S if poll_s is None else poll_s)
-        recover(study, me)

@@ -167,17 +167,28 @@ def worker_id(gpu: str) -> str:
     return f"{socket.gethostname()}-gpu{gpu}"
 
 
-def run_workers(study: optuna.Study, scenario: Scenario, scenario_path: str | Path,
-                gpus: list[str], *, url: str, studies_dir: Path, trials: int,
-                timeout_s: float | None,
+@dataclass(frozen=True)
+class SharedRun:
+    """One `tune --gpus` run as each of its workers is told it: the scenario file, the
+    study's storage (`url`, passed in the environment, never on a command line), the studies
+    directory, and the run's trials (in all, whichever worker takes them) and time."""
+
+    scenario_path: str | Path
+    url: str
+    studies_dir: Path
+    trials: int
+    timeout_s: float | None
+
+
+def run_workers(study: optuna.Study, scenario: Scenario, run: SharedRun, gpus: list[str], *,
                 on_progress: Callable[[Progress], None] | None = None,
                 on_event: Callable[[str], None] | None = None) -> Result:
     """Start one worker per GPU on `study` (already open) and wait for all of them."""
     say = on_event or (lambda text: None)
     name = str(scenario.name)
-    folder = studies_dir / name / "workers"
+    folder = run.studies_dir / name / "workers"
     folder.mkdir(parents=True, exist_ok=True)
-    tickets = Tickets(folder / f"tickets-{os.getpid()}.json", total=trials)
+    tickets = Tickets(folder / f"tickets-{os.getpid()}.json", total=run.trials)
     ids = {worker_id(g) for g in gpus}
     seen = {r.number for r in records(study, FINISHED)}
     t0 = time.monotonic()
@@ -186,11 +197,10 @@ def run_workers(study: optuna.Study, scenario: Scenario, scenario_path: str | Pa
     try:
         for slot, g in enumerate(gpus):
             place = cpuplace.placement(slot, len(gpus), scenario.engine.env)
-            children.append(_start(g, scenario_path, name, studies_dir, folder, url, tickets,
-                                   trials, timeout_s, place))
+            children.append(_start(g, run, name, folder, tickets, place))
             say(f"worker {children[-1].id} on GPU {g}: log in {children[-1].log_path}")
         while True:
-            _report(study, ids, seen, result, trials, t0, timeout_s, on_progress)
+            _report(study, ids, seen, result, run, t0, on_progress)
             for c in children:
                 if c.code is None and (code := c.proc.poll()) is not None:
                     c.code = code
@@ -199,7 +209,7 @@ def run_workers(study: optuna.Study, scenario: Scenario, scenario_path: str | Pa
             if all(c.code is not None for c in children):
                 break
             time.sleep(POLL_S)
-        _report(study, ids, seen, result, trials, t0, timeout_s, on_progress)
+        _report(study, ids, seen, result, run, t0, on_progress)
     except KeyboardInterrupt:
         _stop(children, say)
         raise
@@ -210,18 +220,17 @@ def run_workers(study: optuna.Study, scenario: Scenario, scenario_path: str | Pa
     return result
 
 
-def _start(gpu: str, scenario_path: str | Path, name: str, studies_dir: Path, folder: Path,
-           url: str, tickets: Tickets, trials: int, timeout_s: float | None,
+def _start(gpu: str, run: SharedRun, name: str, folder: Path, tickets: Tickets,
            place: dict[str, str]) -> _Child:
     wid = worker_id(gpu)
     log_path = folder / f"gpu{gpu}.log"
-    cmd = [*ENTRY, str(scenario_path), "--study", name, "--studies-dir", str(studies_dir),
-           "--worker-id", wid, "--trials", str(trials), "--tickets", str(tickets.path),
-           "--parent-pid", str(os.getpid())]
-    if timeout_s is not None:
-        cmd += ["--timeout", f"{timeout_s:.0f}s"]
+    cmd = [*ENTRY, str(run.scenario_path), "--study", name, "--studies-dir",
+           str(run.studies_dir), "--worker-id", wid, "--trials", str(run.trials),
+           "--tickets", str(tickets.path), "--parent-pid", str(os.getpid())]
+    if run.timeout_s is not None:
+        cmd += ["--timeout", f"{run.timeout_s:.0f}s"]
     # `place`: on the CPU build, the cores of this worker's model workers (engine.cpuplace).
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, STORAGE_ENV: url, **place}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, STORAGE_ENV: run.url, **place}
     log_file = log_path.open("ab")
     # A session of its own: a Ctrl-C at the terminal reaches this process only, which
     # passes it on once to each worker (twice would skip the engines' grace period).
@@ -230,9 +239,8 @@ def _start(gpu: str, scenario_path: str | Path, name: str, studies_dir: Path, fo
     return _Child(gpu, wid, log_path, proc, log_file)
 
 
-def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, planned: int,
-            t0: float, timeout_s: float | None,
-            on_progress: Callable[[Progress], None] | None) -> None:
+def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, run: SharedRun,
+            t0: float, on_progress: Callable[[Progress], None] | None) -> None:
     """One progress line per trial of this run's workers that has finished since."""
     new = [r for r in records(study, FINISHED)
            if r.number not in seen and r.worker is not None and r.worker.id in ids]
@@ -241,8 +249,8 @@ def _report(study: optuna.Study, ids: set[str], seen: set[int], result: Result, 
         seen.add(rec.number)
         result.finished.append(rec)
         if on_progress is not None:
-            on_progress(Progress(len(result.finished), planned, time.monotonic() - t0,
-                                 timeout_s, rec, ranking.feasible_best(study),
+            on_progress(Progress(len(result.finished), run.trials, time.monotonic() - t0,
+                                 run.timeout_s, rec, ranking.feasible_best(study),
                                  ranking.reference_trial(study)))
 
 
