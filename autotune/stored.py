@@ -45,7 +45,7 @@ class Stored:
         keys = self.read if self.read is not None else \
             [f.name for f in dataclasses.fields(self) if f.name != "read"
              and not (self.SPARSE and getattr(self, f.name) is None)] + list(self.EXTRA)
-        return {k: plain(getattr(self, k)) for k in keys}
+        return {k: json_data(getattr(self, k)) for k in keys}
 
 
 def _read(kind: type[Stored] | None, value: Any) -> Any:
@@ -62,7 +62,7 @@ def _keyed(kind: type[Stored], value: Any) -> Any:
     return {k: kind.from_dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
 
 
-def plain(value: Any) -> Any:
+def json_data(value: Any) -> Any:
     """`value` as the JSON data it stands for: a stored record by its own `as_dict`, any
     other dataclass as its fields (and the computed attributes its class names in
     `EXTRA`), containers item by item; anything else as it is. The one conversion to
@@ -70,11 +70,11 @@ def plain(value: Any) -> Any:
     if isinstance(value, Stored):
         return value.as_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        out.update((name, plain(getattr(value, name))) for name in getattr(value, "EXTRA", ()))
+        out = {f.name: json_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out.update((name, json_data(getattr(value, name))) for name in getattr(value, "EXTRA", ()))
         return out
     if isinstance(value, (tuple, list)):
-        return [plain(v) for v in value]
+        return [json_data(v) for v in value]
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: json_data(v) for k, v in value.items()}
     return value

@@ -81,7 +81,7 @@ from autotune.config import Scenario  # noqa: E402
 from autotune.measure import bottleneck as bn  # noqa: E402
 from autotune.measure import searchplan  # noqa: E402
 from autotune.measure.capacityrecord import CapacityRecord, StepRecord  # noqa: E402
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning import ranking  # noqa: E402
 from autotune.tuning import study as study_mod  # noqa: E402
 from autotune.tuning import trial as trial_mod  # noqa: E402
@@ -321,7 +321,7 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
                  StepRecord(1, "bisect", cap * ABOVE, False, cap * ABOVE, cap * ABOVE * 128,
                             [f"{surface.broken} {limit * 1.3:.1f}>{limit:g}"], 100,
                             probes=load.probes(cap * ABOVE))]
-        steps[1] = replace(steps[1], bottleneck=plain(bn.attribute(steps[1].probes)))
+        steps[1] = replace(steps[1], bottleneck=json_data(bn.attribute(steps[1].probes)))
         knee = searchplan.knee(steps, cap, steps[1])
         record = CapacityRecord(
             request_throughput=cap, output_throughput=cap * 128,

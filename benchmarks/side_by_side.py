@@ -38,7 +38,7 @@ from autotune.engine.server import Server
 from autotune.measure import bench
 from autotune.measure.loadgen import Target
 from autotune.traffic import WorkloadSpec
-from autotune.verify import paired
+from autotune.verify import pairstats
 
 FLAGS = {"enforce-eager": True}
 WORKLOAD = WorkloadSpec(kind="random", num_requests=256, input_len=64, output_len=128,
@@ -75,7 +75,7 @@ def round_(model: str, placed: bool, logdir: Path, index: int,
 
 def _ratio(what: str, placed: list[float], default: list[float]) -> str:
     logs = [math.log(p / d) for p, d in zip(placed, default, strict=True)]
-    iv = paired.log_interval(logs)
+    iv = pairstats.log_interval(logs)
     ci = "-" if iv.low is None else f"{math.exp(iv.low):.2f}-{math.exp(iv.high):.2f}"
     return (f"{what}: placed/default per pair {', '.join(f'{math.exp(x):.2f}' for x in logs)};"
             f" geometric mean {math.exp(iv.mean):.2f} (95% CI {ci})")

@@ -48,7 +48,7 @@ from autotune.measure import bench, capacityrecord, serversearch
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
 from autotune.traffic import CapacitySpec, WorkloadSpec
-from autotune.verify import paired
+from autotune.verify import pairstats
 
 FLAGS = {"enforce-eager": True, "max-num-seqs": 4}
 SPEC = WorkloadSpec(kind="random", num_requests=32, input_len=64, output_len=128,
@@ -135,7 +135,7 @@ def _ratio_line(what: str, warm_values: list[float], cold_values: list[float],
     if not pairs:
         return f"{what}: no pair has both figures"
     ratios = [w / c for w, c in pairs]
-    iv = paired.log_interval([math.log(r) for r in ratios])
+    iv = pairstats.log_interval([math.log(r) for r in ratios])
     ci = "-" if iv.low is None else f"{math.exp(iv.low):.2f}-{math.exp(iv.high):.2f}"
     return (f"median cold {statistics.median(c for _, c in pairs):.1f} {unit}, warm "
             f"{statistics.median(w for w, _ in pairs):.1f} {unit}; {what} warm/cold per pair "

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     from autotune.results.compare import compare
     from autotune.results.show import open_existing
-    from autotune.stored import plain
+    from autotune.stored import json_data
     from autotune.tuning.sharing import storage
 
     prices = dict(args.gpu_hour)
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         studies.append(open_existing(url, name, root))
     result = compare(studies, prices, args.load, args.any_model)
     if args.json:
-        print(json.dumps(plain(result), indent=2, default=str))
+        print(json.dumps(json_data(result), indent=2, default=str))
     else:
         show(result, Console())
     return 0

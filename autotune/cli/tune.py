@@ -157,9 +157,10 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
         if not (scenario.budget.explain or scenario.budget.validate_):
             return
         with views.live(console, "last phases; Ctrl-C stops cleanly"):
-            finish.run(st, scenario, study_dir, left_s=finish.deadline(timeout, started),
-                       say=lambda text: console.print(text, soft_wrap=True, markup=False,
-                                                      highlight=False))
+            finish.explain_and_recheck(
+                st, scenario, study_dir, left_s=finish.deadline(timeout, started),
+                say=lambda text: console.print(text, soft_wrap=True, markup=False,
+                                               highlight=False))
 
     if gpus is not None:
         code, shared_study = _tune_on_gpus(cmd.scenario, scenario, url, root, trials, timeout,

@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 
 
@@ -81,15 +81,15 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     results = [r for run, _ in runs for r in run.results]
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
     lags = [run.lag for run, _ in runs if run.lag]
-    seen = plain(probes.merge([s.summary() for _, s in runs]))
+    seen = json_data(probes.merge([s.summary() for _, s in runs]))
     client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
     # What limited the engine over the whole run (a capacity step judges its own window).
     summary.update(probes=seen, client=client,
-                   bottleneck=plain(bottleneck.attribute(seen, client)),
+                   bottleneck=json_data(bottleneck.attribute(seen, client)),
                    truncated=any(run.truncated for run, _ in runs),
                    workload=spec.model_dump(mode="json"))
     if (replay := workloads.replayed(spec)) is not None:
-        summary["replayed"] = plain(replay)  # which part of the trace this run measured
+        summary["replayed"] = json_data(replay)  # which part of the trace this run measured
     return summary
 
 

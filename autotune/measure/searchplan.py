@@ -36,7 +36,7 @@ from typing import Any
 from autotune import reasons
 from autotune.measure import bottleneck, workloads
 from autotune.measure.capacityrecord import CapacityRecord, StepRecord
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")
@@ -276,7 +276,7 @@ def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
         found = bottleneck.across([s.probes for s in steps if s.passed and s.load == low],
                                   limit.probes)
         if found is not None:
-            return plain(found)
+            return json_data(found)
     return limit.bottleneck or None
 
 

@@ -26,7 +26,7 @@ from autotune.measure.bench import Load
 from autotune.measure.capacitytext import rates
 from autotune.measure.searchplan import Anchor, Step
 from autotune.measure.workloads import Tokenizer
-from autotune.stored import plain
+from autotune.stored import json_data
 
 log = logging.getLogger("autotune")
 
@@ -97,5 +97,5 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
 
     result = searchplan.plan(measure, cap, anchor)
     summary = searchplan.summary_of(result)
-    summary["capacity"] = plain(searchplan.record(result, spec))
+    summary["capacity"] = json_data(searchplan.record(result, spec))
     return summary

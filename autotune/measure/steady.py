@@ -78,7 +78,7 @@ class Backlog:
     `late_p99_s` is how late the client sent the window's requests (p99 of send time less
     due time): behind its schedule, it offered less than the step's rate. `backlog`
     rounds the figures to 4 decimals, as a step's record keeps them
-    (`autotune.stored.plain`), so that the record holds the very figures that judged the
+    (`autotune.stored.json_data`), so that the record holds the very figures that judged the
     step.
     """
 

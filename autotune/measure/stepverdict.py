@@ -12,7 +12,7 @@ from autotune import slo
 from autotune.measure import bottleneck, metrics, steady
 from autotune.measure.bench import StepRun
 from autotune.measure.searchplan import Step
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traces import Replay
 from autotune.traffic import CapacitySpec
 
@@ -37,7 +37,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
         win = steady.window(run.t0, run.send_s, cap.ramp_fraction, cap.tail_fraction)
         inside = steady.arrived_in(run.results, win)
         summary = metrics.summarize(inside, win.seconds) if inside else dict(whole)
-        summary.update(probes=plain(sampler.summary(win.start, win.end)),
+        summary.update(probes=json_data(sampler.summary(win.start, win.end)),
                        client=run.lag, truncated=whole.get("truncated"),
                        workload=whole.get("workload"), whole={
                            k: whole.get(k) for k in ("completed", "failed", "duration",
@@ -66,7 +66,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
                 whole.get("completed", 0) + whole.get("failed", 0), figures,
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
-                backlog=plain(grew) if grew else {}, bottleneck=plain(limit),
+                backlog=json_data(grew) if grew else {}, bottleneck=json_data(limit),
                 probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}},
                 latencies=latency_figures(summary),
                 window_offered_rps=grew.offered_rps if grew else None,

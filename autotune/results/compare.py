@@ -54,7 +54,7 @@ class Entry:
 class Comparison:
     """The studies ranked: those with a price by cost per million output tokens (cheapest
     first), then those without by capacity per GPU; `notes` are differences to know of.
-    `autotune.stored.plain` gives it as plain data (`--json`)."""
+    `autotune.stored.json_data` gives it as plain data (`--json`)."""
 
     model: str
     slos: dict[str, float]

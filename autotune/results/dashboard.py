@@ -36,7 +36,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.results import show
-from autotune.stored import Stored, plain
+from autotune.stored import Stored, json_data
 from autotune.tuning import ranking
 from autotune.tuning.records.snapshot import records
 
@@ -129,7 +129,7 @@ def amend(detail: dict[str, Any], study: optuna.Study) -> dict[str, Any]:
     added = tuple(Column(key, all(_sortable(a[key]) for a in extra.values() if key in a))
                   for key in sorted({k for a in extra.values() for k in a} - have))
     return {**detail, "trials": [_add(t, extra) for t in read.trials],
-            "union_user_attrs": plain(read.union_user_attrs + added)}
+            "union_user_attrs": json_data(read.union_user_attrs + added)}
 
 
 def _sortable(value: Any) -> bool:
@@ -144,7 +144,7 @@ def _add(trial: dict[str, Any], extra: Mapping[int, Mapping[str, Any]]) -> dict[
     added = tuple(Attribute(k, _text(v))
                   for k, v in extra.get(Trial.from_dict(trial).number, {}).items()
                   if k not in have)
-    return {**trial, ATTRIBUTES: plain(shown + added)}
+    return {**trial, ATTRIBUTES: json_data(shown + added)}
 
 
 def _attributes(trial: Mapping[str, Any]) -> tuple[Attribute, ...]:

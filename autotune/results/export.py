@@ -21,18 +21,18 @@ import yaml
 from autotune.errors import ConfigError
 from autotune.flags import to_args
 from autotune.measure import capacityrecord, capacitytext
+from autotune.remeasurements import Recheck, Validation
 from autotune.results import limits as limits_mod
 from autotune.results.cost import TrialCost
 from autotune.results.limits import Limits
 from autotune.results.replica import flag_count, gpu_count, on_cpu
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning.quality import accuracy
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.ranking import POLICIES, choose, reference_name  # noqa: F401 (export's API)
 from autotune.tuning.records.snapshot import StudyOrSnapshot
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.validation import Recheck, Validation
 
 FORMATS = ("cli", "vllm-yaml", "compose", "k8s", "json")
 MAX_REPLICAS = 4  # the k8s autoscaler's ceiling when no load sizes it
@@ -60,8 +60,9 @@ def recheck(study: StudyOrSnapshot, r: TrialRecord, lim: Limits) -> dict[str, st
 
 
 @dataclass(frozen=True)
-class Facts:
-    """What an export says about where it came from and what was measured."""
+class Provenance:
+    """Where an export came from (study, trial, engine, device) and the figures it was chosen
+    on, as its comments and its JSON carry them."""
 
     study: str
     trial: int
@@ -87,7 +88,7 @@ class Facts:
     capacity_ratio: str | None = None  # against vLLM's defaults, with its interval
 
     @classmethod
-    def of(cls, study: StudyOrSnapshot, r: TrialRecord) -> Facts:
+    def of(cls, study: StudyOrSnapshot, r: TrialRecord) -> Provenance:
         """In capacity mode the throughputs are the capacity's (the rate at SLO and its
         output tokens), the figures `show` and the report give, not the step's own."""
         m, q = r.metrics, r.quality or Quality()
@@ -120,7 +121,7 @@ def inert(text: str) -> str:
                    for ch in str(text))
 
 
-def comment_lines(f: Facts) -> list[str]:
+def comment_lines(f: Provenance) -> list[str]:
     """The comment lines of an export, each made inert (names are user data)."""
     def num(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
@@ -248,7 +249,7 @@ def render(study: StudyOrSnapshot, r: TrialRecord, fmt: str, model: str,
                           "name (letters, digits and _, not starting with a digit)")
     if fmt not in FORMATS:
         raise ConfigError(f"export: unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    f = Facts.of(study, r)
+    f = Provenance.of(study, r)
     p = plan(r, model, image)
     env = p.env
     lim = limits_mod.derive(r, slos_of(study))
@@ -281,10 +282,10 @@ def render(study: StudyOrSnapshot, r: TrialRecord, fmt: str, model: str,
         body = yaml.safe_dump(flags, sort_keys=False, allow_unicode=True) if flags else "{}\n"
         return "\n".join(head) + "\n" + body
     if fmt == "json":
-        return json.dumps({**plain(f), "model": model, "flags": flags, "env": env,
+        return json.dumps({**json_data(f), "model": model, "flags": flags, "env": env,
                            "command": [*serve, *args],
-                           "operating_limits": plain(lim), "recheck": check,
-                           "sizing": plain(sizing),
+                           "operating_limits": json_data(lim), "recheck": check,
+                           "sizing": json_data(sizing),
                            "deployment": {"image": p.image, "gpus": p.gpus, "cpus": p.cpus,
                                           "memory_gib": p.memory_gib, "shm_gib": p.shm_gib,
                                           "model_source": "hub" if p.hub else "path"}},
@@ -343,7 +344,7 @@ def _compose(notes: list[str], p: Plan, args: list[str]) -> str:
     return "\n".join(f"# {n}" for n in notes) + "\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
-def _k8s(notes: list[str], p: Plan, args: list[str], f: Facts, lim: Limits,
+def _k8s(notes: list[str], p: Plan, args: list[str], f: Provenance, lim: Limits,
          max_replicas: int) -> str:
     labels = {"app": "vllm", "autotune/study": label_value(f.study),
               "autotune/trial": str(f.trial)}

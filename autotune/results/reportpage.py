@@ -16,6 +16,7 @@ from autotune.errors import ConfigError
 from autotune.flags import Flags
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.remeasurements import Validation
 from autotune.results import cost, decision, report, show, summary, whatif
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
@@ -26,7 +27,6 @@ from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import RELIEF
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.validation import Validation
 
 # The page fits a 1,280-px window: the body is at most 1,200 px wide, and the trials table
 # wraps its cells (long flag lists break between flags) instead of widening the page.

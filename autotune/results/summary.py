@@ -3,7 +3,7 @@
 
 Built from one `Snapshot` (`Summary.of`), so a study is read once however many ways it is
 ranked; the printers read attributes, and mypy catches a renamed column. `as_json` goes
-through `autotune.stored.plain`, the one conversion to plain data: a row's fields under
+through `autotune.stored.json_data`, the one conversion to plain data: a row's fields under
 their own names, nested records as objects.
 """
 
@@ -19,11 +19,12 @@ from optuna.trial import TrialState
 
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.speculation import Speculation
+from autotune.remeasurements import Recheck, Validation
 from autotune.results import cost, whatif
 from autotune.results.decision import Decision, NoAnswer, no_answer, of_study
 from autotune.results.show import capacity_caveat, legend, outcome, reason
 from autotune.slo import Slo
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning import ablation
 from autotune.tuning import ranking as ranked
 from autotune.tuning.policy import relief
@@ -32,7 +33,6 @@ from autotune.tuning.quality.accuracy import TaskScore
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.snapshot import Snapshot, records
 from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
-from autotune.validation import Recheck, Validation
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class Summary:
         """The summary as JSON data (`--json`); a section that was not asked for (no load,
         no what-if SLOs) or does not apply (`pareto` of one objective, `best` of several) is
         absent, not null."""
-        out = plain(self)
+        out = json_data(self)
         absent = ["pareto"] if self.weighted else [
             "best", "best_changes", "best_left_out", "ceiling", "best_gain", "gain_over",
             "decision"]

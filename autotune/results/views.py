@@ -22,6 +22,7 @@ from rich.text import Text
 from autotune import reasons, traces
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.remeasurements import PairRun, Recheck, Validation
 from autotune.results import cost, whatif
 from autotune.results.decision import capacity_ratio
 from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
@@ -29,7 +30,6 @@ from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning.policy import relief
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.study import Progress
-from autotune.validation import PairRun, Recheck, Validation
 
 
 def _clock(seconds: float) -> str:

@@ -36,7 +36,7 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import normalize
 from autotune.measure import capacityrecord, searchplan
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
@@ -197,7 +197,7 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
         # Announced before anything waits or launches: the flags, why it is tried, then the
         # worker (other workers read a trial with a worker as one whose flags are known).
         writers.write(trial, flags=flags, origin=asked.tried_because.as_dict(),
-                      worker=plain(me))
+                      worker=json_data(me))
         if not asked.is_defaults and not _after_defaults(run.shared):
             _give_back(study, trial, asked, flags, reasons.DEFAULTS_FIRST,
                        "vLLM's defaults are queued and must run first")

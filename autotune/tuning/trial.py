@@ -40,7 +40,7 @@ from autotune.measure.bench import Load, ProbePhase, benchmark
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
 from autotune.measure.watch import Alive
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import prune
@@ -167,7 +167,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
         return Outcome(PRUNED, reasons.INVALID_COMBINATION, facts=facts)
     spec = scenario.prune
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
-    facts.memory_estimate = plain(estimate) if estimate else None
+    facts.memory_estimate = json_data(estimate) if estimate else None
     if why := (spec.enabled and prune.too_short(flags, scenario.workload)) or \
             prune.before_launch(estimate, spec):
         reason, _, facts.detail = why.partition(": ")
@@ -199,7 +199,7 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
-                    facts.speculation = plain(drafted)
+                    facts.speculation = json_data(drafted)
                 facts.kv_capacity_reported = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None

@@ -8,8 +8,9 @@ never searches, which is why it sits apart from (above) `autotune.tuning`.
 
 Public API: `validate` (`autotune validate`: paired, alternating re-runs with autotune's
 client), `crosscheck` (`validate --client vllm`: the same pairs measured by
-`vllm bench serve`), `paired` (the statistics of paired runs: a geometric mean of ratios
-and its 95 % interval).
+`vllm bench serve`), `pairloop` (the one loop that runs every pair), `pairstats` (the
+statistics of paired runs: a geometric mean of ratios and its 95 % interval), `finish`
+(`tune`'s last phases: `explain_and_recheck`).
 
 Imports tuning, measure, engine and the top-level basics; results and the CLI import it.
 """

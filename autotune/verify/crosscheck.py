@@ -28,15 +28,15 @@ from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import searchplan, vllmbench, watch
-from autotune.stored import plain
+from autotune.remeasurements import VLLM_CLIENT, PairRun, Ratio, Recheck
+from autotune.stored import json_data
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import prune
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.studyrecord import VALIDATION_VLLM
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.validation import VLLM_CLIENT, PairRun, Ratio, Recheck
-from autotune.verify import paired, pairs, validate
+from autotune.verify import pairloop, pairstats, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
 START_FACTOR = searchplan.AROUND
@@ -68,8 +68,8 @@ def summarise(runs: Sequence[PairRun], fixed: bool = False) -> Recheck:
     cand = sorted((r for r in runs if r.role == "candidate"), key=lambda r: r.pair)
     if not base or len(base) != len(cand):
         raise ValueError("validation needs one baseline and one candidate run per pair")
-    logs = paired.log_ratios([of(r) for r in cand], [of(r) for r in base])
-    found = paired.ratio(logs, better) if logs is not None else Ratio(better=better)
+    logs = pairstats.log_ratios([of(r) for r in cand], [of(r) for r in base])
+    found = pairstats.ratio(logs, better) if logs is not None else Ratio(better=better)
     out = Recheck(baseline_mean=sum(of(r) or 0.0 for r in base) / len(base),
                   candidate_mean=sum(of(r) or 0.0 for r in cand) / len(cand),
                   pairs=len(base), ratio=found.ratio, ci_low=found.ci_low,
@@ -77,8 +77,8 @@ def summarise(runs: Sequence[PairRun], fixed: bool = False) -> Recheck:
     if fixed or logs is None or not all(r.low for r in runs):
         return out
     # a run with no failing rate (a floor) leaves its side of the bracket open
-    lows = paired.log_ratios([r.low for r in cand], [r.high for r in base])
-    highs = paired.log_ratios([r.high for r in cand], [r.low for r in base])
+    lows = pairstats.log_ratios([r.low for r in cand], [r.high for r in base])
+    highs = pairstats.log_ratios([r.high for r in cand], [r.low for r in base])
     low = math.exp(statistics.fmean(lows)) if lows else None
     high = math.exp(statistics.fmean(highs)) if highs else None
     return replace(out, bracket_low=low, bracket_high=high,
@@ -139,7 +139,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
             where / (f"vllmbench-gpu{d}.log" if side_by_side else "vllmbench.log")))
             for d in devices}
 
-        def measure(run: pairs.Run) -> PairRun:
+        def measure(run: pairloop.Run) -> PairRun:
             on = f"-gpu{run.device}" if side_by_side else ""
             what = (f"run {run.index} ({run.role}, trial #{run.trial.number}"
                     + (f", GPU {run.device})" if side_by_side else ")"))
@@ -147,7 +147,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
                                     where / f"{run.index:02d}-{run.role}{on}", step_s, what,
                                     run.device, run.slot), gpu=run.device)
 
-        runs = pairs.run_pairs(
+        runs = pairloop.run_pairs(
             order, candidate, against, measure, devices=devices, on_run=on_run,
             wait=lambda d: prune.wait_gpu_released(idle[d], scenario.prune.gpu_release_timeout_s,
                                                    d))
@@ -169,7 +169,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         dir=str(where), when=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     result = replace(result, verdict=result.word())
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose the runs
-        studyrecord.store_validation(study, candidate.number, VALIDATION_VLLM, plain(result))
+        studyrecord.store_validation(study, candidate.number, VALIDATION_VLLM, json_data(result))
     return result
 
 
@@ -243,6 +243,6 @@ def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialR
                    bracket=found.bracket, uncertainty=found.uncertainty,
                    saturated=found.saturated, stopped=found.stopped,
                    max_request_throughput=found.max_request_throughput,
-                   output_throughput=found.output_throughput, steps=plain(found.steps),
+                   output_throughput=found.output_throughput, steps=json_data(found.steps),
                    flags=launch, startup_s=round(startup, 3), measure_s=round(measure_s, 3),
                    log_path=str(run_dir / "engine.log"), dir=str(run_dir))

@@ -25,9 +25,9 @@ from optuna.trial import TrialState
 from autotune.config import Scenario
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import vllmbench
+from autotune.remeasurements import Recheck, Validation
 from autotune.tuning import ablation, ranking
 from autotune.tuning.records.snapshot import records
-from autotune.validation import Recheck, Validation
 from autotune.verify import crosscheck, validate
 
 log = logging.getLogger("autotune")
@@ -50,9 +50,9 @@ def longest_trial_s(study: optuna.Study) -> float:
     return max(spans, default=0.0)
 
 
-def run(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
-        left_s: Callable[[], float | None] = lambda: None,
-        say: Callable[[str], None] = log.info) -> Finish:
+def explain_and_recheck(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
+                        left_s: Callable[[], float | None] = lambda: None,
+                        say: Callable[[str], None] = log.info) -> Finish:
     """The phases `scenario.budget` asks for; `left_s()` is the time budget left (None:
     no limit)."""
     done = Finish()
@@ -109,8 +109,8 @@ def run(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
 
 
 def deadline(timeout_s: float | None, started: float) -> Callable[[], float | None]:
-    """`run`'s `left_s` for a time budget of `timeout_s` counted from `started`
-    (`time.monotonic`)."""
+    """`explain_and_recheck`'s `left_s` for a time budget of `timeout_s` counted from
+    `started` (`time.monotonic`)."""
     if timeout_s is None:
         return lambda: None
     return lambda: timeout_s - (time.monotonic() - started)

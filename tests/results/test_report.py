@@ -321,7 +321,7 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     assert report.history_figure(st).layout.title.text.startswith(
         f"Optimisation history: weighted gain over {name}")
     assert f"over {name}; ship" in reportpage.build(st)
-    assert export.Facts.of(st, records(st)[2]).gain_over == name
+    assert export.Provenance.of(st, records(st)[2]).gain_over == name
     # with the defaults measured, the wording stays as it was
     _done(st, 90.0, 60.0, 0.0, baseline="vllm-defaults")
     assert ranking.reference_trial(st).number == 3

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from autotune.config import Param, Scenario
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import relief
@@ -209,7 +209,7 @@ def canned(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any) -> t
               "gpu_util_mean": 60.0 if servers < 4 else 97.0}
     summary = {"completed": 8, "failed": 0, "output_throughput": 100.0 * servers,
                "p95_ttft_ms": 50.0, "probes": probes,
-               "bottleneck": plain(bn.attribute(probes))}
+               "bottleneck": json_data(bn.attribute(probes))}
     return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, trial_mod.EngineRun(flags))
 
 

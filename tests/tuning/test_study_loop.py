@@ -23,7 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning import ranking, study
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.records import studyrecord, writers
@@ -268,7 +268,7 @@ def test_a_killed_tuners_running_trial_runs_again(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     trial = heartbeat.ask(st)  # the defaults, left RUNNING as a SIGKILL leaves them
-    writers.write(trial, flags={}, worker=plain(heartbeat.Worker(
+    writers.write(trial, flags={}, worker=json_data(heartbeat.Worker(
         "gone", socket.gethostname(), dead.pid, time.time() - 5)))
     assert shared.recover() == 1  # its process is gone: at once
     recs = records(st)

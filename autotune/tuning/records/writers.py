@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.measure.speculation import Speculation
-from autotune.stored import Stored, plain
+from autotune.stored import Stored, json_data
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import Origin
 from autotune.tuning.records.scalars import short
@@ -41,7 +41,7 @@ def user_attrs(**values: Any) -> dict[str, Any]:
     if unknown:
         raise TypeError(f"not trial record fields: {', '.join(sorted(unknown))}")
     out: dict[str, Any] = {"record_version": VERSION}
-    out.update((k, plain(v)) for k, v in values.items())
+    out.update((k, json_data(v)) for k, v in values.items())
     quality = out.get("quality")
     found = short(out.get("metrics"),
                   Quality.from_dict(quality) if quality is not None else None,
@@ -93,7 +93,7 @@ def queued_again(rec: TrialRecord) -> dict[str, Any]:
     queued flags, and why it was tried."""
     out = queued(rec.baseline, rec.baseline_flags) if rec.baseline_flags is not None else {}
     if rec.origin is not None:
-        out["origin"] = plain(rec.origin)
+        out["origin"] = json_data(rec.origin)
     return out
 
 

@@ -45,7 +45,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import event
 
 from autotune.flags import normalize
-from autotune.stored import plain
+from autotune.stored import json_data
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import StudyRecord
@@ -339,7 +339,7 @@ def register(study: optuna.Study, worker: Worker, seed: int) -> int:
     the scenario's seed and the worker's id. Each worker writes its key before it reads the
     others', so of two that start together at least one sees the other."""
     studyrecord.set_worker(study, worker.id, {
-        **plain(worker), "since": dt.datetime.now().isoformat(timespec="seconds")})
+        **json_data(worker), "since": dt.datetime.now().isoformat(timespec="seconds")})
     others = [w for w in StudyRecord.of(study).workers if w != worker.id]
     return derived_seed(seed, worker.id) if others else seed
 

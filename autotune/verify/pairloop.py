@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from autotune.remeasurements import PairRun
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.validation import PairRun
 
 
 @dataclass(frozen=True)
