@@ -1,4 +1,4 @@
-"""No function of the measurement layer takes more than `MOST` parameters: what travels
+"""No function of the measurement and tuning layers takes more than `MOST` parameters: what travels
 together (a workload against a server, a step as it was sent, a search's anchor) is one
 typed record, not a row of keywords that each caller unpacks and the callee repacks."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MOST = 7
 # The packages held to `MOST`; `self` and `cls` do not count, `*args` and `**kwargs` do.
-PACKAGES = ("autotune/measure",)
+PACKAGES = ("autotune/measure", "autotune/tuning")
 
 
 def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
