@@ -1,14 +1,11 @@
 """One worker of `autotune tune --gpus`: `python -m autotune.cli.worker SCENARIO ...`.
 
-`autotune.tuning.sharing.workers` starts one of these per GPU; people never run it themselves. It
-is `autotune tune` for one worker of a run: the study is the parent's (its storage URL comes
-through `AUTOTUNE_STORAGE` in the environment, never the command line), the run's trials
-are taken from the parent's counter file (`--tickets`), and once the parent is gone
-(`--parent-pid`) the worker stops as on SIGTERM. Its own small parser keeps these options
-out of the user's `autotune tune`; everything else is `tune`'s own code (`tune.tune_here`,
-given the `TuneCommand` this worker's options make),
-so a worker tunes exactly as a single tuner does, with its lines in `tune.log` tagged with
-its id and its progress lines in its own log only.
+`autotune.tuning.sharing.workers` starts one per GPU; people never run it. It is `autotune
+tune` for one worker: the study is the parent's (storage URL via `AUTOTUNE_STORAGE`, never
+the command line), trials come from the parent's counter file (`--tickets`), and once the
+parent is gone (`--parent-pid`) it stops as on SIGTERM. Its own parser keeps these options
+out of `autotune tune`; the rest is `tune.tune_here`, so a worker tunes as a single tuner
+does, its `tune.log` lines tagged with its id.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Hold GPU memory so that an engine on a big GPU has exactly a smaller card's memory.
 
-Emulating a card by scaling `--gpu-memory-utilization` alone is not a cap: vLLM's budget
-leaves out CUDA graphs, the CUDA context and allocator overhead, so an engine "emulating"
-24 GiB peaked at 24.6 GiB on an H200. The ballast takes that freedom away: it allocates
-device memory until only the emulated card's memory is free, so whatever the engine needs
-beyond its budget must fit in the card, as it would on the real one.
+Scaling `--gpu-memory-utilization` alone is not a cap: vLLM's budget leaves out CUDA graphs,
+the CUDA context and allocator overhead (docs/architecture.md, "An emulated card"). The
+ballast allocates until only the emulated card's memory is free, so the engine must fit it.
 
-`python -m autotune.engine.ballast --free-gib G [--device N]` allocates until device N (as CUDA
-numbers it, so CUDA_VISIBLE_DEVICES applies: the engine's device 0 is its device 0) has G
-GiB free, prints `ready <bytes held> <free bytes>` and sleeps until it is killed or its
-parent dies. It talks to the CUDA driver through ctypes, standard library only, so it is
-ready in well under a second; without a driver, or with less than G GiB free, it prints one
-line on stderr and exits with code 2. `Ballast` runs it for a trial.
+`python -m autotune.engine.ballast --free-gib G [--device N]` allocates until CUDA device N has
+G GiB free, prints `ready <bytes held> <free bytes>` and sleeps until killed or orphaned;
+ctypes to the CUDA driver, standard library only. Without a driver, or G GiB, it exits 2.
 """
 
 from __future__ import annotations

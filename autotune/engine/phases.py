@@ -1,16 +1,10 @@
 """Where an engine's start-up time went, phase by phase, timed while it starts.
 
-vLLM stamps its log lines to the second, and its own figures (weights, compile, graphs) cover
-only the engine core's part. The rest of a start is Python importing vLLM in each process,
-model inspection, the spawn of the engine core (and, on the CPU build, of its worker) and
-the API server's own set-up; on the H200 those were half of a warm start. `Server` feeds
-each new piece of the log to a `PhaseClock` while it polls for readiness, so each phase
-ends when its first line shows up (to the poll interval, 0.5 s), not to the second of a
-timestamp.
-
-A phase whose marker never shows (no worker process on a one-GPU engine, a release that
-words a line differently) is folded into the next one that does: the phases always add up to
-the whole start-up.
+vLLM stamps its log lines to the second, and its own figures cover only the engine core's
+part; imports, model inspection, process spawns and the API server's set-up are the rest.
+`Server` feeds each new piece of the log to a `PhaseClock` while it polls for readiness,
+so a phase ends when its first line shows up (to the 0.5-s poll). A phase whose marker
+never shows is folded into the next one that does: the phases add up to the start-up.
 """
 
 from __future__ import annotations

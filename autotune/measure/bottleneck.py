@@ -1,10 +1,9 @@
 """What limited the engine in a load step: the client, KV memory, the front end, the
 engine core, the GPU, or nothing that saturated (the SLO itself binds first).
 
-Tuning flags that do not touch the limit cannot move capacity: on the H200 the chat
-study searched memory and batching flags while one API-server process sat at 100 % of
-a core and the GPU was 66-75 % busy. Each step's window figures (`probes.ProbeSummary`
-and the client's event-loop lag) are read in this order, first match wins:
+Tuning flags that do not touch the limit cannot move capacity. Each step's window figures
+(`probes.ProbeSummary` and the client's event-loop lag) are read in this order, first match
+wins:
 
 1. the client: its process near a full core or its event loop waking late, so its
    timestamps are its own delays (the measurement is then invalid, and says so);
@@ -17,14 +16,11 @@ and the client's event-loop lag) are read in this order, first match wins:
    on a GPU, a worker that cannot launch kernels fast enough);
 7. none of these: no resource saturated before the SLO broke.
 
-A threshold alone misleads where a resource is busy at every load: on the H200 the engine
-core read 90-102 % of a core at nearly every step of every trial, passing or failing, while
-the API server's CPU rose with the load (58, 75, 80 % passing; 88, 109 % failing), and the
-threshold named the engine core at every knee. So a search's limit is named by contrast
-(`across`): what rose into near saturation between the highest passing step and the lowest
-failing one (by at least `RISE` points, even from a busy reading: a GPU going from 91 to
-100 % rose), a resource pegged on both sides without rising being no evidence; the
-threshold reading of the failing step stands only where nothing rose.
+A threshold alone misleads where a resource is busy at every load (docs/concepts.md, "The
+bottleneck"), so a search's limit is named by contrast (`across`): what rose into near
+saturation between the highest passing step and the lowest failing one (by at least `RISE`
+points, even from a busy reading), a resource pegged on both sides being no evidence; the
+failing step's threshold reading stands only where nothing rose.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """The steady part of a load step: which requests to judge, and whether a backlog grew.
 
-A step that lasts a few request lifetimes measures the transient: a queue that grows
-a little every second does not show in its p95 (on the H200 4-6-s steps reported a
-1.24x capacity gain that `vllm bench serve` at 22-s steps did not reproduce). So a
-step is judged on a window of its arrival schedule that leaves out the ramp (the
-engine filling up from idle) and the end (the batch thinning out once arrivals stop),
-with requests attributed to the window by their arrival time; and it fails when the
-requests in flight grow through the window even if the percentiles pass, because
-completions falling behind arrivals is what "above capacity" means.
-
-A request arrives when the arrival schedule offered it (`RequestResult.due`), not when
-the client managed to send it: a client that falls behind its schedule (a busy event
-loop on a shared machine) would otherwise offer less than the step's rate, and the
-engine keep pace with what it was sent. The window's offered and achieved rates are
-both requests per second over the window, so that they can be compared: the verdict
-fails a step that achieved more than `backlog_limit` less than it offered.
-
-Pure functions of the request records: the in-flight count is exact on the client's
-clock, whereas the engine's `num_requests_waiting` misses a backlog held in front of
-the engine (an API server at 100 % of a core queues requests before the scheduler).
+A step that lasts a few request lifetimes measures the transient: a slowly growing queue
+does not show in its p95 (docs/concepts.md, "Capacity at SLO"). So a step is judged on a
+window of its arrival schedule without the ramp and the drain, requests attributed by
+arrival time (`RequestResult.due`, so a client behind its schedule cannot hide a backlog),
+and it fails when the backlog grows through the window even if the percentiles pass. Pure
+functions of the request records: the client's in-flight count also sees a backlog held in
+front of the scheduler, which the engine's `num_requests_waiting` misses.
 """
 
 from __future__ import annotations
@@ -58,28 +46,13 @@ def arrived_in(results: Sequence[RequestResult], w: Window) -> list[RequestResul
 class Backlog:
     """How the queue moved through the window, and what the engine kept pace with.
 
-    The queue is what arrived and is not being served: the requests in flight since their
-    arrival (a request the client has not sent yet included) less the engine's running
-    ones (`vllm:num_requests_running`), i.e. requests waiting in the client, in the
-    scheduler or in front of it (an API server at 100 % of a core). `growth` is the
-    least-squares slope of the queue times the window's length (requests); `share` is
-    that growth over the requests that arrived in the window: the fraction of arrivals
-    the engine did not keep up with. Without engine samples the queue is the whole
-    in-flight count. `in_flight_growth` is the in-flight count's own trend, for the record:
-    on the H200 the running batch itself grew by 30-70 % of its mean through 14-s windows
-    at rates whose TTFT p95 stayed at a fifth of the SLO (a larger batch decodes slower,
-    so it settles higher), which is not a backlog.
-
-    `offered_rps` is the window's arrivals per second; `achieved_rps` the requests per
-    second the engine took into service over the same window (the arrivals less the
-    queue's growth), so `share` > limit and `achieved_rps` < (1 - limit) x `offered_rps`
-    are one rule. `completed_rps` (replies ended in the window, per second) is for the
-    record: a batch that settles higher completes fewer than arrive while it grows.
-    `late_p99_s` is how late the client sent the window's requests (p99 of send time less
-    due time): behind its schedule, it offered less than the step's rate. `backlog`
-    rounds the figures to 4 decimals, as a step's record keeps them
-    (`autotune.stored.json_data`), so that the record holds the very figures that judged the
-    step.
+    The queue is the requests in flight since arrival (unsent ones included) less the engine's
+    running ones (without engine samples, the whole in-flight count). `growth` is its
+    least-squares slope times the window's length, `share` that growth over the window's
+    arrivals; `achieved_rps` is the arrivals less the growth, per second, so `share` > limit and
+    `achieved_rps` < (1 - limit) x `offered_rps` are one rule. `in_flight_growth` (a batch that
+    settles higher grows too, and is no backlog), `completed_rps` and `late_p99_s` (how late the
+    client sent) are for the record. `backlog` rounds to 4 decimals, as the step's record does.
     """
 
     growth: float

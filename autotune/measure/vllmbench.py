@@ -1,16 +1,11 @@
 """Measure with vLLM's own client: `vllm bench serve` steps run by one long-lived helper.
 
-A gain found with autotune's load generator is re-measured with `vllm bench serve`
-before anyone quotes it (4-6-s steps once showed a 1.24x gain that vLLM's client,
-at 22-s steps, did not reproduce). Each invocation of `vllm bench serve` pays
-~27 s of imports on a GPU host, so one helper process (`python -m
-autotune.measure.vllmbench`) imports `vllm.benchmarks.serve` once and then runs one step
-per JSON line it reads on stdin (`{"argv": [...], "api_key": ...}`), answering one
-JSON line on stdout. It exits when its stdin closes. The API key reaches vLLM's
-client through `OPENAI_API_KEY`, which it reads per request, never the command line.
-
-`search` finds a capacity at SLO with these steps through `searchplan.plan`, the same
-search autotune's own steps use; only the measuring differs.
+A gain found with autotune's load generator is re-measured with `vllm bench serve` before
+it is quoted. Each `vllm bench serve` pays its imports (docs/architecture.md, "Measuring a
+capacity"), so one helper (`python -m autotune.measure.vllmbench`) imports it once and runs
+one step per JSON line on stdin (`{"argv": [...], "api_key": ...}`), answering one JSON line
+on stdout, until stdin closes. The API key goes through `OPENAI_API_KEY`, never argv.
+`search` runs the same `searchplan.plan` with these steps.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Run a measurement only as long as its engine can serve it.
 
-Every wait on the engine (an idle engine between capacity steps, a load step, the
-guardrail's requests) would otherwise learn of a dead engine only from timeouts: the
-idle wait polls `/metrics` for `idle_timeout_s` (120 s), and a capacity search of 5
-steps once spent 628 s on a killed API server (issue 16). So each is run under a
-watch: `alive()` is polled from a thread (it may read the process table, which must
-not stall the event loop that timestamps streamed tokens) every `POLL_S`, and the
-first reason it names cancels the measurement and raises `Halted` with that reason.
-
-`alive` is a plain callable, `None` while the engine may be used and a reason text
-once it may not (the engine died, the trial's time is spent): the measure layer knows
-nothing of how an engine is run. `autotune.engine.server.Server.death` is one.
+Every wait on the engine (the idle wait between capacity steps, a load step, the guardrail's
+requests) would otherwise learn of a dead engine only from timeouts. So each runs under a
+watch: `alive()` is polled every `POLL_S` from a thread (it may read the process table, which
+must not stall the event loop that timestamps tokens), and the first reason it names cancels
+the measurement with `Halted`. `alive` returns `None` while the engine may be used, else a
+reason; `autotune.engine.server.Server.death` is one.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Money and machines: what a configuration costs to serve, and how many replicas a load needs.
 
-A capacity-mode trial measured the highest sustained request rate at which every SLO held
-(`CapacityRecord.low`): its capacity at SLO, the rate one replica can be trusted with (the
-figure `show` ranks by). Its output tokens/s at that rate is the record's
-`output_throughput`: the rate times the mean output tokens per request of
-the passing step at `low` (that step's own `output_throughput` covers the whole step, ramp
-and drain included, so it reads low). From those two figures:
-
-- one replica costs the GPU-hour price times the GPUs it holds an hour, and at its capacity
-  it makes output_throughput x 3600 tokens in that hour: hence a cost per million output
-  tokens that is comparable across configurations, GPUs and clouds;
-- a load of R req/s needs ceil(R / capacity) replicas, each kept at or below its capacity.
-
-It is not the export's more cautious "safe request rate" (`autotune.results.limits`), which
-its autoscaler targets: that one steps down to a passing step at or below the capacity
-interval's low end, so it moves with the search's step grid (vLLM's defaults on the H200:
-37.5 req/s against a capacity of 56.3), and costs compared on it would compare grids.
-
-Prices are the study's (`cost:` in the scenario), or the command line's, which wins. Without
-one the replicas are still given. A trial without a capacity (no capacity search, or no rate
-met the SLOs) cannot serve at its SLO: it is said, never divided by.
+A capacity-mode trial's capacity at SLO (`CapacityRecord.low`) is the rate one replica can
+be trusted with; its `output_throughput` is that rate times the mean output tokens per
+request of the passing step at `low` (the step's own figure includes ramp and drain). Hence:
+one replica costs the GPU-hour price times its GPUs and makes output_throughput x 3600
+tokens an hour, a cost per million output tokens comparable across configurations, GPUs
+and clouds; a load of R req/s needs ceil(R / capacity) replicas. It is not the export's
+"safe request rate" (`autotune.results.limits`), which moves with the search's step grid.
+Prices: the study's (`cost:`) or the command line's. A trial without a capacity cannot
+serve at its SLO: it is said, never divided by.
 """
 
 from __future__ import annotations

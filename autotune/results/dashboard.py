@@ -1,23 +1,12 @@
 """`autotune dashboard`: optuna-dashboard over a study, naming the best trial as `show` does.
 
-optuna-dashboard reads any Optuna storage, but on its own it names as best the completed
-trial with the highest value (`storage.get_best_trial`), constraints ignored: on the H200
-chat study that is #15, whose fp8 KV cache failed the quality guardrail. Optuna's named
-constraints do not change that (the dashboard draws them, it does not rank by them). And it
-cuts every user attribute at 1,024 characters, so `metrics` and `quality` arrive as broken
-JSON.
-
-This module serves the same dashboard (its own WSGI application, unchanged) with two
-corrections made on its JSON answers:
-
-- `best_trials` of a study is autotune's choice: the best feasible trial with ties broken
-  towards fewer overrides (`ranking.feasible_best`, what `autotune show` prints), or in
-  Pareto studies the feasible Pareto set; none while no trial is feasible;
-- every trial carries the short scalars of its record (`TrialRecord.scalars`: feasible,
-  capacity, gain, outcome, reason, drift, bottleneck, ...) as attributes, also for studies
-  written before the record stored them.
-
-Nothing is written to the study.
+On its own optuna-dashboard names as best the completed trial with the highest value,
+constraints ignored (docs/architecture.md, "The read side"), and cuts user attributes at
+1,024 characters, breaking `metrics` and `quality`. This serves the same WSGI application
+with its JSON answers corrected: a study's `best_trials` is autotune's choice
+(`ranking.feasible_best`, or the feasible Pareto set; none while nothing is feasible), and
+every trial carries its record's short scalars (`TrialRecord.scalars`) as attributes, also
+for older studies. Nothing is written to the study.
 """
 
 from __future__ import annotations

@@ -2,12 +2,11 @@
 (the smallest one tied with the winner, as `export` picks it), its real overrides of vLLM's
 effective defaults, its capacity at the SLO as a ratio to vLLM's defaults with an interval,
 its quality verdict, and with a price or a load its cost and replicas. The weighted score
-comes last, named "score": it mixes throughput, latency and memory, so a capacity of 1.34x
-can read as "+4.6 %" and must never be the headline.
+comes last, as "score": it mixes throughput, latency and memory, so it is never the headline.
 
-A study with no feasible trial gives `NoAnswer` instead: the reason its trials share and
-what to change. `show`, the end of `tune`, the report's header and `--json` all read one
-`Decision` (or `NoAnswer`), so they cannot disagree.
+A study with no feasible trial gives `NoAnswer`: the reason its trials share and what to
+change. `show`, the end of `tune`, the report's header and `--json` all read one `Decision`
+(or `NoAnswer`), so they cannot disagree.
 """
 
 from __future__ import annotations

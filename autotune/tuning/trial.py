@@ -1,14 +1,11 @@
 """One configuration, start to finish: launch, measure, stop, and say what happened.
 
-`run_trial` never raises for anything the configuration itself causes: an engine that
-cannot start is a pruned outcome with its reason; an exception of autotune's
-own propagates, and the study records the trial as FAIL.
-
-An engine that dies while it is measured ends the trial within a poll as pruned
-`crashed` (its detail: which process died, by which signal or exit code, and the log's
-last error), and a trial whose `budget.trial_timeout` is spent, wherever it is, ends as
-pruned `timeout` (`autotune.tuning.deadline`). Either way the engine's whole process
-group is gone when `run_trial` returns.
+`run_trial` never raises for anything the configuration itself causes: an engine that cannot
+start is a pruned outcome with its reason; an exception of autotune's own propagates (FAIL).
+An engine that dies while measured ends the trial within a poll as pruned `crashed` (which
+process died, how, the log's last error); a spent `budget.trial_timeout` ends it as pruned
+`timeout` (`autotune.tuning.deadline`). Either way the engine's whole process group is gone
+when `run_trial` returns.
 """
 
 from __future__ import annotations

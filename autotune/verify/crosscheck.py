@@ -47,18 +47,13 @@ REPEATS = 3
 def summarise(runs: Sequence[PairRun], fixed: bool = False) -> Recheck:
     """Ratio candidate/baseline of each run's capacity at SLO (in a fixed-workload study,
     `fixed`, the objective's latency: lower is better) over the pairs, with its 95 %
-    interval (pure).
+    interval (pure). The ratio is None when a run has no figure.
 
-    The ratio is None when a run has no figure (a capacity met at no rate: a ratio to 0
-    means nothing).
-
-    A capacity is only known to lie in its run's bracket, from the highest passing rate to
-    the lowest failing one, and the searches of a re-check start at the same figure and
-    move by the same factor: two pairs can land on the same rates and agree exactly (on
-    the H200, 1.63x and 1.63x), which says nothing about how far the true ratio may be.
-    So the interval is never narrower than the brackets allow (`bracket_low`, the pairs'
-    geometric mean of candidate low over baseline high, and `bracket_high`, of candidate
-    high over baseline low).
+    A capacity is only known to lie in its run's bracket, and re-check searches start at the
+    same figure and move by the same factor, so two pairs can land on the same rates and agree
+    exactly, which says nothing about the resolution. So the interval is never narrower than
+    the brackets allow (`bracket_low`, the geometric mean of candidate low over baseline high,
+    and `bracket_high`, of candidate high over baseline low).
     """
     def of(r: PairRun) -> float | None:
         return r.figure if fixed else r.capacity

@@ -1,13 +1,11 @@
 """Check that a tuned configuration's gain holds: paired, alternating re-runs with a CI.
 
-One tuning run per configuration cannot tell a real gain from a lucky start-up.
-`validate` launches the baseline and the candidate K times each, alternating
-(baseline, candidate, baseline, ...), each run a fresh engine with the study's
-own scenario, and reports candidate/baseline from the K pairs with a 95 %
-interval (`autotune.verify.pairstats`). The result is kept with the study as the candidate's
-validation (`studyrecord.store_validation`), where `show`, `export` and `report` read it.
-`validate --client vllm` (`autotune.verify.crosscheck`) re-measures capacity with
-`vllm bench serve` instead, independently of autotune's load generator.
+One tuning run per configuration cannot tell a real gain from a lucky start-up. `validate`
+launches baseline and candidate K times each, alternating, each a fresh engine with the
+study's own scenario, and reports candidate/baseline over the K pairs with a 95 % interval
+(`autotune.verify.pairstats`), kept with the study (`studyrecord.store_validation`) for
+`show`, `export` and `report`. `validate --client vllm` (`autotune.verify.crosscheck`)
+re-measures capacity with `vllm bench serve` instead.
 """
 
 from __future__ import annotations

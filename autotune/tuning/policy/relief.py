@@ -9,11 +9,11 @@ trial just measured) beside the sampler's own suggestions (`autotune.tuning.stud
 
 `RELIEF` is the one table of those moves: for each bottleneck, the flags that relieve it,
 in order, and which way to move each. The entries come from the engine's documented
-behaviour and this project's measurements:
+behaviour and measurements (docs/concepts.md, "Guided search"):
 
 - front end (an API-server process near a full core): more API servers
-  (`--api-server-count`, H200 chat: 61 -> 90 req/s at the same SLO, the GPU then 94-99 %
-  busy), then a larger `--stream-interval` (fewer streamed events to write per token);
+  (`--api-server-count`), then a larger `--stream-interval` (fewer streamed events to write
+  per token);
 - engine core (its process near a full core): async scheduling (the scheduler prepares the
   next step while the GPU runs this one), then more sequences and tokens per step, which
   spread the scheduler's fixed cost per step over more tokens;

@@ -1,14 +1,11 @@
 """The guardrail's task check: short questions whose answers can be checked exactly.
 
-Log-prob drift tells that a configuration changed the model's answers, not whether they
-got worse. This set asks what users ask of a served model in miniature (pull a field
-out of a record, do a sum, compare numbers, copy or pick from a list, find a word) and
-checks each greedy answer against the right one, so a trial's accuracy, and its paired
-difference against the reference configuration on the very same items, can be read in
-points. The set is generated from a seed, with no file and no network: every study and
-every machine asks the same questions. Kinds are mixed so that a small real model
-(SmolLM2-135M-Instruct) gets some right and some wrong, which lets a change show in both
-directions.
+Log-prob drift tells that a configuration changed the model's answers, not whether they got
+worse. This set asks what users ask of a served model in miniature (pull a field out of a
+record, a sum, a comparison, copy or pick from a list, find a word) and checks each greedy
+answer exactly, so accuracy and its paired difference against the reference read in points.
+It is generated from a seed (no file, no network), so every study asks the same questions;
+kinds are mixed so that a small real model gets some right and some wrong.
 """
 
 from __future__ import annotations

@@ -157,17 +157,13 @@ def storage(url: str, *, heartbeat_s: int | None = None, grace_s: int | None = N
 
 def serialize_sqlite(engine: sqlalchemy.engine.Engine) -> None:
     """Make every transaction on this SQLite engine take the database's write lock first
-    (`BEGIN IMMEDIATE`), so that Optuna's read-then-write updates are atomic between
-    processes.
+    (`BEGIN IMMEDIATE`), so that Optuna's read-then-write updates are atomic between processes.
 
-    Optuna pops a queued trial by reading it as WAITING and then writing RUNNING, inside a
-    transaction that asks for a row lock (`SELECT ... FOR UPDATE`). SQLite has no row locks,
-    and Python's sqlite3 driver opens the transaction only at the write, so two workers could
-    both read WAITING and both run the same trial (measured: 15 of 150 queued trials popped
-    twice by two processes; seen once in `tune --gpus` on a loaded host). This is
-    SQLAlchemy's documented recipe for pysqlite's transactions: the driver emits no BEGIN
-    of its own, and each SQLAlchemy transaction begins with ours. Reads wait for a writer
-    too (the 60-s busy timeout), which costs milliseconds at a study's rate of writes."""
+    Optuna pops a queued trial by reading WAITING then writing RUNNING under `SELECT ... FOR
+    UPDATE`; SQLite has no row locks and pysqlite opens the transaction only at the write, so
+    two workers could run the same trial (docs/architecture.md, "Several workers of one study").
+    This is SQLAlchemy's documented recipe for pysqlite: the driver emits no BEGIN of its own,
+    and each transaction begins with ours. Reads wait for a writer too (60-s busy timeout)."""
 
     @event.listens_for(engine, "connect")
     def _no_driver_begin(dbapi_connection: Any, _record: Any) -> None:
