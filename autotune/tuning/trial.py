@@ -156,8 +156,9 @@ def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: 
     trial_dir.mkdir(parents=True, exist_ok=True)
     device = gpu.device()
     facts = EngineRun(flags, command_line(model, flags), "-".join(installed()),
-                  {"name": device.name, "memory_mib": device.memory_mib} if device
-                  else {"name": "cpu"}, scenario.engine.env, str(trial_dir / "engine.log"))
+                      {"name": device.name, "memory_mib": device.memory_mib} if device
+                      else {"name": "cpu"}, scenario.engine.env,
+                      str(trial_dir / "engine.log"))
     why = relation_violation(flags)
     if why:
         facts.detail = why
