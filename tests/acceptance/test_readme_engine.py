@@ -100,7 +100,9 @@ def test_the_capacity_is_one_figure_in_every_output(block):
             live = [ln for ln in tune.stdout.splitlines()
                     if ln.startswith("trial ") and " | " in ln]
             assert f"best #{decision['trial']} {number}" in live[-1], live
-    assert figure in _ran(block, "show", STUDY).stdout
+    # the block's `show`, right after `tune`, decided as `tune` did; `show` now as `--json`
+    assert said.group(1) in _ran(block, "show", STUDY).stdout
+    assert figure in readme.run(f".venv/bin/autotune show {STUDY}", cwd).stdout
     report = (cwd / "report.html").read_text()
     assert html.escape(figure) in report
     for fmt in FORMATS:
