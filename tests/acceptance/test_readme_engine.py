@@ -88,7 +88,7 @@ def test_the_capacity_is_one_figure_in_every_output(block):
     # The end of `tune` decided on the best then; `explain`, later in the block, can add a
     # smaller configuration tied with it, which `show` decides on now. Either way the
     # figure `tune` gave its trial is the one `show --trial` gives that trial.
-    decided = re.search(r"decision: trial #(\d+) ", tune.stdout)
+    decided = re.search(r"decision: [^\n]*?trial #(\d+)", tune.stdout)
     assert decided is not None, tune.stdout[-2000:]
     said = re.search(r"capacity at SLO \([^)]*\): ([^;\n]+)", tune.stdout[decided.end():])
     assert said is not None, tune.stdout[-2000:]
