@@ -68,6 +68,19 @@ REASONS = {
     "tests/measure/test_capacity_engine.py::test_search_holds_its_slos_within_the_step_budget":
         "its set-up starts the module's two engines and runs the loose search the other "
         "capacity tests compare against",
+    "tests/tuning/test_study_engine.py::test_study_on_postgresql_reusing_a_reference":
+        "a study of its own on the PostgreSQL server, its trials' engines started fresh "
+        "(86 s in a CI run beside another engine)",
+    "tests/measure/test_bench_engine.py::test_bench_cli_launches_its_own_server":
+        "`bench --model` as a user runs it: its own engine started and stopped (84 s in a "
+        "CI run beside another engine)",
+    "tests/tuning/test_faults_engine.py::test_bench_with_its_own_engine_stops_in_one_line_"
+    "when_the_engine_dies":
+        "`bench --model` with an engine of its own, killed mid-run (81 s in a CI run beside "
+        "another engine)",
+    "tests/engine/test_engine.py::test_serves_behind_a_busy_port_and_stops_everything":
+        "an engine started behind a taken port, retried and stopped whole (68 s in a CI "
+        "run beside another engine)",
 }
 
 _seconds: dict[str, float] = defaultdict(float)
