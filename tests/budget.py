@@ -81,6 +81,14 @@ REASONS = {
     "tests/engine/test_engine.py::test_serves_behind_a_busy_port_and_stops_everything":
         "an engine started behind a taken port, retried and stopped whole (68 s in a CI "
         "run beside another engine)",
+    "tests/engine/test_engine.py::test_signal_to_the_tuner_leaves_no_engine[sigterm]":
+        "an engine started and its tuner signalled, every process of it checked gone",
+    "tests/engine/test_engine.py::test_signal_to_the_tuner_leaves_no_engine[sigint]":
+        "an engine started and its tuner signalled, every process of it checked gone",
+    "tests/engine/test_engine.py::test_signal_to_the_tuner_leaves_no_engine[sigkill]":
+        "an engine started and its tuner killed, every process of it checked gone",
+    "tests/tuning/test_study_engine.py::test_exported_config_file_serves":
+        "the exported configuration file served by `vllm serve` itself",
 }
 
 _seconds: dict[str, float] = defaultdict(float)
