@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from autotune import traces
 from autotune.errors import ConfigError
-from autotune.flags import Flags, flag_name, normalize
+from autotune.flags import Flags, flag_name, normalize, text
 from autotune.slo import check_key, latency_key
 from autotune.traffic import WorkloadSpec
 
@@ -88,21 +88,21 @@ class ModelSpec(_Strict):
         return self
 
 
-def _canonical(flags: dict[str, Any]) -> Flags:
-    """Flags as every later stage reads them, normalised once here: canonical names
-    (`max_num_seqs` reads as `max-num-seqs`), `None` dropped; a flag given under two
-    spellings is an error."""
-    return normalize(flags)
+def _canonical(flags: object) -> object:
+    """Flags as every later stage reads them, normalised once here, before their values are
+    typed: canonical names (`max_num_seqs` reads as `max-num-seqs`), `None` dropped; a flag
+    given under two spellings is an error. What is not a mapping is left to the type check."""
+    return normalize(flags) if isinstance(flags, Mapping) else flags
 
 
 class EngineSpec(_Strict):
-    flags: dict[str, Any] = Field(default_factory=dict)
+    flags: Flags = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: float = Field(900.0, gt=0)
 
-    @field_validator("flags")
+    @field_validator("flags", mode="before")
     @classmethod
-    def _flags(cls, value: dict[str, Any]) -> Flags:
+    def _flags(cls, value: object) -> object:
         return _canonical(value)
 
 
@@ -250,11 +250,11 @@ class Hardware(_Strict):
 
 class Baseline(_Strict):
     name: str
-    flags: dict[str, Any] = Field(default_factory=dict)
+    flags: Flags = Field(default_factory=dict)
 
-    @field_validator("flags")
+    @field_validator("flags", mode="before")
     @classmethod
-    def _flags(cls, value: dict[str, Any]) -> Flags:
+    def _flags(cls, value: object) -> object:
         return _canonical(value)
 
 
@@ -479,8 +479,8 @@ def check_files(scenario: Scenario, path: str | Path) -> None:
     if scenario.model.path is not None:
         flags = scenario.engine.flags
         problem = model_problem(scenario.model.path, env=scenario.engine.env,
-                                download_dir=flags.get("download-dir"),
-                                revision=flags.get("revision"))
+                                download_dir=text(flags, "download-dir"),
+                                revision=text(flags, "revision"))
         if problem:
             raise ConfigError(f"{path}: model.path: {problem}")
     for key, name in (("workload.path", scenario.workload.path),

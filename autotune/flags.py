@@ -39,12 +39,27 @@ def normalize(flags: Mapping[str, Any]) -> Flags:
 def integer(flags: Mapping[str, FlagValue], name: str, default: int) -> int:
     """The whole number flag `name` is set to (`default` where it is unset): a switch, a
     list or a JSON object where a number belongs is a ValueError naming the flag."""
+    value = _plain(flags, name, "a whole number")
+    return default if value is None else int(value)
+
+
+def number(flags: Mapping[str, FlagValue], name: str, default: float) -> float:
+    """The number flag `name` is set to (`default` where it is unset), checked as `integer`."""
+    value = _plain(flags, name, "a number")
+    return default if value is None else float(value)
+
+
+def text(flags: Mapping[str, FlagValue], name: str) -> str | None:
+    """The word flag `name` is set to (a path, a revision), or None where it is unset."""
+    value = _plain(flags, name, "a single value")
+    return None if value is None else str(value)
+
+
+def _plain(flags: Mapping[str, FlagValue], name: str, takes: str) -> int | float | str | None:
     value = flags.get(name)
-    if value is None:
-        return default
     if isinstance(value, (bool, list, dict)):
-        raise ValueError(f"flag --{name} takes a whole number, not {value!r}")
-    return int(value)
+        raise ValueError(f"flag --{name} takes {takes}, not {value!r}")
+    return value
 
 
 def to_args(flags: Mapping[str, Any]) -> list[str]:

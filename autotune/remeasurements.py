@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
+from autotune.flags import Flags
 from autotune.stored import Stored
 
 VLLM_CLIENT = "vllm bench serve"
@@ -79,7 +80,7 @@ class PairRun(Stored):
     max_request_throughput: float | None = None
     median_tpot_ms: float | None = None
     median_ttft_ms: float | None = None
-    flags: dict[str, Any] = field(default_factory=dict)
+    flags: Flags = field(default_factory=dict)
     measure_s: float | None = None
     log_path: str | None = None
     dir: str | None = None

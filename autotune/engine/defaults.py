@@ -118,13 +118,13 @@ class Effective:
     """vLLM's effective defaults on one machine: each flag's value and where it was learnt
     (`PARSER`, `PLATFORM` or `STARTUP`)."""
 
-    values: dict[str, Any] = field(default_factory=dict)
+    values: Flags = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, parser: Mapping[str, Any], rules: Mapping[str, Any] = {},
            facts: Mapping[str, Any] = {}) -> Effective:
-        values: dict[str, Any] = {}
+        values: Flags = {}
         sources: dict[str, str] = {}
         for source, found in ((PARSER, parser), (PLATFORM, rules), (STARTUP, facts)):
             for k, v in found.items():

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from autotune.config import ModelSpec, Scenario
 from autotune.errors import ConfigError
 from autotune.results import cost
 from autotune.results.cost import Price, TrialCost
@@ -84,24 +85,28 @@ def compare(studies: Sequence[StudyOrSnapshot], prices: Mapping[str, float] | No
     priced = sorted((e for e in entries if e.price.known), key=_by_cost)
     unpriced = sorted((e for e in entries if not e.price.known), key=_by_rate)
     first = scenarios[0]
-    return Comparison(model_text(first.get("model") or {}), dict(_slos(first)), load,
+    return Comparison(model_text(_model(first)), dict(_slos(first)), load,
                       tuple(priced), tuple(unpriced), _notes(names, scenarios))
 
 
-def _slos(scenario: Mapping[str, Any]) -> Mapping[str, float]:
-    return (scenario.get("objective") or {}).get("slos") or {}
+def _slos(scenario: Scenario | None) -> Mapping[str, float]:
+    return scenario.objective.slos if scenario is not None else {}
 
 
-def _check_same(names: Sequence[str], scenarios: Sequence[Mapping[str, Any]],
+def _model(scenario: Scenario | None) -> ModelSpec | None:
+    return scenario.model if scenario is not None else None
+
+
+def _check_same(names: Sequence[str], scenarios: Sequence[Scenario | None],
                 any_model: bool) -> None:
     """Refuse studies of other models (unless `any_model`) or under other SLOs than the
     first one's: their costs would answer different questions."""
     first, name = scenarios[0], names[0]
     for other, scenario in zip(names[1:], scenarios[1:], strict=True):
-        if not any_model and (scenario.get("model") or {}) != (first.get("model") or {}):
+        if not any_model and _model(scenario) != _model(first):
             raise ConfigError(
-                f"compare: {name} tuned {model_text(first.get('model') or {})} but {other} "
-                f"tuned {model_text(scenario.get('model') or {})}; --any-model compares them "
+                f"compare: {name} tuned {model_text(_model(first))} but {other} "
+                f"tuned {model_text(_model(scenario))}; --any-model compares them "
                 "anyway")
         if dict(_slos(scenario)) != dict(_slos(first)):
             raise ConfigError(f"compare: the SLOs differ: {name} ({slo_text(_slos(first))}) "
@@ -109,13 +114,13 @@ def _check_same(names: Sequence[str], scenarios: Sequence[Mapping[str, Any]],
                               "only at one SLO")
 
 
-def _entry(name: str, study: Snapshot, scenario: Mapping[str, Any], gpu_hour: float | None,
+def _entry(name: str, study: Snapshot, scenario: Scenario | None, gpu_hour: float | None,
            load: float | None) -> Entry:
     price = cost.price_of(scenario, gpu_hour)
     best = ranking.feasible_best(study)
     figures = cost.trial_cost(best, price, load) if best is not None else None
     device = figures.device if figures is not None else "-"
-    if (memory := (scenario.get("hardware") or {}).get("memory_gib")) is not None:
+    if scenario is not None and (memory := scenario.hardware.memory_gib) is not None:
         device += f" as a {memory:g}-GiB card"  # emulated: the GPU's name alone misleads
     return Entry(name, device, price, figures)
 
@@ -130,13 +135,18 @@ def _by_rate(e: Entry) -> tuple[bool, float]:
     return e.capacity_rps_per_gpu is None, -(e.capacity_rps_per_gpu or 0.0)
 
 
-def _notes(names: Sequence[str], scenarios: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+def _notes(names: Sequence[str], scenarios: Sequence[Scenario | None]) -> tuple[str, ...]:
     """Workload settings that differ from the first study's: the figures are still each
     study's own, but a reader should know what else changed besides the GPU."""
     out = []
-    first = scenarios[0].get("workload") or {}
+    first = _workload(scenarios[0])
     for name, scenario in zip(names[1:], scenarios[1:], strict=True):
-        w = scenario.get("workload") or {}
+        w = _workload(scenario)
         if keys := sorted(k for k in set(first) | set(w) if first.get(k) != w.get(k)):
             out.append(f"{name}'s workload differs from {names[0]}'s in: {', '.join(keys)}")
     return tuple(out)
+
+
+def _workload(scenario: Scenario | None) -> dict[str, object]:
+    """The workload's settings by name, for telling two studies' apart."""
+    return dict(scenario.workload) if scenario is not None else {}

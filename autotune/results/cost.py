@@ -14,10 +14,11 @@ serve at its SLO: it is said, never divided by.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from autotune.config import Scenario
 from autotune.errors import ConfigError
 from autotune.results.replica import gpu_count, on_cpu
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -47,20 +48,20 @@ class Price:
         return f"{self.gpu_hour:g} {self.currency} per GPU-hour ({self.source})"
 
 
-def price_of(scenario: Mapping[str, Any], gpu_hour: float | None = None,
+def price_of(scenario: Scenario | None, gpu_hour: float | None = None,
              gpus: int | None = None) -> Price:
-    """The price for a study: its stored scenario's `cost` (plain data; absent in studies
-    made before it), with `gpu_hour` and `gpus` from the command line overriding it."""
-    stored = scenario.get("cost") or {}
+    """The price for a study: its stored scenario's `cost` (absent in studies made before
+    it), with `gpu_hour` and `gpus` from the command line overriding it."""
+    stored = scenario.cost if scenario is not None else None
     if gpu_hour is not None and not (gpu_hour > 0 and math.isfinite(gpu_hour)):
         raise ConfigError(f"the price per GPU-hour must be a number above 0 (got {gpu_hour})")
     if gpus is not None and gpus < 1:
         raise ConfigError(f"the GPUs of a replica must be at least 1 (got {gpus})")
     source = "--gpu-hour" if gpu_hour is not None else \
-        ("the scenario's cost" if stored.get("gpu_hour") is not None else "")
-    return Price(gpu_hour if gpu_hour is not None else stored.get("gpu_hour"),
-                 gpus if gpus is not None else stored.get("gpus"),
-                 str(stored.get("currency") or CURRENCY), source)
+        ("the scenario's cost" if stored is not None else "")
+    return Price(gpu_hour if gpu_hour is not None else stored.gpu_hour if stored else None,
+                 gpus if gpus is not None else stored.gpus if stored else None,
+                 stored.currency if stored is not None else CURRENCY, source)
 
 
 def replica_gpus(rec: TrialRecord, price: Price) -> int:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 from optuna.trial import TrialState
 
 from autotune import reasons
+from autotune.config import Scenario
 from autotune.errors import ConfigError
 from autotune.flags import Flags, to_args
 from autotune.measure import capacityrecord, capacitytext
@@ -178,8 +178,8 @@ def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | 
     fixed = ranked.fixed_flags(snap)
     own = {k: v for k, v in rec.flags.items() if k not in fixed}
     reference = ranked.reference_trial(snap)
-    scenario = snap.attrs.scenario
-    slos = ((scenario.get("objective") or {}).get("slos")) or {}
+    scenario = ranked.stored_scenario(snap)
+    slos = scenario.objective.slos if scenario is not None else {}
     throughput_ratio = None
     if rec.capacity is None and rec.measures and reference is not None and reference.measures \
             and reference.measures.throughput:
@@ -199,10 +199,10 @@ def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | 
         is_reference=reference is not None and reference.number == rec.number)
 
 
-def _quality(rec: TrialRecord, scenario: dict[str, Any]) -> str:
+def _quality(rec: TrialRecord, scenario: Scenario | None) -> str:
     if rec.quality is not None and rec.quality.words():
         return rec.quality.words()
-    if (scenario.get("guardrail") or {}).get("enabled") is False:
+    if scenario is not None and not scenario.guardrail.enabled:
         return "not checked (the scenario turns the guardrail off)"
     return "not checked"
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from autotune.errors import ConfigError
-from autotune.flags import to_args
+from autotune.flags import Flags, to_args
 from autotune.measure import capacityrecord, capacitytext
 from autotune.remeasurements import Recheck, Validation
 from autotune.results import limits as limits_mod
@@ -42,7 +42,8 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def slos_of(study: StudyOrSnapshot) -> dict[str, float]:
     """The SLOs the study measured capacity under (its stored scenario)."""
-    return dict((ranking.stored_scenario(study).get("objective") or {}).get("slos") or {})
+    scenario = ranking.stored_scenario(study)
+    return dict(scenario.objective.slos) if scenario is not None else {}
 
 
 def recheck(study: StudyOrSnapshot, r: TrialRecord, lim: Limits) -> dict[str, str]:
@@ -243,7 +244,7 @@ def render(study: StudyOrSnapshot, r: TrialRecord, fmt: str, model: str,
     # Only what changes something: a flag at vLLM's effective default on the measured
     # machine is left out, and a comment line says so (`autotune.engine.defaults`).
     effective = ranking.effective_defaults(study)
-    flags: dict[str, Any] = effective.overrides(r.flags)
+    flags: Flags = effective.overrides(r.flags)
     if bad := [k for k in r.env if not ENV_NAME.fullmatch(k)]:
         raise ConfigError(f"export: engine.env name {bad[0]!r} is not an environment variable "
                           "name (letters, digits and _, not starting with a digit)")

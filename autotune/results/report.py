@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 from autotune.config import latency_key
 from autotune.engine import phases
 from autotune.errors import ConfigError
+from autotune.flags import Flags
 from autotune.results import summary
 from autotune.results.show import Thresholds, outcome, reason
 from autotune.tuning.policy import objective as obj
@@ -72,10 +73,11 @@ class Axes:
 
 def axes(study: StudyOrSnapshot) -> Axes:
     scenario = stored_scenario(study)
-    o = scenario.get("objective") or {}
-    return Axes(o.get("mode") or ("weighted" if len(study.directions) == 1 else "pareto"),
-                o.get("throughput") or "output_throughput", o.get("latency") or "ttft_p95",
-                (scenario.get("workload") or {}).get("mode") == "capacity",
+    if scenario is None:
+        return Axes("weighted" if len(study.directions) == 1 else "pareto",
+                    "output_throughput", "ttft_p95", reference=reference_name(study))
+    o = scenario.objective
+    return Axes(o.mode, o.throughput, o.latency, scenario.workload.mode == "capacity",
                 reference_name(study))
 
 
@@ -90,7 +92,7 @@ class Point:
     memory_mib: float | None
     name: str = ""  # the baseline's name, "" for a searched trial
     gain: float | None = None
-    flags: dict[str, Any] = field(default_factory=dict)
+    flags: Flags = field(default_factory=dict)
     why: str = ""
 
     @property

@@ -13,7 +13,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from autotune.errors import ConfigError
-from autotune.flags import Flags
+from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.remeasurements import Validation
@@ -57,7 +57,7 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _flags(flags: dict[str, Any]) -> str:
+def _flags(flags: Mapping[str, FlagValue]) -> str:
     return " ".join(f"--{k}" if v is True else f"--no-{k}" if v is False
                     else f"--{k} {json.dumps(v) if isinstance(v, dict) else v}"
                     for k, v in flags.items()) or "(defaults)"
@@ -206,8 +206,6 @@ def _about(study: StudyOrSnapshot) -> str:
     counts: dict[str, int] = {}
     for r in trials:
         counts[outcome(r)] = counts.get(outcome(r), 0) + 1
-    o = scenario.get("objective") or {}
-    w = scenario.get("workload") or {}
     top = report.best(study)
     fixed = report.fixed_flags(study)
     device = f"{first.engine_version} on {first.device_name}" if first else "-"
@@ -219,10 +217,10 @@ def _about(study: StudyOrSnapshot) -> str:
     guided = [r for r in trials if r.origin_kind == RELIEF]
     # (label, text) in the order shown; None: not said of this study.
     items: list[tuple[str, str | None]] = [
-        ("model", show.model_text(scenario.get("model") or {})),
+        ("model", show.model_text(scenario.model if scenario else None)),
         ("engine, device", device),
-        ("workload", show.workload_text(w)),
-        ("objective", show.objective_text(o)),
+        ("workload", show.workload_text(scenario.workload if scenario else None)),
+        ("objective", show.objective_text(scenario.objective if scenario else None)),
         ("fixed flags", _flags(fixed) if fixed else "none"),
         ("trials", ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"),
         ("best feasible", _best_line(study, top, fixed)),

@@ -14,10 +14,12 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune import reasons
+from autotune.config import ModelSpec, Objective, WeightKey
 from autotune.errors import ConfigError
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.slo import Slo
 from autotune.stored import Stored
+from autotune.traffic import WorkloadSpec
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.sharing import storage
@@ -118,19 +120,12 @@ def fmt(value: Any, spec: str = ".1f") -> str:
     return format(value, spec)
 
 
+# The weighted score's terms, in the order the objective is told.
+WEIGHTS: tuple[WeightKey, ...] = ("throughput", "latency", "memory")
 # Plain words for what a study ran, for the report's header and the terminal.
 TINY = {"tiny": "autotune's tiny random-weight test model (2 layers; `autotune tiny-model`)",
         "qwen3-4b": "random weights in Qwen3-4B-Instruct-2507's shapes "
                     "(`autotune tiny-model --preset qwen3-4b`)"}
-
-
-@dataclass(frozen=True)
-class StoredModel(Stored):
-    """The scenario's model as a study stored it (`config.ModelSpec`'s fields), read as it
-    is: a preset this version does not know still names itself."""
-
-    tiny: str | None = None
-    path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,10 +142,11 @@ class Thresholds(Stored):
         return cls.from_dict((q.thresholds or {}) if q is not None else {})
 
 
-def model_text(model: Mapping[str, Any]) -> str:
+def model_text(m: ModelSpec | None) -> str:
     """`random weights in Qwen3-4B's shapes (...)` or the model's path or id, from the
     stored scenario's `model`."""
-    m = StoredModel.from_dict(model)
+    if m is None:
+        return "-"
     if m.tiny:
         return TINY.get(m.tiny, f"the {m.tiny} random-weight model")
     return str(m.path or "-")
@@ -161,27 +157,25 @@ def _rate(value: Any) -> str:
         isinstance(value, float) and math.isinf(value)) else f"{value:g} req/s (Poisson)"
 
 
-def workload_text(w: Mapping[str, Any]) -> str:
+def workload_text(w: WorkloadSpec | None) -> str:
     """`random prompts: 32 requests of 64 tokens in, 128 out; ...` with no Python reprs."""
-    if not w:
+    if w is None:
         return "-"
-    kind = w.get("kind", "random")
-    if kind == "chat":
-        text = (f"chat: {w.get('conversations')} conversations of {w.get('turns')} turns, "
-                f"a shared {w.get('system_len')}-token system prompt")
-    elif kind == "random":
-        prefix = f"a shared {w['prefix_len']}-token prefix + " if w.get("prefix_len") else ""
-        text = (f"random prompts: {w.get('num_requests')} requests of {prefix}"
-                f"{w.get('input_len')} tokens in, {w.get('output_len')} out")
+    if w.kind == "chat":
+        text = (f"chat: {w.conversations} conversations of {w.turns} turns, "
+                f"a shared {w.system_len}-token system prompt")
+    elif w.kind == "random":
+        prefix = f"a shared {w.prefix_len}-token prefix + " if w.prefix_len else ""
+        text = (f"random prompts: {w.num_requests} requests of {prefix}"
+                f"{w.input_len} tokens in, {w.output_len} out")
     else:
-        text = f"{kind} prompts from {w.get('path')}"
-    search = w.get("capacity") or {}  # the scenario's CapacitySpec, as plain data
-    if w.get("mode") == "capacity":
+        text = f"{w.kind} prompts from {w.path}"
+    if w.mode == "capacity":
         text += ("; capacity at SLO: the highest sustained request rate that meets every "
-                 f"SLO, in steps of at least {search.get('min_step_s', 20):g} s")
+                 f"SLO, in steps of at least {w.capacity.min_step_s:g} s")
     else:
-        text += f"; sent {_rate(w.get('request_rate'))}"
-        text += (f", at most {w['max_concurrency']} in flight" if w.get("max_concurrency")
+        text += f"; sent {_rate(w.request_rate)}"
+        text += (f", at most {w.max_concurrency} in flight" if w.max_concurrency
                  else ", no cap on requests in flight")
     return text
 
@@ -195,20 +189,20 @@ def slo_text(slos: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "none"
 
 
-def objective_text(o: Mapping[str, Any]) -> str:
+def objective_text(o: Objective | None) -> str:
     """`weighted score: throughput x1, latency (TTFT p95) x0.5, memory x0.1; SLOs: ...`."""
-    if not o:
+    if o is None:
         return "-"
-    metric, _, stat = str(o.get("latency") or "ttft_p95").partition("_")
+    metric, _, stat = o.latency.partition("_")
     latency = f"{metric.upper()} {stat}"
-    if o.get("mode") == "pareto":
+    if o.mode == "pareto":
         text = f"Pareto front of throughput, latency ({latency}) and memory"
     else:
-        w = o.get("weights") or {}
+        w = o.weights
         text = "weighted score: " + ", ".join(
             f"{name}{f' ({latency})' if name == 'latency' else ''} ×{w[name]:g}"
-            for name in ("throughput", "latency", "memory") if w.get(name))
-    return text + f"; SLOs: {slo_text(o.get('slos') or {})}"
+            for name in WEIGHTS if w.get(name))
+    return text + f"; SLOs: {slo_text(o.slos)}"
 
 
 def capacity_caveat(cap: CapacityRecord | None) -> str | None:

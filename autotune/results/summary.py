@@ -10,13 +10,14 @@ their own names, nested records as objects.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
+from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.speculation import Speculation
 from autotune.remeasurements import Recheck, Validation
@@ -91,7 +92,7 @@ class TrialRow:
     tried: str
     outcome: str
     reason: str
-    flags: dict[str, Any]
+    flags: Flags
     throughput: float | None
     latency_ms: float | None
     memory_mib: float | None
@@ -108,7 +109,7 @@ class TrialRow:
     tied_with_best: int | None = None  # the best's number, where the gain is within noise
 
     @classmethod
-    def of(cls, r: TrialRecord, fixed: dict[str, Any] | None = None) -> TrialRow:
+    def of(cls, r: TrialRecord, fixed: Mapping[str, FlagValue] | None = None) -> TrialRow:
         m = r.measures
         return cls(r.number, r.name, r.tried_because.text, r.tried_because.short, outcome(r),
                    reason(r), {k: v for k, v in r.flags.items() if k not in (fixed or {})},
@@ -141,7 +142,7 @@ class RankRow(CapacityRow):
     currency: str | None = None
 
 
-def ranking(trials: Sequence[TrialRecord], defaults: dict[str, Any],
+def ranking(trials: Sequence[TrialRecord], defaults: Mapping[str, FlagValue],
             price: cost.Price | None = None) -> list[RankRow]:
     """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
     the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
@@ -198,10 +199,10 @@ class Summary:
     memory_model: MemoryModel
     ranking: list[RankRow]
     price: cost.Price
-    fixed_flags: dict[str, Any]
+    fixed_flags: Flags
     reasons: dict[str, str]
     best: TrialRow | None = None
-    best_changes: dict[str, Any] | None = None  # what the best changes from vLLM's defaults
+    best_changes: Flags | None = None  # what the best changes from vLLM's defaults
     best_left_out: str | None = None  # what it sets to vLLM's effective defaults
     ceiling: str | None = None
     best_gain: float | None = None

@@ -9,7 +9,7 @@ import math
 import re
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import reasons, traces
+from autotune.flags import FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.remeasurements import PairRun, Recheck, Validation
@@ -75,7 +76,7 @@ def _figure(best: TrialRecord, reference: TrialRecord | None) -> str:
     return text
 
 
-def _flags(flags: dict[str, Any]) -> str:
+def _flags(flags: Mapping[str, FlagValue]) -> str:
     out = []
     for k, v in flags.items():
         if isinstance(v, dict):

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from optuna.trial import TrialState
 
+from autotune.flags import Flags
 from autotune.slo import Slo
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -46,7 +47,7 @@ class Answer:
     quality_ok: bool = True  # the guardrail did not reject it (the SLO cannot change that)
     name: str = ""
     tried: str = ""  # why it ran, in a word (`TriedBecause.short`)
-    flags: dict[str, Any] = field(default_factory=dict)
+    flags: Flags = field(default_factory=dict)
 
     @property
     def low(self) -> float:

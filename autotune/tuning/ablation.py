@@ -114,7 +114,7 @@ class Explanation(Stored):
     parts: tuple[OverrideRemoval, ...] = ()
     together: int | None = None
     minimal: int | None = None
-    minimal_flags: dict[str, Any] = field(default_factory=dict)
+    minimal_flags: Flags = field(default_factory=dict)
     complete: bool = True
     # The control: the winner again on a fresh engine, beside the runs without a flag.
     control: int | None = None
@@ -275,7 +275,7 @@ def removal(flag: str, value: Any, default: Any, ran: TrialRecord, against: Winn
 
 # `measure(flags, origin, again)`: run one configuration as a trial; `again` runs it even
 # where a finished trial already ran it (the control).
-Measure = Callable[[dict[str, Any], Origin, bool], TrialRecord]
+Measure = Callable[[Flags, Origin, bool], TrialRecord]
 
 
 def ablate(study: StudyOrSnapshot, winner: TrialRecord, measure: Measure,
@@ -364,7 +364,7 @@ def trial_measure(run: study_mod.RunContext, winner: TrialRecord) -> Measure:
             lows.append(control.capacity.low)
         return min(lows) / searchplan.AROUND
 
-    def measure(flags: dict[str, Any], origin: Origin, again: bool = False) -> TrialRecord:
+    def measure(flags: Flags, origin: Origin, again: bool = False) -> TrialRecord:
         twin = _ran_before(study, origin) if again else \
             study_mod.duplicate(Snapshot.of(study), flags, -1)
         if twin is not None:

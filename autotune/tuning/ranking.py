@@ -16,10 +16,11 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from autotune.config import Scenario
 from autotune.engine import defaults as defaults_mod
 from autotune.engine.defaults import Effective, Machine, same
 from autotune.errors import ConfigError
-from autotune.flags import Flags, integer, normalize
+from autotune.flags import Flags, integer
 from autotune.measure import capacityrecord
 from autotune.slo import Slo
 from autotune.tuning.policy.objective import Measures
@@ -84,25 +85,32 @@ def reference_name(study: StudyOrSnapshot) -> str:
     return f"{r.baseline or 'trial'} #{r.number} (vLLM defaults did not run)"
 
 
-def stored_scenario(study: StudyOrSnapshot) -> dict[str, Any]:
-    """The scenario `tune` stored with the study (plain data; {} for a foreign study)."""
-    return _attrs(study).scenario
+def stored_scenario(study: StudyOrSnapshot) -> Scenario | None:
+    """The scenario `tune` stored with the study (`records.storedscenario`); None for a
+    foreign study."""
+    return _attrs(study).scenario.scenario
+
+
+def emulated_gib(study: StudyOrSnapshot) -> float | None:
+    """The card the study's scenario emulates (`hardware.memory_gib`), or None."""
+    scenario = stored_scenario(study)
+    return scenario.hardware.memory_gib if scenario is not None else None
 
 
 def fixed_flags(study: StudyOrSnapshot) -> Flags:
     """The scenario's fixed engine flags (set for every trial, so not an override)."""
-    return normalize((stored_scenario(study).get("engine") or {}).get("flags") or {})
+    scenario = stored_scenario(study)
+    return dict(scenario.engine.flags) if scenario is not None else {}
 
 
 def machine(study: StudyOrSnapshot) -> Machine | None:
     """What the study's engines ran on, as the platform rules see it: the emulated card
     where the scenario emulates one, else the GPU its trials recorded, else the CPU build;
     None where no trial says (nothing launched)."""
-    scenario = stored_scenario(study)
     world = 1
     for key in ("tensor-parallel-size", "pipeline-parallel-size"):
         world *= integer(fixed_flags(study), key, 1)
-    emulated = (scenario.get("hardware") or {}).get("memory_gib")
+    emulated = emulated_gib(study)
     for r in records(study):
         if (r.device_name or "").lower() == "cpu" or "cpu" in (r.engine_version or ""):
             return Machine("cpu", world_size=world)
@@ -121,13 +129,13 @@ def effective_defaults(study: StudyOrSnapshot) -> Effective:
     snap = Snapshot.of(study)  # every trial read once, for the machine and the facts
     found = machine(snap)
     rules = defaults_mod.platform_rules(found) if found else {}
-    facts: dict[str, Any] = {}
+    facts: Flags = {}
     rows = sorted(records(snap), key=lambda r: (not r.is_defaults, r.number))
     for r in rows:
         if r.launched is not False and r.duplicate_of is None:
             for k, v in defaults_mod.startup_facts(r.flags, r.startup).items():
                 facts.setdefault(k, v)
-    if (stored_scenario(snap).get("hardware") or {}).get("memory_gib"):
+    if emulated_gib(snap):
         facts.pop("max-num-batched-tokens", None)  # the real card's, not the emulated one's
     return Effective.of(snap.attrs.engine_defaults or {}, rules, facts)
 

@@ -34,7 +34,7 @@ from autotune import traces
 from autotune.config import Scenario
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
-from autotune.flags import integer
+from autotune.flags import Flags, integer
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory, prune
 
@@ -197,7 +197,7 @@ def build(asked: Asked, *, card: Card, engine: EngineInfo, shape: memory.ModelSh
     }
     longest = prune.longest_request(WorkloadSpec.model_validate(raw["workload"]))
     request = longest or 2048  # chat histories and files: measured by the engine itself
-    flags: dict[str, Any] = {}
+    flags: Flags = {}
     context = shape.max_position_embeddings if shape else None
     need = max(2048, 1 << math.ceil(math.log2(max(request, check or 1, 1))))
     if context is not None and check is not None and check > request and need >= context:
@@ -253,7 +253,7 @@ def build(asked: Asked, *, card: Card, engine: EngineInfo, shape: memory.ModelSh
             est = memory.estimate(shape, memory.Launch(
                 device_memory_bytes=int(gib * GiB), gpu_memory_utilization=max(FRACTIONS),
                 kv_cache_dtype="fp8" if fp8 else "auto",
-                max_model_len=flags.get("max-model-len")))
+                max_model_len=need if "max-model-len" in flags else None))
             held = est.kv_capacity_tokens / request
         top = min(1024, max(16, int(held))) if held else integer(rules, "max-num-seqs", 256)
         seqs = _powers(16, top)

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from autotune.config import Scenario
 from autotune.engine import gpu
 from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
-from autotune.flags import normalize
+from autotune.flags import Flags, FlagValue, normalize
 from autotune.measure import capacityrecord, searchplan
 from autotune.stored import json_data
 from autotune.tuning import ranking
@@ -114,7 +114,7 @@ class RunContext:
         return self.folder / "trials"
 
 
-def duplicate(now: Snapshot, flags: dict[str, Any], number: int) -> TrialRecord | None:
+def duplicate(now: Snapshot, flags: Mapping[str, FlagValue], number: int) -> TrialRecord | None:
     """A finished trial that ran the engine these flags would start (`heartbeat.same_engine`,
     vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
     defaults = now.attrs.engine_defaults
@@ -188,7 +188,7 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
     # express as parameters (which, unlike a baseline, is pruned like any searched trial).
     base = asked.baseline_flags
     searched = asked.baseline is None
-    flags: dict[str, Any] | None = None
+    flags: Flags | None = None
     try:
         hold.release()  # a Ctrl-C held since `ask` is raised here, where the trial goes back
         # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
@@ -257,7 +257,7 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
 
 
 def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
-               flags: dict[str, Any] | None, reason: str | None, detail: str | None) -> None:
+               flags: Flags | None, reason: str | None, detail: str | None) -> None:
     """The trial is FAIL `interrupted` and its configuration goes back into the queue: queued
     first, then failed, so that other workers always find it in one place or the other."""
     fields: dict[str, Any] = {"outcome": INTERRUPTED}

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from autotune.engine.info import installed
 from autotune.engine.log import Startup
 from autotune.engine.server import Server
 from autotune.errors import EngineError, Halted
-from autotune.flags import to_args
+from autotune.flags import Flags, FlagValue, to_args
 from autotune.measure import searchplan, serversearch, speculation
 from autotune.measure.bench import Load, ProbePhase, benchmark
 from autotune.measure.capacityrecord import CapacityRecord
@@ -60,14 +60,14 @@ class EngineRun:
     those names (`records.trialrecord.TrialRecord`), filled in as the trial goes, written by
     the study."""
 
-    flags: dict[str, Any]
+    flags: Flags
     command: list[str] = field(default_factory=list)
     engine_version: str | None = None
     device: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     log_path: str | None = None
     launched: bool | None = None
-    launched_flags: dict[str, Any] | None = None
+    launched_flags: Flags | None = None
     memory_estimate: dict[str, Any] | None = None
     kv_capacity_reported: int | None = None
     startup: Startup | None = None
@@ -105,7 +105,7 @@ class Outcome:
     new_reference: Reference | None = None
 
 
-def command_line(model: str, flags: dict[str, Any]) -> list[str]:
+def command_line(model: str, flags: Mapping[str, FlagValue]) -> list[str]:
     return ["vllm", "serve", model, *to_args(flags)]
 
 
@@ -117,12 +117,12 @@ class Engine:
     Every trial and every re-measurement (`autotune.verify`) launches through `engine`, so
     what `validate` re-measures is what the study measured."""
 
-    flags: dict[str, Any]
+    flags: Flags
     ballast: Ballast
     server: Server
 
 
-def engine(scenario: Scenario, model: str, flags: dict[str, Any], log_path: Path, *,
+def engine(scenario: Scenario, model: str, flags: Flags, log_path: Path, *,
            env: dict[str, str] | None = None, startup_timeout: float | None = None) -> Engine:
     """How a configuration is launched: `scenario.engine.env` updated by `env` (a device,
     cores of its own), the card of `scenario.hardware` emulated."""
@@ -135,7 +135,7 @@ def engine(scenario: Scenario, model: str, flags: dict[str, Any], log_path: Path
                                             startup_timeout=timeout))
 
 
-def run_trial(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Path,
+def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
               guard: Guard | None = None,
               intermediate: Callable[[dict[str, Any]], str | None] | None = None,
               anchor: searchplan.Anchor | None = None) -> Outcome:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
-from pydantic import ValidationError
 
 from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
@@ -32,7 +31,7 @@ from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.snapshot import records
-from autotune.tuning.records.studyrecord import VALIDATION
+from autotune.tuning.records.studyrecord import VALIDATION, StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.verify import pairloop, pairstats
 
@@ -79,15 +78,13 @@ def pick(study: optuna.Study, *, trial: int | None = None, policy: str = "balanc
 
 def scenario_of(study: optuna.Study) -> Scenario:
     """The scenario the study was tuned with, as `tune` stored it."""
-    raw = ranking.stored_scenario(study) or None
-    if raw is None:
-        raise ConfigError(f"validate: study {study.study_name} has no stored scenario")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
+    stored = StudyRecord.of(study).scenario
+    if stored.problem is not None:
         raise ConfigError(f"validate: the stored scenario no longer validates: "
-                          f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}") from None
+                          f"{stored.problem}")
+    if stored.scenario is None:
+        raise ConfigError(f"validate: study {study.study_name} has no stored scenario")
+    return stored.scenario
 
 
 def summarise(runs: Sequence[PairRun], objective: Objective) -> Validation:

@@ -1,6 +1,6 @@
 import pytest
 
-from autotune.flags import flag_name, integer, normalize, to_args
+from autotune.flags import flag_name, integer, normalize, number, text, to_args
 
 
 @pytest.mark.parametrize(
@@ -58,3 +58,17 @@ def test_a_number_flag_reads_as_a_whole_number_and_nothing_else_does():
     for name in ("enforce-eager", "speculative-config"):
         with pytest.raises(ValueError, match=f"flag --{name} takes a whole number"):
             integer(flags, name, 1)
+
+
+def test_number_and_text_read_one_value_of_a_flag():
+    flags = {"gpu-memory-utilization": "0.5", "revision": 7, "download-dir": "/d",
+             "enforce-eager": True, "speculative-config": {"method": "ngram"}}
+    assert number(flags, "gpu-memory-utilization", 0.9) == 0.5
+    assert number(flags, "swap-space", 0.9) == 0.9  # unset: the default
+    assert (text(flags, "revision"), text(flags, "download-dir")) == ("7", "/d")
+    assert text(flags, "tokenizer") is None
+    for name in ("enforce-eager", "speculative-config"):
+        with pytest.raises(ValueError, match=f"flag --{name} takes a number"):
+            number(flags, name, 1.0)
+        with pytest.raises(ValueError, match=f"flag --{name} takes a single value"):
+            text(flags, name)

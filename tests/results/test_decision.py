@@ -35,7 +35,8 @@ def _study(*caps: dict | None, overrides: tuple[dict, ...] = ()) -> optuna.Study
     """VLLM's defaults with the first capacity, then one searched trial per other one (its
     flags from `overrides`); weighted scores from the capacities."""
     st = optuna.create_study(study_name="s", directions=["maximize"])
-    st.set_user_attr("scenario", {"objective": {"slos": {"e2el_p95_ms": 2500}}})
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"},
+                                  "objective": {"slos": {"e2el_p95_ms": 2500}}})
     for i, cap in enumerate(caps):
         flags = overrides[i - 1] if i else {}
         fields = {"baseline": DEFAULTS} if i == 0 else {}

@@ -41,7 +41,7 @@ def db(tmp_path):
     path = tmp_path / "quality.db"
     st = optuna.create_study(study_name="quality", direction="maximize",
                              storage=f"sqlite:///{path}")
-    st.set_user_attr("scenario", {"engine": {"flags": {}}})
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "engine": {"flags": {}}})
     st.set_user_attr("reference", {"trial": 0})
     for i, (value, q) in enumerate([
             ("auto", _quality(0.0004, 0, 0, made=True)),     # the defaults

@@ -16,7 +16,7 @@ from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION, VALIDATION_VLLM
 from tests import trials
 
-SCENARIO = {"engine": {"flags": {"enforce-eager": True}},
+SCENARIO = {"model": {"tiny": "tiny"}, "engine": {"flags": {"enforce-eager": True}},
             "objective": {"mode": "weighted", "throughput": "output_throughput",
                           "latency": "ttft_p95"}}
 DIST = {"max-num-seqs": IntDistribution(1, 256),
@@ -273,7 +273,8 @@ def test_page_without_optional_attributes_or_trials(tmp_path):
 
 def test_pareto_mode_studies_work_too():
     st = optuna.create_study(directions=["maximize", "minimize", "minimize"])
-    st.set_user_attr("scenario", {"objective": {"mode": "pareto", "latency": "tpot_p99"}})
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"},
+                                  "objective": {"mode": "pareto", "latency": "tpot_p99"}})
     for thr, lat in ((100.0, 50.0), (150.0, 45.0), (120.0, 30.0)):
         _done(st, thr, lat, 0.0, params={"max-num-seqs": int(thr)}, values=[thr, lat, 2000.0],
               baseline="vllm-defaults" if thr == 100.0 else None)
@@ -300,7 +301,7 @@ def test_cli_writes_the_report_and_refuses_bad_input(study, tmp_path, capsys):
 
 def test_capacity_studies_say_where_throughput_was_measured():
     st = optuna.create_study(direction="maximize")
-    st.set_user_attr("scenario", {"workload": {"mode": "capacity"}})
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "workload": {"mode": "capacity"}})
     assert report.axes(st).throughput_label == "output throughput at SLO capacity (tok/s)"
 
 

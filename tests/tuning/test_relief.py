@@ -301,7 +301,8 @@ def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
     assert cap is not None and cap.limiting_step is not None
     knee = searchplan.knee(cap.steps, cap.low, cap.limiting_step)
     metrics = {**recs[0].metrics, "capacity": {**recs[0].metrics["capacity"], "bottleneck": knee}}
-    scenario = Scenario.model_validate(StudyRecord.of(st).scenario)
+    scenario = StudyRecord.of(st).scenario.scenario
+    assert scenario is not None
     return ([dataclasses.replace(recs[0], metrics=metrics)],
             scenario, StudyRecord.of(st).engine_defaults or {})
 

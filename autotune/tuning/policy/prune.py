@@ -19,7 +19,7 @@ from autotune.config import Hardware, PruneSpec, Scenario
 from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
 from autotune.errors import AutotuneError, ConfigError
-from autotune.flags import Flags
+from autotune.flags import Flags, number
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory
 
@@ -43,7 +43,7 @@ def device_bytes() -> int | None:
     return int(device.memory_mib * 2**20) if device else None
 
 
-def emulate(flags: dict[str, Any], hardware: Hardware, device_memory: int | None
+def emulate(flags: Flags, hardware: Hardware, device_memory: int | None
             ) -> Flags:
     """Flags that give the engine the memory of the emulated card (GPU only).
 
@@ -55,7 +55,7 @@ def emulate(flags: dict[str, Any], hardware: Hardware, device_memory: int | None
     """
     if hardware.memory_gib is None or device_memory is None:
         return flags
-    wanted = float(flags.get("gpu-memory-utilization", 0.92))
+    wanted = number(flags, "gpu-memory-utilization", 0.92)
     scaled = memory.emulated_utilization(device_memory, hardware.memory_gib, wanted)
     card = int(hardware.memory_gib * 2**30)
     tokens = _int(flags.get("max-num-batched-tokens")) or memory.default_batched_tokens(card)

@@ -53,6 +53,7 @@ from autotune.measure import bottleneck as bn
 from autotune.measure import capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.tuning.policy import prune, space
+from autotune.tuning.policy.space import Params
 from autotune.tuning.records.origin import RELIEF as RELIEF_KIND
 from autotune.tuning.records.origin import Origin
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -135,8 +136,8 @@ class Move:
     knob: Knob
     before: Any
     after: Any
-    flags: dict[str, Any]
-    params: dict[str, Any] | None
+    flags: Flags
+    params: Params | None
 
     @property
     def origin(self) -> Origin:
@@ -306,7 +307,7 @@ def _fits(p: Param, value: Any) -> bool:
 
 
 def _point(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any]
-           ) -> dict[str, Any] | None:
+           ) -> Params | None:
     """The trial as Optuna parameters of this space: its own, or (for vLLM's defaults and
     the baselines) the values it ran, where every one of them is a point of the space and
     it set no flag beyond the space and the scenario's fixed ones."""
@@ -316,7 +317,7 @@ def _point(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any]
                if k not in scenario.space and k != "speculative-config"}
     if outside != scenario.engine.flags:
         return None  # a baseline's own flags beyond the space: parameters would drop them
-    point: dict[str, Any] = {}
+    point: Params = {}
     for name, p in scenario.space.items():
         value = current(name, rec, defaults)
         if value is None or not _fits(p, value):
@@ -330,8 +331,8 @@ def _point(rec: TrialRecord, scenario: Scenario, defaults: Mapping[str, Any]
     return point
 
 
-def _moved_params(point: dict[str, Any], scenario: Scenario, knob: str, value: Any
-                  ) -> dict[str, Any]:
+def _moved_params(point: Params, scenario: Scenario, knob: str, value: Any
+                  ) -> Params:
     """`point` with one knob moved; turning speculation on picks its first method and the
     middle of each searched lookup window, turning it off drops them."""
     out = {**point, knob: value}

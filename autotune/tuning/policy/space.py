@@ -9,15 +9,21 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import optuna
 
 from autotune.config import FlagSite, Param, Scenario, flag_sites
 from autotune.engine.info import EngineInfo, FlagInfo, multiples_text
 from autotune.errors import ConfigError
-from autotune.flags import Flags
+from autotune.flags import Flags, FlagValue, integer
+
+# An Optuna parameter's value as `suggest` draws it (a searched flag's, or a speculative
+# decoding knob's), and a trial's parameters by name: what the sampler learns from.
+ParamValue: TypeAlias = bool | int | float | str | None
+Params: TypeAlias = dict[str, ParamValue]
 
 SPEC_TOKENS = "num_speculative_tokens"
 SPEC_METHOD = "speculative_method"
@@ -73,11 +79,12 @@ def grid(scenario: Scenario) -> dict[str, list[Any]]:
     return out
 
 
-def relation_violation(flags: dict[str, Any]) -> str | None:
+def relation_violation(flags: Mapping[str, FlagValue]) -> str | None:
     """Why vLLM would refuse this combination at start-up, or None."""
     seqs, mbt = flags.get("max-num-seqs"), flags.get("max-num-batched-tokens")
     mbt_tokens = None if mbt is None else _tokens(mbt)
-    if seqs is not None and mbt_tokens is not None and mbt_tokens < int(seqs):
+    if seqs is not None and mbt_tokens is not None and \
+            mbt_tokens < integer(flags, "max-num-seqs", 0):
         return f"max-num-batched-tokens {mbt} < max-num-seqs {seqs}"
     spec = flags.get("speculative-config")
     if isinstance(spec, dict) and isinstance(spec.get("prompt_lookup_min"), int) and \

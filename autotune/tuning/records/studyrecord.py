@@ -1,10 +1,11 @@
 """The study's own user attributes, read once as a `StudyRecord` and written by the setters
 below it.
 
-The study keeps the scenario `tune` ran (plain data), vLLM's parser defaults of the flags it
-sets, the guardrail reference (which trial made it, and its contents, so that a worker on
-another host checks against the same one), whether the named baselines are queued, each
-worker that registered (`worker:<id>`) and the ablations `explain` ran (`explain:<n>`).
+The study keeps the scenario `tune` ran (read back by `storedscenario`), vLLM's parser
+defaults of the flags it sets, the guardrail reference (which trial made it, and its
+contents, so that a worker on another host checks against the same one), whether the named
+baselines are queued, each worker that registered (`worker:<id>`) and the ablations
+`explain` ran (`explain:<n>`).
 
 Validations come after their trial has finished, when Optuna refuses changes to the trial;
 they are kept here under `validation:<n>` and `validation_vllm:<n>` (`store_validation`), and
@@ -20,6 +21,9 @@ from typing import Any
 
 import optuna
 
+from autotune.flags import Flags
+from autotune.tuning.records.storedscenario import StoredScenario
+
 # The keys of a validation: a study attribute `<key>:<n>`, and the trial record's field.
 VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"
 SCENARIO, ENGINE_DEFAULTS, REFERENCE, REFERENCE_DATA = \
@@ -31,10 +35,11 @@ BASELINES_QUEUED, WORKER = "baselines_enqueued", "worker:"
 @dataclass(frozen=True)
 class StudyRecord:
     """A study's own user attributes, read once (`of`). Missing ones read as None (or {},
-    False); `engine_defaults` and `reference_data` are None only where never stored."""
+    False, no scenario); `engine_defaults` and `reference_data` are None only where never
+    stored."""
 
-    scenario: dict[str, Any] = field(default_factory=dict)
-    engine_defaults: dict[str, Any] | None = None
+    scenario: StoredScenario = field(default_factory=StoredScenario)
+    engine_defaults: Flags | None = None
     reference: dict[str, Any] | None = None
     reference_data: Any = None
     baselines_queued: bool = False
@@ -53,8 +58,9 @@ class StudyRecord:
                 found[key, int(number)] = v
             elif key == EXPLANATION and number.isdigit():
                 explained[int(number)] = v
-        return cls(scenario=a.get(SCENARIO) or {}, engine_defaults=a.get(ENGINE_DEFAULTS),
-                   reference=a.get(REFERENCE), reference_data=a.get(REFERENCE_DATA),
+        return cls(scenario=StoredScenario.read(a.get(SCENARIO)),
+                   engine_defaults=a.get(ENGINE_DEFAULTS), reference=a.get(REFERENCE),
+                   reference_data=a.get(REFERENCE_DATA),
                    baselines_queued=bool(a.get(BASELINES_QUEUED)),
                    workers={k.removeprefix(WORKER): v for k, v in a.items()
                             if k.startswith(WORKER) and isinstance(v, dict)},

@@ -27,6 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import reasons
 from autotune.engine.ballast import Held
 from autotune.engine.log import Startup
+from autotune.flags import Flags
 from autotune.measure import bottleneck, capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
@@ -35,6 +36,7 @@ from autotune.remeasurements import Recheck, Validation
 from autotune.stored import Stored, json_data
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
+from autotune.tuning.policy.space import Params
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import BASELINE, SAMPLER, Origin
 from autotune.tuning.records.scalars import capacity_record, short
@@ -56,17 +58,17 @@ class TrialRecord:
     number: int
     state: TrialState
     values: tuple[float, ...] | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
     datetime_start: dt.datetime | None = None
     datetime_complete: dt.datetime | None = None
     constraints: dict[str, float] = field(default_factory=dict)
     version: int = 1
     # Queued with the trial: a named baseline and its flags (None for a searched trial).
     baseline: str | None = None
-    baseline_flags: dict[str, Any] | None = None
+    baseline_flags: Flags | None = None
     # What ran: the flags, the command line, where and on what.
-    flags: dict[str, Any] = field(default_factory=dict)
-    launched_flags: dict[str, Any] | None = None
+    flags: Flags = field(default_factory=dict)
+    launched_flags: Flags | None = None
     command: list[str] = field(default_factory=list)
     engine_version: str | None = None
     device: dict[str, Any] = field(default_factory=dict)
