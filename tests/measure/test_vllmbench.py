@@ -16,6 +16,7 @@ from optuna.distributions import CategoricalDistribution
 from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
+from autotune.measure.summary import Summary
 from autotune.remeasurements import PairRun, Recheck
 from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
@@ -106,17 +107,17 @@ def test_prompts_per_step():
 
 
 def test_slos_are_judged_on_vllms_result():
-    result = {"completed": 40, "failed": 0, "p95_ttft_ms": 420.0, "p99_tpot_ms": 31.0,
-              "median_ttft_ms": 100.0}
+    result = Summary.of({"completed": 40, "failed": 0, "p95_ttft_ms": 420.0,
+                         "p99_tpot_ms": 31.0, "median_ttft_ms": 100.0})
     assert vllmbench.judge(result, {"ttft_p95_ms": 500}) == []
     assert vllmbench.judge(result, {"ttft_p95_ms": 500, "tpot_p99_ms": 30}) == \
         ["tpot_p99_ms 31.0>30"]
     assert vllmbench.judge(result, {"ttft_p90_ms": 500}) == ["ttft_p90_ms None>500"]
-    assert vllmbench.judge({**result, "failed": 2}, {"ttft_p95_ms": 500}) == \
+    assert vllmbench.judge(result.with_(failed=2), {"ttft_p95_ms": 500}) == \
         ["success_rate 0.952<1"]
-    assert vllmbench.judge({**result, "failed": 2}, {"ttft_p95_ms": 500}, 0.9) == []
+    assert vllmbench.judge(result.with_(failed=2), {"ttft_p95_ms": 500}, 0.9) == []
     # vLLM reports 0 ms percentiles when every request failed: that is no pass
-    assert vllmbench.judge({"completed": 0, "failed": 0, "p95_ttft_ms": 0.0},
+    assert vllmbench.judge(Summary.of({"completed": 0, "failed": 0, "p95_ttft_ms": 0.0}),
                            {"ttft_p95_ms": 500}, 0.0) == ["no completed requests"]
 
 
@@ -279,7 +280,7 @@ class _Helper:
 
     def step(self, argv, *, api_key=None, timeout_s=0.0):
         self.argv = argv
-        return self.result
+        return Summary.of(self.result)
 
 
 class _Srv:
