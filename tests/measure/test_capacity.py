@@ -122,8 +122,8 @@ def test_violations_name_each_broken_slo():
     out = stepverdict.violations(summary, {"ttft_p95_ms": 500, "tpot_p99_ms": 25}, 1.0)
     assert out == ["success_rate 0.900<1", "ttft_p95_ms 812.4>500"]
     assert stepverdict.violations(summary, {"tpot_p99_ms": 25}, 0.9) == []
-    assert stepverdict.violations({"completed": 3, "failed": 0}, {"e2el_p90_ms": 1}, 1) \
-        == ["e2el_p90_ms None>1"]
+    none_measured = Summary.of({"completed": 3, "failed": 0})
+    assert stepverdict.violations(none_measured, {"e2el_p90_ms": 1}, 1) == ["e2el_p90_ms None>1"]
 
 
 def test_record_gives_throughputs_at_capacity():
@@ -145,8 +145,8 @@ def test_record_gives_throughputs_at_capacity():
 def _trial(number, value, cap, flags):
     lo, hi = cap
     return TrialRecord(number=number, state=TrialState.COMPLETE, values=(value,),
-                       constraints={"slo": -1.0}, flags=flags, metrics={"capacity": {
-                           "request_throughput": lo, "low": lo, "high": hi, "spread": None}})
+                       constraints={"slo": -1.0}, flags=flags, metrics=Summary.of({"capacity": {
+                           "request_throughput": lo, "low": lo, "high": hi, "spread": None}}))
 
 
 def test_ties_prefer_fewer_overrides_of_the_defaults():

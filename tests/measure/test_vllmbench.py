@@ -174,12 +174,12 @@ def _trial(st, capacity: float, *, baseline: str | None = None, flags: dict | No
     trials.add(st, values=[0.0], params={"x": 1}, distributions={"x": CategoricalDistribution([1])},
                constraints={"slo": -1.0}, flags=flags or {"enforce-eager": True}, gain=0.0,
                measures={"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
-               metrics={"capacity": {"request_throughput": capacity, "low": capacity,
+               metrics=Summary.of({"capacity": {"request_throughput": capacity, "low": capacity,
                                      "high": None, "steps": [{
                                          "index": 0, "kind": "burst", "rate": None,
                                          "passed": True, "achieved_rps": capacity,
                                          "output_throughput": 16 * capacity,
-                                         "figures": {"ttft_p95_ms": 20.0}}]}},
+                                         "figures": {"ttft_p95_ms": 20.0}}]}}),
                command=["vllm", "serve", "/m"], baseline=baseline)
 
 
