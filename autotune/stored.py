@@ -25,7 +25,8 @@ class Stored:
     tuple of them where the stored value is a list), `KEYED` those that hold a mapping of
     names to records; `EXTRA` the computed attributes written beside the fields; `SPARSE`
     leaves a None field out of a record made in code (a kind of record that has no such
-    thing, as records of the class were always written)."""
+    thing, as records of the class were always written); `EMPTY` names the record fields
+    stored as `{}` when there is none (read back as None)."""
 
     # The keys `from_dict` read, in their order; None for a record made in code.
     read: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
@@ -33,19 +34,22 @@ class Stored:
     KEYED: ClassVar[Mapping[str, type[Stored]]] = {}
     EXTRA: ClassVar[tuple[str, ...]] = ()
     SPARSE: ClassVar[bool] = False
+    EMPTY: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
         names = {f.name for f in dataclasses.fields(cls)} - {"read"}
         found = {k: _keyed(cls.KEYED[k], v) if k in cls.KEYED else _read(cls.NESTED.get(k), v)
-                 for k, v in data.items() if k in names}
+                 for k, v in data.items() if k in names and not (k in cls.EMPTY and v == {})}
         return cls(**found, read=tuple(k for k in data if k in names or k in cls.EXTRA))
 
     def as_dict(self) -> dict[str, Any]:
         keys = self.read if self.read is not None else \
             [f.name for f in dataclasses.fields(self) if f.name != "read"
              and not (self.SPARSE and getattr(self, f.name) is None)] + list(self.EXTRA)
-        return {k: json_data(getattr(self, k)) for k in keys}
+        out = {k: json_data(getattr(self, k)) for k in keys}
+        out.update((k, {}) for k in self.EMPTY if k in out and out[k] is None)
+        return out
 
 
 def _read(kind: type[Stored] | None, value: Any) -> Any:

@@ -37,9 +37,9 @@ FIGURES = (("output tok/s", "output_throughput"), ("median TTFT ms", "median_ttf
 def ours(target: Target, spec: WorkloadSpec, tokenizer: str, seed: int) -> dict:
     summary = bench.benchmark(bench.Load(target, spec.model_copy(update={"seed": seed}),
                                          tokenizer))
-    return {**{key: summary.get(key) for _, key in FIGURES},
-            "lag_p99_ms": (summary.get("client") or {}).get("lag_p99_ms"),
-            "completed": summary.get("completed"), "failed": summary.get("failed")}
+    return {**{key: summary.value(key) for _, key in FIGURES},
+            "lag_p99_ms": summary.client.get("lag_p99_ms"),
+            "completed": summary.completed, "failed": summary.failed}
 
 
 def theirs(helper: vllmbench.Helper, target: Target, spec: WorkloadSpec, tokenizer: str,
@@ -48,8 +48,8 @@ def theirs(helper: vllmbench.Helper, target: Target, spec: WorkloadSpec, tokeniz
     argv = vllmbench.step_args(spec, vllmbench.Endpoint(target.url, target.model, tokenizer),
                                vllmbench.Invocation(spec.request_rate, spec.num_requests, seed))
     result = helper.step(argv, api_key=key)
-    return {**{k: result.get(k) for _, k in FIGURES}, "lag_p99_ms": None,
-            "completed": result.get("completed"), "failed": result.get("failed")}
+    return {**{k: result.value(k) for _, k in FIGURES}, "lag_p99_ms": None,
+            "completed": result.completed, "failed": result.failed}
 
 
 def main(argv: list[str] | None = None) -> int:

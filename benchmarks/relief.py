@@ -81,7 +81,7 @@ from autotune.config import Scenario  # noqa: E402
 from autotune.measure import bottleneck as bn  # noqa: E402
 from autotune.measure import searchplan  # noqa: E402
 from autotune.measure.capacityrecord import CapacityRecord, StepRecord  # noqa: E402
-from autotune.stored import json_data
+from autotune.measure.summary import Summary  # noqa: E402
 from autotune.tuning import ranking  # noqa: E402
 from autotune.tuning import study as study_mod  # noqa: E402
 from autotune.tuning import trial as trial_mod  # noqa: E402
@@ -137,7 +137,7 @@ class Surface:
     slos: dict[str, float]
     broken: str  # the SLO a failing step breaks: "ttft_p95_ms" or "tpot_p95_ms"
     # Measured trials replayed as they are, by their flags over `defaults` (`key`).
-    measured: Mapping[tuple[tuple[str, Any], ...], Mapping[str, Any]] = field(
+    measured: Mapping[tuple[tuple[str, Any], ...], Summary] = field(
         default_factory=dict)
 
     def key(self, flags: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -158,7 +158,7 @@ class Surface:
     def truth(self, flags: Mapping[str, Any]) -> float:
         replayed = self.measured.get(self.key(flags))
         if replayed is not None:
-            return float(replayed["capacity"]["request_throughput"])
+            return float(replayed.capacity.request_throughput if replayed.capacity else 0.0)
         return self.load({**self.defaults, **flags}).capacity()
 
     def best(self) -> float:
@@ -265,7 +265,7 @@ def _h200(f: Mapping[str, Any]) -> Load:
 
 
 def _replayed(db: Path, defaults: Mapping[str, Any]
-              ) -> dict[tuple[tuple[str, Any], ...], Mapping[str, Any]]:
+              ) -> dict[tuple[tuple[str, Any], ...], Summary]:
     """The measured records of the study in `db` that searched to the end, by their flags
     over `defaults`, each with its limit read again by today's attribution."""
     import optuna
@@ -275,13 +275,13 @@ def _replayed(db: Path, defaults: Mapping[str, Any]
     from autotune.tuning.records.snapshot import records
 
     st = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
-    out: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
+    out: dict[tuple[tuple[str, Any], ...], Summary] = {}
     for rec in records(st, (TrialState.COMPLETE,)):
         cap = rec.capacity
         if cap is None or not cap.low or cap.limiting_step is None:
             continue
         knee = searchplan.knee(cap.steps, cap.low, cap.limiting_step)
-        metrics = {**rec.metrics, "capacity": {**rec.metrics["capacity"], "bottleneck": knee}}
+        metrics = rec.metrics.with_(capacity=replace(cap, bottleneck=knee))
         out[tuple(sorted({**defaults, **rec.flags}.items()))] = metrics
     return out
 
@@ -311,7 +311,7 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
         if replays is not None:
             replays.append(replayed is not None)
         if replayed is not None:
-            return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(replayed),
+            return trial_mod.Outcome(trial_mod.COMPLETE, "", replayed,
                                      trial_mod.EngineRun(flags))
         load = surface.load({**surface.defaults, **flags})
         cap = load.capacity() * math.exp(rng.gauss(0, NOISE))
@@ -321,16 +321,16 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
                  StepRecord(1, "bisect", cap * ABOVE, False, cap * ABOVE, cap * ABOVE * 128,
                             [f"{surface.broken} {limit * 1.3:.1f}>{limit:g}"], 100,
                             probes=load.probes(cap * ABOVE))]
-        steps[1] = replace(steps[1], bottleneck=json_data(bn.attribute(steps[1].probes)))
+        steps[1] = replace(steps[1], bottleneck=bn.attribute(steps[1].probes))
         knee = searchplan.knee(steps, cap, steps[1])
         record = CapacityRecord(
             request_throughput=cap, output_throughput=cap * 128,
             total_token_throughput=cap * 384, low=cap, high=cap * ABOVE, bracket=0.1,
             uncertainty=0.1, bottleneck=knee, bottleneck_step=1, steps=tuple(steps))
-        summary = {"completed": 100, "failed": 0, "request_throughput": cap,
-                   "total_input_tokens": 204_800, "total_output_tokens": 25_600,
-                   "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0, "probes": steps[0].probes,
-                   "capacity": record.as_dict()}
+        summary = Summary.of({"completed": 100, "failed": 0, "request_throughput": cap,
+                              "total_input_tokens": 204_800, "total_output_tokens": 25_600,
+                              "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0,
+                              "probes": steps[0].probes, "capacity": record.as_dict()})
         facts = trial_mod.EngineRun(flags, kv_capacity_reported=int(load.kv_tokens)
                                 if load.kv_tokens is not None else None)
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)

@@ -58,7 +58,7 @@ def _engine(model: str, slot: int, placed: bool, log: Path, spec: WorkloadSpec,
                                             pids=lambda: [p.pid for p in srv.processes()]))
         took = time.monotonic() - t0
         barrier.wait()  # neither engine stops while the other is still measured
-        return startup, result["total_output_tokens"], took
+        return startup, result.total_output_tokens, took
 
 
 def round_(model: str, placed: bool, logdir: Path, index: int,

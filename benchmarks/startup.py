@@ -118,10 +118,11 @@ def start(plan: Plan, log: Path, *, next_warm: bool) -> Run:
         if plan.measure == "capacity":
             run.capacity = serversearch.search(
                 bench.Load(target, plan.capacity_spec, plan.model, pids=pids),
-                plan.slos)["capacity"]
+                plan.slos).as_dict()["capacity"]  # as a trial stores it
         elif plan.measure == "bench":
             spec = BENCH.model_copy(update={"num_requests": plan.bench_requests})
-            run.bench = bench.benchmark(bench.Load(target, spec, plan.model, pids=pids))
+            run.bench = bench.benchmark(bench.Load(target, spec, plan.model,
+                                                   pids=pids)).as_dict()
         return run
 
 

@@ -55,7 +55,8 @@ def _overrides(t: TrialRecord) -> str:
 
 
 def _capacity(t: TrialRecord) -> float:
-    return float(t.metrics["capacity"]["request_throughput"])
+    cap = t.metrics.capacity
+    return float(cap.request_throughput) if cap is not None else float("nan")
 
 
 def _best_article(trials: list[TrialRecord]) -> TrialRecord | None:
@@ -72,14 +73,15 @@ def results(trials: list[TrialRecord], base: TrialRecord,
         if t.outcome != "complete":
             continue
         m, c, q = t.metrics, t.capacity, t.quality
+        lat = m.latencies
         assert c is not None and t.measures is not None, f"trial {t.number}: not measured"
         lo, hi = c.low * (1 - c.spread), c.high * (1 + c.spread)
         cap = c.request_throughput
         rows.append([
             _label(t), f"{_rate(cap)} ({_rate(lo)}-{_rate(hi)}, ±{c.uncertainty:.1%})",
-            f"{c.output_throughput:.0f}", f"{m['output_throughput']:.0f}",
-            _f(m.get("request_goodput")), f"{m['p50_ttft_ms']:.0f} / {m['p95_ttft_ms']:.0f}",
-            f"{m['p50_tpot_ms']:.1f} / {m['p95_tpot_ms']:.1f}",
+            f"{c.output_throughput:.0f}", f"{m.output_throughput:.0f}",
+            _f(m.request_goodput), f"{lat['p50_ttft_ms']:.0f} / {lat['p95_ttft_ms']:.0f}",
+            f"{lat['p50_tpot_ms']:.1f} / {lat['p95_tpot_ms']:.1f}",
             f"{t.measures.memory_mib:.0f}",
             f"{q.drift if q and q.drift is not None else 0:.3f} "
             f"{'pass' if q and q.passed else 'FAIL'}",
@@ -207,17 +209,18 @@ def roofline(trials: list[TrialRecord], weights_bytes: float,
         if t.outcome != "complete" or not t.feasible or t.duplicate_of is not None:
             continue
         m = t.metrics
-        rate = m["capacity"]["request_throughput"]
-        batch = rate * (m["mean_e2el_ms"] - m["mean_ttft_ms"]) / 1000  # sequences decoding
+        rate = m.capacity.request_throughput
+        lat = m.latencies
+        batch = rate * (lat["mean_e2el_ms"] - lat["mean_ttft_ms"]) / 1000  # sequences decoding
         kv_tok = t.memory_estimate.kv_bytes_per_token
         ctx = prompt + output / 2
         step_bytes = weights_bytes + batch * ctx * kv_tok
         roof = batch / (step_bytes / HBM_BPS)
-        out = m["capacity"]["output_throughput"]
-        rows.append([_label(t), _rate(rate), f"{m['mean_e2el_ms']:.0f}",
-                     f"{m['mean_ttft_ms']:.0f}", f"{batch:.1f}", f"{step_bytes / 1e9:.2f}",
+        out = m.capacity.output_throughput
+        rows.append([_label(t), _rate(rate), f"{lat['mean_e2el_ms']:.0f}",
+                     f"{lat['mean_ttft_ms']:.0f}", f"{batch:.1f}", f"{step_bytes / 1e9:.2f}",
                      f"{step_bytes / HBM_BPS * 1e3:.2f}", f"{roof:.0f}", f"{out:.0f}",
-                     f"{out / roof:.1%}", f"{m['mean_tpot_ms']:.2f}"])
+                     f"{out / roof:.1%}", f"{lat['mean_tpot_ms']:.2f}"])
     head = ["trial", "rate req/s", "mean E2E ms", "mean TTFT ms", "decoding seqs B",
             "GB read / step", "roofline step ms", "roofline tok/s", "measured out tok/s",
             "fraction", "measured mean TPOT ms"]

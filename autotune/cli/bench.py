@@ -20,8 +20,8 @@ from autotune.engine.server import Server
 from autotune.errors import ConfigError
 from autotune.measure import capacitytext, metrics, serversearch
 from autotune.measure.bench import Load, benchmark, summary_rows
-from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
+from autotune.measure.summary import Summary
 from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
 
 HELP = "benchmark a running server or one it launches"
@@ -177,7 +177,7 @@ def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
 
 def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[str, float],
              percentile: dict[str, float], pids: Callable[[], list[int]] | None = None,
-             alive: Callable[[], str | None] | None = None) -> dict:
+             alive: Callable[[], str | None] | None = None) -> Summary:
     """Run the benchmark; with `alive` (a launched server's watch) a dead engine ends it
     within a second as one line (`Halted`), not after every step's timeout."""
     load = Load(target, spec, tokenizer, pids=pids, alive=alive)
@@ -217,14 +217,15 @@ def run(args: argparse.Namespace) -> int:
             pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
             result = _measure(target, spec, args.tokenizer or args.model, slos, percentile,
                               pids, srv.death)
-            result["engine"] = {"command": ["vllm", "serve", args.model, *srv.serve_args()],
-                                "startup_s": srv.startup_s, **srv.figures.as_dict(),
-                                "version": "-".join(installed()), "log": str(log)}
+            result = result.with_(engine={
+                "command": ["vllm", "serve", args.model, *srv.serve_args()],
+                "startup_s": srv.startup_s, **srv.figures.as_dict(),
+                "version": "-".join(installed()), "log": str(log)})
     device = gpu.device()
-    result["device"] = {"name": device.name, "memory_mib": device.memory_mib} if device \
-        else {"name": "cpu"}
+    result = result.with_(device={"name": device.name, "memory_mib": device.memory_mib}
+                          if device else {"name": "cpu"})
     _print(result, stderr=args.json)
-    text = json.dumps(result, indent=2, default=str)
+    text = json.dumps(result.as_dict(), indent=2, default=str)
     if args.output:
         try:
             args.output.write_text(text)
@@ -287,7 +288,7 @@ def _first_model(url: str, headers: dict[str, str]) -> str:
         raise ConfigError(f"bench: cannot list models at {url}/v1/models: {err}") from None
 
 
-def _print(result: dict, stderr: bool = False) -> None:
+def _print(result: Summary, stderr: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -299,10 +300,9 @@ def _print(result: dict, stderr: bool = False) -> None:
     for label, value in summary_rows(result):
         table.add_row(label, value)
     console.print(table)
-    if isinstance(result.get("replayed"), dict):  # a trace: which part of it was measured
-        console.print(traces.Replay.from_dict(result["replayed"]).text())
-    if result.get("capacity"):
+    if result.replayed is not None:  # a trace: which part of it was measured
+        console.print(result.replayed.text())
+    if (cap := result.capacity) is not None:
         from autotune.results.views import print_capacity
 
-        cap = CapacityRecord.from_dict(result["capacity"])
         print_capacity(cap, capacitytext.slo_keys(cap), console)

@@ -1,18 +1,17 @@
 """One benchmark of one running server: send a workload, watch the engine, summarise.
 
-The result is a flat dict with `vllm bench serve --save-result`'s keys plus
-autotune's extras (`probes`, `workload`, `truncated`; for a trace `replayed`, which
-part of it was sent: `autotune.traces.Replay`), so it can be saved, stored on a trial,
-or compared with vLLM's own file.
+The result is a `Summary`: `vllm bench serve --save-result`'s figures plus autotune's
+extras (`probes`, `workload`, `truncated`; for a trace `replayed`, which part of it was
+sent: `autotune.traces.Replay`), stored flat as vLLM's own file is, so the two compare.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
+from autotune.measure.summary import Summary
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
@@ -40,7 +39,7 @@ class ProbePhase:
     summary and may return a reason to stop there (a trial's pruning)."""
 
     sessions: int
-    verdict: Callable[[dict[str, Any]], str | None]
+    verdict: Callable[[Summary], str | None]
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class StepRun:
     (`run`) and the probe series (`sampler`), from which a steady window is cut and judged
     (`autotune.measure.stepverdict`)."""
 
-    whole: dict[str, Any]
+    whole: Summary
     run: loadgen.RunResult
     sampler: probes.Sampler
 
@@ -77,24 +76,24 @@ async def _phase(target: loadgen.Target, spec: WorkloadSpec, sessions: list[Sess
 
 
 def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: WorkloadSpec,
-             slos: Mapping[str, float] | None) -> dict[str, Any]:
+             slos: Mapping[str, float] | None) -> Summary:
     results = [r for run, _ in runs for r in run.results]
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
     lags = [run.lag for run, _ in runs if run.lag]
     seen = json_data(probes.merge([s.summary() for _, s in runs]))
     client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
     # What limited the engine over the whole run (a capacity step judges its own window).
-    summary.update(probes=seen, client=client,
-                   bottleneck=json_data(bottleneck.attribute(seen, client)),
-                   truncated=any(run.truncated for run, _ in runs),
-                   workload=spec.model_dump(mode="json"))
+    summary = summary.with_(probes=seen, client=client,
+                            bottleneck=bottleneck.attribute(seen, client),
+                            truncated=any(run.truncated for run, _ in runs),
+                            workload=spec.model_dump(mode="json"))
     if (replay := workloads.replayed(spec)) is not None:
-        summary["replayed"] = json_data(replay)  # which part of the trace this run measured
+        summary = summary.with_(replayed=replay)  # which part of the trace this run measured
     return summary
 
 
 def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: int = 0,
-              probe_interval: float = 1.0, probe: ProbePhase | None = None) -> dict[str, Any]:
+              probe_interval: float = 1.0, probe: ProbePhase | None = None) -> Summary:
     """Send `load` and return the summary with probes.
 
     With `probe`, its first sessions are a probe phase: its verdict sees their summary
@@ -107,7 +106,7 @@ def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: in
     measured, warmup = prepare(spec, load.tokenizer_model, offset=offset,
                                tokenizer=load.tokenizer)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> Summary:
         await _warm(target, spec, warmup)
         runs = []
         rest = measured
@@ -116,7 +115,7 @@ def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: in
                                      probe_interval))
             partial = _summary(runs, spec, slos)
             if reason := probe.verdict(partial):
-                return {**partial, "stopped_after_probe": reason}
+                return partial.with_(stopped_after_probe=reason)
             rest = measured[probe.sessions:]
         runs.append(await _phase(target, spec, rest, load.pids, probe_interval))
         return _summary(runs, spec, slos)
@@ -159,16 +158,17 @@ _ROWS = [
 ]
 
 
-def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+def summary_rows(summary: Summary) -> list[tuple[str, str]]:
     """(label, value) rows in `vllm bench serve`'s order, for a terminal table."""
-    rows = [(label, fmt.format(summary[key])) for label, key, fmt in _ROWS
-            if summary.get(key) is not None]
+    rows = [(label, fmt.format(value)) for label, key, fmt in _ROWS
+            if (value := summary.value(key)) is not None]
     for metric, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL")):
         for stat in ("mean", "median", "p95", "p99"):
             key = f"{stat}_{metric}_ms"
-            if key in summary:
-                rows.append((f"{stat.capitalize()} {name} (ms)", f"{summary[key]:.2f}"))
-    p = summary.get("probes") or {}
+            if key in summary.latencies:
+                rows.append((f"{stat.capitalize()} {name} (ms)",
+                             f"{summary.latencies[key]:.2f}"))
+    p = summary.probes
     rows += [("Preemptions", f"{p.get('preemptions', 0):g}"),
              ("KV cache usage max / mean", f"{p.get('kv_cache_usage_max', 0):.1%} / "
                                            f"{p.get('kv_cache_usage_mean', 0):.1%}"),
@@ -181,6 +181,6 @@ def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
                        ("Engine resident memory max (MiB)", "rss_mib_max")):
         if p.get(key) is not None:
             rows.append((label, f"{p[key]:.0f}"))
-    for error, count in (summary.get("error_counts") or {}).items():
+    for error, count in summary.error_counts.items():
         rows.append((f"Error x{count}", error[:80]))
     return rows

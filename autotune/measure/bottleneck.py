@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.stored import Stored
+
 CLIENT, KV_CACHE, FRONT_END, ENGINE_CORE, GPU, WORKER, NONE = (
     "client", "kv_cache", "front_end", "engine_core", "gpu", "worker", "none")
 
@@ -38,12 +40,12 @@ CLIENT_LAG_MS = 20.0  # p99 event-loop wake-up lag
 
 
 @dataclass(frozen=True)
-class Bottleneck:
+class Bottleneck(Stored):
     """The limit's kind, a sentence with the figures, and whether the step's latencies
-    can be trusted (not when the client was the limit)."""
+    can be trusted (not when the client was the limit); stored as those three keys."""
 
-    kind: str
-    text: str
+    kind: str = ""
+    text: str = ""
     valid: bool = True
 
 

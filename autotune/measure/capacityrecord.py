@@ -8,12 +8,12 @@ version reads, and writes back exactly what was stored. `interval`, `tied`, `rat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from autotune.measure import bottleneck
 from autotune.measure.bottleneck import Bottleneck
+from autotune.measure.steady import Backlog
 from autotune.stored import Stored
 from autotune.traces import Replay
 
@@ -40,9 +40,9 @@ class StepRecord(Stored):
     # figures over every request of the step, for comparison with a short step's view.
     whole: dict[str, float] = field(default_factory=dict)
     window_s: float | None = None  # the judged window's length (None: the whole step)
-    backlog: dict[str, Any] = field(default_factory=dict)
-    bottleneck: dict[str, Any] = field(default_factory=dict)
-    probes: dict[str, Any] = field(default_factory=dict)  # what the attribution read
+    backlog: Backlog | None = None  # None (stored `{}`): a burst, or no window
+    bottleneck: Bottleneck | None = None  # None (stored `{}`): not attributed
+    probes: dict[str, float | None] = field(default_factory=dict)  # what attribution read
     # Every latency figure of the judged window, by SLO key (`ttft_p95_ms`), so that a
     # study can be re-ranked under another SLO later (`autotune.results.whatif`).
     latencies: dict[str, float] = field(default_factory=dict)
@@ -53,7 +53,8 @@ class StepRecord(Stored):
     window_offered_rps: float | None = None
     window_achieved_rps: float | None = None
     replayed: Replay | None = None  # a trace's step: which part of the trace it sent
-    NESTED = {"replayed": Replay}
+    NESTED = {"replayed": Replay, "backlog": Backlog, "bottleneck": Bottleneck}
+    EMPTY = ("backlog", "bottleneck")
 
     @property
     def load(self) -> float:
@@ -82,21 +83,19 @@ class CapacityRecord(Stored):
     tolerance: float | None = None
     step_s: float | None = None
     window: list[float] | None = None
-    bottleneck: dict[str, Any] | None = None
+    bottleneck: Bottleneck | None = None
     bottleneck_step: int | None = None
     # A trace's capacity as a pace: how many times faster than recorded it was served
     # (`request_throughput` is this times the trace's mean rate). None for other workloads.
     time_scale: float | None = None
     steps: tuple[StepRecord, ...] = ()
-    NESTED = {"steps": StepRecord}
+    NESTED = {"steps": StepRecord, "bottleneck": Bottleneck}
 
     @property
     def limit(self) -> Bottleneck | None:
         """What limited the capacity (None for records made before attribution)."""
         found = self.bottleneck
-        if not isinstance(found, Mapping) or not found.get("kind"):
-            return None
-        return Bottleneck(found["kind"], found.get("text", ""), found.get("valid", True))
+        return found if found is not None and found.kind else None
 
     @property
     def limiting_step(self) -> StepRecord | None:
@@ -169,7 +168,7 @@ def ratio(cap: CapacityRecord, reference: CapacityRecord) -> Ratio | None:
                  reference.request_throughput)
 
 
-def limiting_probes(cap: CapacityRecord) -> dict[str, Any]:
+def limiting_probes(cap: CapacityRecord) -> dict[str, float | None]:
     """The probe figures of the step that named the capacity's bottleneck."""
     step = cap.limiting_step
     return dict(step.probes or {}) if step is not None else {}
@@ -177,5 +176,4 @@ def limiting_probes(cap: CapacityRecord) -> dict[str, Any]:
 
 def limit_text(cap: CapacityRecord) -> str | None:
     """What limited the capacity, in words (None for records made before attribution)."""
-    found = cap.bottleneck
-    return found.get("text") if isinstance(found, Mapping) else None
+    return cap.bottleneck.text if cap.bottleneck is not None else None

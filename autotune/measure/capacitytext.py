@@ -58,8 +58,8 @@ def step_rows(cap: CapacityRecord, slo_keys: Sequence[str]) -> list[list[str]]:
         rows.append([str(s.index), s.kind, rate, offered, f"{achieved:.3g}",
                      f"{s.output_throughput:.1f}", *figs,
                      f"{s.figures.get('preemptions', 0):g}",
-                     f"{s.backlog['share']:+.0%}" if s.backlog else "-",
-                     s.bottleneck.get("kind", "-") if s.bottleneck else "-",
+                     f"{s.backlog.share:+.0%}" if s.backlog else "-",
+                     s.bottleneck.kind or "-" if s.bottleneck else "-",
                      *([s.replayed.short() if s.replayed else "-"] if traced else []),
                      "pass" if s.passed else "fail"])
     return rows

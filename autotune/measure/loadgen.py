@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 
-from autotune.measure.metrics import RequestResult
+from autotune.measure.request import RequestResult
 from autotune.measure.workloads import Session, Turn
 from autotune.traffic import WorkloadSpec
 

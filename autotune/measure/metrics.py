@@ -10,47 +10,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from autotune.measure.request import RequestResult
+from autotune.measure.summary import Summary
 from autotune.slo import LATENCY_METRICS
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 """Goodput SLO names, in milliseconds; vLLM's `--goodput ttft:… tpot:… e2el:…`."""
 
 DEFAULT_PERCENTILES = (50, 90, 95, 99)
-
-
-@dataclass
-class RequestResult:
-    """One request as vLLM's `RequestFuncOutput` records it; times in seconds (perf_counter).
-
-    `ttft`: first SSE event with non-empty `choices` minus send time (0.0 when none);
-    `itl`: gaps between consecutive content events (per event, not per token);
-    `latency`: last content event minus send time (E2EL); `output_tokens`: the server's
-    `usage.completion_tokens`; `success`: HTTP 200 and at least one content event.
-    `due` (autotune's): when the arrival schedule had it sent; later than that, the
-    client fell behind the load it was to offer. None where no schedule set it (a chat
-    conversation's later turns, sent when the reply before them ended).
-    """
-
-    success: bool
-    prompt_len: int
-    output_tokens: int
-    ttft: float = 0.0
-    itl: list[float] = field(default_factory=list)
-    latency: float = 0.0
-    start_time: float = 0.0
-    error: str = ""
-    generated_text: str = ""
-    due: float | None = None
-
-    @property
-    def arrival(self) -> float:
-        """When the request arrived as offered load: its due time, else its send time."""
-        return self.start_time if self.due is None else self.due
 
 
 def percentile_key(metric: str, p: float) -> str:
@@ -137,7 +108,7 @@ def summarize(
     duration_s: float,
     slos: Mapping[str, float] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-) -> dict[str, Any]:
+) -> Summary:
     """The flat summary `vllm bench serve --save-result` writes, plus autotune's extras.
 
     Only successful requests enter the latency statistics and the token totals. As in vLLM
@@ -171,7 +142,7 @@ def summarize(
     total_in = sum(r.prompt_len for r in ok)
     total_out = sum(out_lens)
     peak_tokens, peak_running = _peaks(ok)
-    summary: dict[str, Any] = {
+    summary: dict[str, object] = {
         "duration": duration_s,
         "completed": len(ok),
         "failed": len(failed),
@@ -192,4 +163,4 @@ def summarize(
         slos=slo,
         good_completed=good,
     )
-    return summary
+    return Summary.of(summary)

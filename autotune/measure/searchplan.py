@@ -31,12 +31,12 @@ import logging
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from autotune import reasons
 from autotune.measure import bottleneck, workloads
+from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord, StepRecord
-from autotune.stored import json_data
+from autotune.measure.summary import Summary
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 log = logging.getLogger("autotune")
@@ -55,7 +55,7 @@ class Step(StepRecord):
     summary, which the search reads (the best step's becomes the trial's summary) and the
     record leaves out."""
 
-    summary: dict[str, Any] = field(default_factory=dict, repr=False, kw_only=True)
+    summary: Summary = field(default_factory=Summary, repr=False, kw_only=True)
 
     def record(self) -> StepRecord:
         """The step without its full summary, for the trial's record."""
@@ -237,10 +237,10 @@ def record(result: Result, spec: WorkloadSpec) -> CapacityRecord:
     Throughputs at capacity are the rate times the workload's mean tokens per request,
     so they do not depend on how quickly a short step's last requests drained.
     """
-    best = result.best.summary if result.best else {}
-    done = best.get("completed") or 0
-    out_per = (best.get("total_output_tokens") or 0) / done if done else 0.0
-    in_per = (best.get("total_input_tokens") or 0) / done if done else 0.0
+    best = result.best.summary if result.best else Summary()
+    done = best.completed or 0
+    out_per = (best.total_output_tokens or 0) / done if done else 0.0
+    in_per = (best.total_input_tokens or 0) / done if done else 0.0
     rate = result.request_rate
     pace = workloads.pace(spec)
     return CapacityRecord(
@@ -268,22 +268,22 @@ def limiting(result: Result) -> Step:
 
 
 def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
-         ) -> dict[str, Any] | None:
-    """What limited the capacity (`Bottleneck.as_dict`): by contrast between the steps that
+         ) -> Bottleneck | None:
+    """What limited the capacity: by contrast between the steps that
     passed at capacity and the gentlest failing step above it (`bottleneck.across`), else
     that step's own reading."""
     if not limit.passed and low:
         found = bottleneck.across([s.probes for s in steps if s.passed and s.load == low],
                                   limit.probes)
         if found is not None:
-            return json_data(found)
-    return limit.bottleneck or None
+            return found
+    return limit.bottleneck
 
 
-def summary_of(result: Result) -> dict[str, Any]:
+def summary_of(result: Result) -> Summary:
     """The figures the trial is scored on: the step at capacity, else the gentlest failure."""
     if result.best is not None:
-        return dict(result.best.summary)
-    tried = [s for s in result.steps if s.summary]
+        return result.best.summary
+    tried = [s for s in result.steps if s.summary.keys]
     gentlest = min(tried, key=lambda s: s.load, default=None)
-    return dict(gentlest.summary) if gentlest else {}
+    return gentlest.summary if gentlest else Summary()

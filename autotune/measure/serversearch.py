@@ -16,7 +16,6 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import aiohttp
 
@@ -25,8 +24,8 @@ from autotune.measure import bench, searchplan, stepverdict, watch, workloads
 from autotune.measure.bench import Load
 from autotune.measure.capacitytext import rates
 from autotune.measure.searchplan import Anchor, Step
+from autotune.measure.summary import Summary
 from autotune.measure.workloads import Tokenizer
-from autotune.stored import json_data
 
 log = logging.getLogger("autotune")
 
@@ -55,7 +54,7 @@ async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
 
 
 def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
-           ) -> dict[str, Any]:
+           ) -> Summary:
     """Find the capacity of the engine behind `load.target` under `load.spec`; the result
     is a bench summary (of the step at capacity) with a `capacity` record. `anchor` ties
     the search to capacities measured before (`searchplan.plan`): where its first
@@ -91,11 +90,9 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
         log.info("capacity step %d (%s): %s -> %s, %s; %s%s", index, kind,
                  "burst" if rate is None else f"{rate:.3g} req/s", rates(step),
                  "pass" if step.passed else "fail: " + ", ".join(step.violations),
-                 step.bottleneck.get("text", ""),
+                 step.bottleneck.text if step.bottleneck else "",
                  f"; {step.replayed.text()}" if step.replayed else "")
         return step
 
     result = searchplan.plan(measure, cap, anchor)
-    summary = searchplan.summary_of(result)
-    summary["capacity"] = json_data(searchplan.record(result, spec))
-    return summary
+    return searchplan.summary_of(result).with_(capacity=searchplan.record(result, spec))

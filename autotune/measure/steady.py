@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.measure.metrics import RequestResult
+from autotune.measure.request import RequestResult
+from autotune.stored import Stored
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def arrived_in(results: Sequence[RequestResult], w: Window) -> list[RequestResul
 
 
 @dataclass(frozen=True)
-class Backlog:
+class Backlog(Stored):
     """How the queue moved through the window, and what the engine kept pace with.
 
     The queue is the requests in flight since arrival (unsent ones included) less the engine's
@@ -55,10 +56,10 @@ class Backlog:
     client sent) are for the record. `backlog` rounds to 4 decimals, as the step's record does.
     """
 
-    growth: float
-    share: float
-    in_flight_mean: float
-    arrivals: int
+    growth: float = 0.0
+    share: float = 0.0
+    in_flight_mean: float = 0.0
+    arrivals: int = 0
     in_flight_growth: float = 0.0
     queue_mean: float | None = None  # None: no engine samples, the queue is the in-flight
     offered_rps: float = 0.0

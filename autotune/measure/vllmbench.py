@@ -33,6 +33,7 @@ from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import searchplan, serversearch, stepverdict, watch, workloads
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.searchplan import Anchor
+from autotune.measure.summary import Summary
 from autotune.traffic import WorkloadSpec
 
 # A sustained step offers the rate for this long: 4-6-s steps measured the transient.
@@ -189,12 +190,12 @@ def step_args(spec: WorkloadSpec, endpoint: Endpoint, run: Invocation) -> list[s
     return args
 
 
-def judge(result: Mapping[str, Any], slos: Mapping[str, float],
+def judge(result: Summary, slos: Mapping[str, float],
           min_success_rate: float = 1.0) -> list[str]:
     """The SLOs a `vllm bench serve` result broke (its keys are autotune's, e.g.
     `p95_ttft_ms`); an empty list is a pass. No completed request is never a pass."""
     broken = stepverdict.violations(result, slos, min_success_rate)
-    if not result.get("completed") and not any(b.startswith("success_rate") for b in broken):
+    if not result.completed and not any(b.startswith("success_rate") for b in broken):
         broken.insert(0, "no completed requests")
     return broken
 
@@ -247,8 +248,8 @@ class Helper:
         self.import_s, self.version = ready.get("import_s"), ready.get("vllm")
 
     def step(self, argv: list[str], *, api_key: str | None = None,
-             timeout_s: float = 3600.0) -> dict[str, Any]:
-        """Run one `vllm bench serve` with `argv`; its result dict (scalars only)."""
+             timeout_s: float = 3600.0) -> Summary:
+        """Run one `vllm bench serve` with `argv`; its result (scalars only)."""
         if self.proc is None or self.proc.stdin is None:
             raise VllmBenchError("vllm bench serve helper is not running")
         try:
@@ -260,7 +261,7 @@ class Helper:
         if not reply.get("ok"):
             raise VllmBenchError(f"vllm bench serve failed: {reply.get('error')}; "
                                  f"log {self.log_path}")
-        return reply["result"]
+        return Summary.of(reply["result"])
 
     def _read(self, timeout_s: float, doing: str) -> dict[str, Any]:
         try:
@@ -354,11 +355,10 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float],
                              timeout_s=expected + spec.timeout_s + 120)
         watch.check(alive)  # requests that failed because the engine died are no result
         broken = judge(result, slos, cap.min_success_rate)
-        figures = slo.figures(result, slos)
-        return searchplan.Step(index, kind, rate, not broken,
-                               result.get("request_throughput", 0.0),
-                               result.get("output_throughput", 0.0), broken,
-                               result.get("completed", 0) + result.get("failed", 0), figures,
+        figures = stepverdict.slo_figures(result, slos)
+        return searchplan.Step(index, kind, rate, not broken, result.request_throughput,
+                               result.output_throughput, broken,
+                               result.completed + result.failed, figures,
                                round(waited, 3), round(time.monotonic() - t0, 3),
                                summary=result)
 

@@ -99,10 +99,10 @@ class Provenance:
             and ref.number != r.number and ref.capacity is not None else None
         return cls(study.study_name, r.number, r.baseline, r.engine_version, r.device_name,
                    r.gain, reference_name(study),
-                   cap.output_throughput if cap else m.get("output_throughput"),
-                   cap.request_throughput if cap else m.get("request_throughput"),
-                   m.get("median_ttft_ms"), m.get("p95_ttft_ms"),
-                   m.get("median_tpot_ms"), r.measures.memory_mib if r.measures else None,
+                   cap.output_throughput if cap else m.value("output_throughput"),
+                   cap.request_throughput if cap else m.value("request_throughput"),
+                   m.value("median_ttft_ms"), m.value("p95_ttft_ms"),
+                   m.value("median_tpot_ms"), r.measures.memory_mib if r.measures else None,
                    q.drift, q.passed, q.verdict, q.words(), r.startup_s,
                    r.validation.headline() if r.validation else None,
                    r.validation_vllm.headline() if r.validation_vllm else None,
@@ -215,7 +215,7 @@ def plan(r: TrialRecord, model: str, image: str | None = None) -> Plan:
     version = str(r.engine_version or "").rsplit("-", 1)[-1]
     tag = f"v{version}" if version[:1].isdigit() else "latest"
     image = image or f"{CPU_IMAGE if cpu else GPU_IMAGE}:{tag}"
-    probes = r.metrics.get("probes") or {}
+    probes = r.metrics.probes
     # Cores: each API server, the engine core and one worker per GPU (the CPU build's
     # worker runs the model), plus one for the rest; at least what the run was seen to use.
     api = flag_count(r.flags, "api-server-count")

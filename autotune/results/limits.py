@@ -126,14 +126,14 @@ def derive(rec: TrialRecord, slos: Mapping[str, float]) -> Limits:
 
 def _concurrency(rec: TrialRecord, passed: list[StepRecord], safe: float
                  ) -> tuple[int | None, str]:
-    running = [(s.index, s.load, s.probes["requests_running_max"]) for s in passed
-               if (s.probes or {}).get("requests_running_max")]
+    running = [(s.index, s.load, most) for s in passed
+               if (most := s.probes.get("requests_running_max"))]
     if running:
         index, rate, most = max(running, key=lambda x: x[2])
         return math.ceil(most), (f"the largest running batch the engine reported in the "
                                  f"passing steps up to capacity: step {index} at "
                                  f"{rate:.3g} req/s")
-    e2el = rec.metrics.get("mean_e2el_ms")
+    e2el = rec.metrics.value("mean_e2el_ms")
     if e2el:
         mean = safe * e2el / 1000
         return math.ceil(mean), (f"Little's law: {safe:.3g} req/s x {e2el / 1000:.3g} s mean "

@@ -26,6 +26,7 @@ from autotune.config import latency_key
 from autotune.engine import phases
 from autotune.errors import ConfigError
 from autotune.flags import Flags
+from autotune.measure.summary import Summary
 from autotune.results import summary
 from autotune.results.show import Thresholds, outcome, reason
 from autotune.tuning.policy import objective as obj
@@ -131,10 +132,10 @@ def points(study: StudyOrSnapshot) -> tuple[list[Point], list[TrialRecord]]:
     return placed, unplaced
 
 
-def _partial(metrics: Mapping[str, Any], ax: Axes) -> tuple[float, float] | None:
+def _partial(metrics: Summary, ax: Axes) -> tuple[float, float] | None:
     """Throughput and latency of a trial stopped mid-run (the probe phase), if it has them."""
-    thr, lat = metrics.get(ax.throughput), metrics.get(latency_key(ax.latency))
-    if not metrics.get("completed") or thr is None or lat is None:
+    thr, lat = metrics.value(ax.throughput), metrics.value(latency_key(ax.latency))
+    if not metrics.completed or thr is None or lat is None:
         return None
     return float(thr), float(lat)
 
@@ -588,7 +589,7 @@ def speculation_figure(study: StudyOrSnapshot) -> go.Figure:
     ys = [" ".join(filter(None, (f"#{r.number}", r.name, short_value(
         r.flags["speculative-config"], 24) if r.flags.get("speculative-config") else "")))
           for r, _ in spec]
-    tpot = [(r.metrics or {}).get("median_tpot_ms") for r, _ in spec]
+    tpot = [r.metrics.value("median_tpot_ms") for r, _ in spec]
     fig.add_trace(go.Bar(
         y=ys, x=[s.acceptance_rate or 0.0 for _, s in spec], orientation="h",
         marker_color="#2ca02c",

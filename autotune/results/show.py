@@ -91,7 +91,7 @@ def reason(r: TrialRecord) -> str:
         if q is not None and q.passed is False:
             why.append(f"quality ({q.short()})" if q.verdict else
                        f"quality (drift {q.drift or 0:.3f})")
-        if r.metrics.get("failed"):
+        if r.metrics.failed:
             why.append("failed requests")
         return ", ".join(why) or "SLO missed"
     return f"{r.reason} (not launched)" if r.launched is False else r.reason

@@ -318,13 +318,13 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
     if r.bottleneck is not None and not r.capacity:
         console.print(f"limited by: {r.bottleneck.text}")
     if m:
-        console.print(f"throughput {fmt(m.get('output_throughput'))} tok/s, "
-                      f"{fmt(m.get('request_throughput'), '.2f')} req/s; TTFT p50/p95 "
-                      f"{fmt(m.get('median_ttft_ms'))}/{fmt(m.get('p95_ttft_ms'))} ms; TPOT p50 "
-                      f"{fmt(m.get('median_tpot_ms'), '.2f')} ms; completed {m.get('completed')}"
-                      f", failed {m.get('failed')}")
-    if m and isinstance(m.get("replayed"), dict):  # a trace: which part of it was measured
-        console.print(traces.Replay.from_dict(m["replayed"]).text())
+        console.print(f"throughput {fmt(m.value('output_throughput'))} tok/s, "
+                      f"{fmt(m.value('request_throughput'), '.2f')} req/s; TTFT p50/p95 "
+                      f"{fmt(m.value('median_ttft_ms'))}/{fmt(m.value('p95_ttft_ms'))} ms; "
+                      f"TPOT p50 {fmt(m.value('median_tpot_ms'), '.2f')} ms; "
+                      f"completed {m.value('completed')}, failed {m.value('failed')}")
+    if m and isinstance(m.replayed, traces.Replay):  # a trace: which part was measured
+        console.print(m.replayed.text())
     if r.speculation is not None:
         spec = r.speculation
         console.print(f"speculation: {speculation_text(r) or 'nothing accepted'}; "

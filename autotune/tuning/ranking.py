@@ -215,7 +215,7 @@ def _meets(rec: TrialRecord, slos: Mapping[str, float], what: str) -> bool:
     for key, limit in slos.items():
         goal = Slo(key, limit)
         try:
-            value = rec.metrics.get(goal.summary_key)
+            value = rec.metrics.value(goal.summary_key)
         except ValueError as err:
             raise ConfigError(f"{what}: --slo {key}: {err}") from None
         if not goal.met(value):

@@ -36,6 +36,7 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import Flags, FlagValue, normalize
 from autotune.measure import capacityrecord, searchplan
+from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
@@ -129,16 +130,16 @@ def reference(study: StudyOrSnapshot) -> obj.Measures | None:
 
 
 def _pruner_hook(run: RunContext, trial: optuna.Trial, searched: bool
-                 ) -> Callable[[dict[str, Any]], str | None] | None:
+                 ) -> Callable[[Summary], str | None] | None:
     """Report the probe phase's score so Optuna's pruner can stop a trial that is behind
     earlier ones at the same point (weighted mode; baselines always run to the end)."""
     scenario = run.scenario
     if scenario.objective.mode != "weighted" or not searched:
         return None
 
-    def hook(partial: dict[str, Any]) -> str | None:
+    def hook(partial: Summary) -> str | None:
         ref = reference(run.study)
-        if ref is None or not partial.get("completed"):
+        if ref is None or not partial.completed:
             return None
         trial.report(obj.values(obj.measures(partial, scenario.objective), ref,
                                 scenario.objective)[0], step=0)

@@ -36,6 +36,7 @@ from autotune.measure import searchplan, serversearch, speculation
 from autotune.measure.bench import Load, ProbePhase, benchmark
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
+from autotune.measure.summary import Summary
 from autotune.measure.watch import Alive
 from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
@@ -99,7 +100,7 @@ class Outcome:
 
     state: str
     reason: str = ""
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
     facts: EngineRun = field(default_factory=lambda: EngineRun({}))
     quality: Quality | None = None
     new_reference: Reference | None = None
@@ -137,7 +138,7 @@ def engine(scenario: Scenario, model: str, flags: Flags, log_path: Path, *,
 
 def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
               guard: Guard | None = None,
-              intermediate: Callable[[dict[str, Any]], str | None] | None = None,
+              intermediate: Callable[[Summary], str | None] | None = None,
               anchor: searchplan.Anchor | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
     timings in the outcome's `facts` (its `EngineRun`).
@@ -201,8 +202,8 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
                 facts.kv_capacity_reported = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None
-                if guard is not None and summary["completed"] and \
-                        "stopped_after_probe" not in summary:
+                if guard is not None and summary.completed and \
+                        summary.stopped_after_probe is None:
                     t1 = time.monotonic()
                     quality, new_ref = _quality(Target(srv.url, model, srv.headers), guard,
                                                 facts, model, watch)
@@ -227,10 +228,10 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
         facts.timings, facts.ballast = timings, ballast.record()
         return Outcome(PRUNED, err.reason, facts=facts)
     facts.timings, facts.ballast = timings, ballast.record()
-    (trial_dir / "bench.json").write_text(json.dumps(summary, indent=2, default=str))
-    if "stopped_after_probe" in summary:
-        return Outcome(PRUNED, summary["stopped_after_probe"], summary, facts)
-    if not summary["completed"]:
+    (trial_dir / "bench.json").write_text(json.dumps(summary.as_dict(), indent=2, default=str))
+    if summary.stopped_after_probe is not None:
+        return Outcome(PRUNED, summary.stopped_after_probe, summary, facts)
+    if not summary.completed:
         return Outcome(PRUNED, reasons.NO_SUCCESSFUL_REQUESTS, summary, facts)
     if quality is not None and quality.error is not None:
         facts.detail = quality.error
@@ -239,8 +240,8 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
 
 
 def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
-             intermediate: Callable[[dict[str, Any]], str | None] | None,
-             anchor: searchplan.Anchor) -> dict[str, Any]:
+             intermediate: Callable[[Summary], str | None] | None,
+             anchor: searchplan.Anchor) -> Summary:
     """The workload against the running engine: a capacity search, or the fixed workload
     with its probe phase; every wait watched by `alive`."""
     spec = scenario.prune
@@ -248,21 +249,21 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
                 pids=lambda: [p.pid for p in srv.processes()], alive=alive)
     if workload.mode == "capacity":
         summary = serversearch.search(load, scenario.objective.slos, anchor)
-        found = CapacityRecord.from_dict(summary["capacity"])
+        found = summary.capacity or CapacityRecord()
         if found.stopped == searchplan.BELOW_BEST:
-            summary["stopped_after_probe"] = searchplan.BELOW_BEST
-        elif not found.low:
+            return summary.with_(stopped_after_probe=searchplan.BELOW_BEST)
+        if not found.low:
             # No rate met the SLOs and kept pace: the trial has no capacity to rank by, and
             # its gentlest step's latencies alone could meet the SLOs (a step that fell
             # behind its arrivals), so it is pruned rather than left to read as feasible.
-            summary["stopped_after_probe"] = found.stopped if found.stopped in (
-                searchplan.UNREACHABLE, reasons.NO_SUCCESSFUL_REQUESTS) \
-                else reasons.NO_PASSING_RATE
+            return summary.with_(stopped_after_probe=found.stopped if found.stopped in (
+                searchplan.UNREACHABLE, reasons.NO_SUCCESSFUL_REQUESTS)
+                else reasons.NO_PASSING_RATE)
         return summary
     probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
         if spec.enabled and workload.kind != "chat" else 0
 
-    def on_probe(partial: dict[str, Any]) -> str | None:
+    def on_probe(partial: Summary) -> str | None:
         return prune.probe_verdict(partial, spec) or (
             intermediate(partial) if intermediate else None)
 

@@ -187,13 +187,13 @@ def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server
     result = helper.step(argv, api_key=srv.api_key,
                          timeout_s=spec.timeout_s * 2 + spec.num_requests)
     watch.check(srv.death)
-    if not result.get("completed"):
+    if not result.completed:
         raise validate.ValidationRunFailed(f"validate: no request of the run completed; "
                                            f"log {run_dir / 'engine.log'}")
-    return PairRun(figure=result.get(key), metric=key, completed=result.get("completed"),
-                   output_throughput=result.get("output_throughput"),
-                   median_tpot_ms=result.get("median_tpot_ms"),
-                   median_ttft_ms=result.get("median_ttft_ms"))
+    return PairRun(figure=result.value(key), metric=key, completed=result.completed,
+                   output_throughput=result.value("output_throughput"),
+                   median_tpot_ms=result.value("median_tpot_ms"),
+                   median_ttft_ms=result.value("median_ttft_ms"))
 
 
 def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,

@@ -164,7 +164,7 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         seen[:] = [outcome.facts]
         m = obj.measures(outcome.summary, scenario.objective)
         return PairRun(throughput=m.throughput, latency_ms=m.latency_ms,
-                       memory_mib=m.memory_mib, failed=outcome.summary.get("failed", 0),
+                       memory_mib=m.memory_mib, failed=outcome.summary.failed,
                        startup_s=(outcome.facts.timings or {}).get("startup_s"),
                        log_path=outcome.facts.log_path)
 

@@ -62,7 +62,7 @@ def report(db: str, study: str, since: int, json_path: str | None,
             "reason": t.reason, "baseline": t.baseline,
             "duplicate_of": t.duplicate_of, "flags": t.flags,
             "timings": t.timings, "startup": t.startup.as_dict(),
-            "output_throughput": t.metrics.get("output_throughput"),
+            "output_throughput": t.metrics.value("output_throughput"),
             "wall_s": (t.datetime_complete - t.datetime_start).total_seconds()
             if t.datetime_complete and t.datetime_start else None,
             "device": t.device, "engine_version": t.engine_version,

@@ -48,7 +48,7 @@ def test_agrees_with_vllm_bench_serve(server, tiny_model, monkeypatch):
     ours, theirs = [], []
     for seed in range(3):  # alternate, so drift of the machine hits both alike
         ours.append(benchmark(Load(Target(server.url, model, server.headers),
-                                   spec.model_copy(update={"seed": seed}), model)))
+                                   spec.model_copy(update={"seed": seed}), model)).as_dict())
         theirs.append(_vllm_bench(server, model, seed, monkeypatch))
     assert [r["completed"] for r in ours] == [r["completed"] for r in theirs] == [N] * 3
     assert [r["total_output_tokens"] for r in ours] == [r["total_output_tokens"]
@@ -75,10 +75,10 @@ def test_chat_workload_reuses_the_shared_prefix(server, tiny_model):
     spec = WorkloadSpec(kind="chat", conversations=4, turns=3, system_len=256, input_len=32,
                         output_len=16, max_concurrency=4)
     result = benchmark(Load(Target(server.url, model, server.headers), spec, model))
-    assert result["completed"] == 12 and result["failed"] == 0
+    assert result.completed == 12 and result.failed == 0
     # Later turns resend the system prompt and the history: the prefix cache hits.
-    assert result["probes"]["prefix_cache_hit_rate"] > 0.3
-    assert result["total_input_tokens"] > 12 * (256 + 32)
+    assert result.probes["prefix_cache_hit_rate"] > 0.3
+    assert result.total_input_tokens > 12 * (256 + 32)
 
 
 def test_bench_cli_against_a_running_server(server, tiny_model, tmp_path):

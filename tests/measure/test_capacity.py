@@ -10,6 +10,8 @@ from optuna.trial import TrialState
 from autotune.measure import capacityrecord, capacitytext, searchplan, stepverdict
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.searchplan import Step
+from autotune.measure.steady import Backlog
+from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
@@ -35,7 +37,7 @@ class Engine:
         summary = {"completed": 10, "total_output_tokens": 320, "total_input_tokens": 640,
                    "request_throughput": min(load, self.peak)}
         return Step(index, kind, rate, ok, min(load, self.peak), 32 * min(load, self.peak),
-                    [] if ok else ["ttft_p95_ms 900>500"], 10, summary=summary)
+                    [] if ok else ["ttft_p95_ms 900>500"], 10, summary=Summary.of(summary))
 
 
 @pytest.mark.parametrize("cap", [1.0, 7.3, 12.9, 19.9])
@@ -116,11 +118,12 @@ def test_early_stop_below_the_best_lower_bound():
 
 def test_violations_name_each_broken_slo():
     summary = {"completed": 9, "failed": 1, "p95_ttft_ms": 812.4, "p99_tpot_ms": 20.0}
+    summary = Summary.of(summary)
     out = stepverdict.violations(summary, {"ttft_p95_ms": 500, "tpot_p99_ms": 25}, 1.0)
     assert out == ["success_rate 0.900<1", "ttft_p95_ms 812.4>500"]
     assert stepverdict.violations(summary, {"tpot_p99_ms": 25}, 0.9) == []
-    assert stepverdict.violations({"completed": 3, "failed": 0}, {"e2el_p90_ms": 1}, 1) \
-        == ["e2el_p90_ms None>1"]
+    none_measured = Summary.of({"completed": 3, "failed": 0})
+    assert stepverdict.violations(none_measured, {"e2el_p90_ms": 1}, 1) == ["e2el_p90_ms None>1"]
 
 
 def test_record_gives_throughputs_at_capacity():
@@ -142,8 +145,8 @@ def test_record_gives_throughputs_at_capacity():
 def _trial(number, value, cap, flags):
     lo, hi = cap
     return TrialRecord(number=number, state=TrialState.COMPLETE, values=(value,),
-                       constraints={"slo": -1.0}, flags=flags, metrics={"capacity": {
-                           "request_throughput": lo, "low": lo, "high": hi, "spread": None}})
+                       constraints={"slo": -1.0}, flags=flags, metrics=Summary.of({"capacity": {
+                           "request_throughput": lo, "low": lo, "high": hi, "spread": None}}))
 
 
 def test_ties_prefer_fewer_overrides_of_the_defaults():
@@ -274,10 +277,10 @@ def test_a_trace_step_record_says_what_it_replayed_and_reads_without_it():
     was offered and achieved; the step table shows both; records from before read."""
     part = Replay(118, 360, 4, 0.2778, 136.3)
     passed = Step(1, "ceiling", 15.0, True, 13.9, 139.0, [], 300, {"e2el_p95_ms": 900.0},
-                  backlog={"share": 0.01}, window_offered_rps=16.5, window_achieved_rps=16.4,
+                  backlog=Backlog(share=0.01), window_offered_rps=16.5, window_achieved_rps=16.4,
                   replayed=part)
     failed = Step(2, "expand", 117.0, False, 86.8, 868.0, ["backlog +410 requests"], 2340,
-                  {"e2el_p95_ms": 4000.0}, backlog={"share": 0.24},
+                  {"e2el_p95_ms": 4000.0}, backlog=Backlog(share=0.24),
                   window_offered_rps=118.9, window_achieved_rps=90.1,
                   replayed=Replay(2340, 360, 0, 6.59, 136.3))
     burst = Step(0, "burst", None, True, 40.0, 400.0, [], 360, {"e2el_p95_ms": 800.0},

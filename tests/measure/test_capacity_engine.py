@@ -77,7 +77,7 @@ def eight(engines) -> Server:
 def _search(srv: Server, model, slos, anchor: searchplan.Anchor | None = None) -> dict:
     load = Load(Target(srv.url, str(model), srv.headers), SPEC, str(model),
                 pids=lambda: [p.pid for p in srv.processes()])
-    return serversearch.search(load, slos, anchor)["capacity"]
+    return serversearch.search(load, slos, anchor).capacity.as_dict()  # as stored
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def unloaded_ms(eight, tiny_model) -> float:
     spec = SPEC.model_copy(update={"mode": "fixed", "max_concurrency": 1,
                                    "num_requests": 6, "warmup_requests": 4})
     target = Target(eight.url, str(tiny_model), eight.headers)
-    return max(bench.benchmark(Load(target, spec, str(tiny_model)))["p95_e2el_ms"]
+    return max(bench.benchmark(Load(target, spec, str(tiny_model))).latencies["p95_e2el_ms"]
                for _ in range(2))
 
 
@@ -200,8 +200,8 @@ def test_one_sequence_at_a_time_stops_below_the_best(one_seq, tiny_model, loose,
                                         "objective": {"slos": loose_slos}, "workload": SPEC})
     summary = trial._measure(one_seq, scenario, SPEC, str(tiny_model), None, None,
                              searchplan.Anchor(floor=best, start=best, burst=False))
-    assert summary["stopped_after_probe"] == searchplan.BELOW_BEST
-    assert [(s["kind"], s["rate"], s["passed"]) for s in summary["capacity"]["steps"]] == \
+    assert summary.stopped_after_probe == searchplan.BELOW_BEST
+    assert [(s.kind, s.rate, s.passed) for s in summary.capacity.steps] == \
         [("ceiling", best, False)]
 
 
@@ -219,10 +219,10 @@ def test_a_search_with_no_passing_rate_prunes_the_trial(eight, tiny_model):
                                         "workload": spec})
     summary = trial._measure(eight, scenario, spec, str(tiny_model), None, None,
                              searchplan.Anchor())
-    found = capacityrecord.CapacityRecord.from_dict(summary["capacity"])
+    found = summary.capacity
     assert not found.low and not any(s.passed for s in found.steps)
-    assert summary["stopped_after_probe"] == (found.stopped or reasons.NO_PASSING_RATE)
-    assert summary["stopped_after_probe"] in reasons.REASONS
+    assert summary.stopped_after_probe == (found.stopped or reasons.NO_PASSING_RATE)
+    assert summary.stopped_after_probe in reasons.REASONS
 
 
 def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> searchplan.Step:
@@ -247,21 +247,21 @@ def test_a_growing_backlog_fails_a_step_whose_percentiles_pass(one_seq, tiny_mod
     lax = {"e2el_p95_ms": 60_000.0}
     calm = _step(one_seq, tiny_model, min(1.0, 0.4 * 1000 / unloaded_ms), lax)
     assert calm.passed, calm.violations
-    assert not calm.backlog or calm.backlog["growth"] < 4  # a few requests: no backlog
+    assert not calm.backlog or calm.backlog.growth < 4  # a few requests: no backlog
     # At overload on 2 cores the client's event loop usually lags past the 20-ms mark, yet
     # sends enough to build the backlog. Once (a 2.1-s p99 lag, 6.6 of 12 req/s sent) it
     # could not, and the step passed while saying it was no measurement: such a step is
     # taken again.
     for _ in range(3):
         over = _step(one_seq, tiny_model, 12.0, lax)
-        if not over.passed or over.bottleneck["valid"]:
+        if not over.passed or over.bottleneck.valid:
             break
     else:
         pytest.skip(f"the client could not drive 12 req/s three times: {over.bottleneck}")
     assert over.figures["e2el_p95_ms"] < 60_000  # the percentile alone would pass
     assert not over.passed
     assert [v for v in over.violations if v.startswith("backlog +")], over.violations
-    assert over.backlog["share"] > 0.2 and over.whole["e2el_p95_ms"] > 0
+    assert over.backlog.share > 0.2 and over.whole["e2el_p95_ms"] > 0
 
 
 def test_every_step_names_what_limited_it(loose):

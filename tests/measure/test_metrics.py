@@ -9,7 +9,13 @@ import warnings
 
 import pytest
 
-from autotune.measure.metrics import RequestResult, goodput_slos, percentile_key, summarize
+from autotune.measure import metrics
+from autotune.measure.metrics import RequestResult, goodput_slos, percentile_key
+
+
+def summarize(*args, **kwargs):
+    """The summary as it is stored: vLLM's flat keys, in vLLM's order."""
+    return metrics.summarize(*args, **kwargs).as_dict()
 
 # Three successful requests (times in seconds) and two failed ones, over a 2 s run.
 #   A: start 0.0, ttft 0.1, gaps [0.02, 0.04] (3 events), e2el 0.16, 3 tokens, prompt 10

@@ -11,9 +11,11 @@ import pytest
 from autotune import traces
 from autotune.measure import searchplan, steady, stepverdict
 from autotune.measure.bench import StepRun
+from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import RunResult
 from autotune.measure.metrics import RequestResult
 from autotune.measure.probes import Sample, Sampler
+from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
 from tests import azure
@@ -78,7 +80,7 @@ def _judge(reqs, rate, slos, cap=None):
     whole = {"request_throughput": rate, "output_throughput": rate * 16,
              "completed": len(reqs), "failed": 0, "p95_e2el_ms": 1.0}
     sampler = Sampler("http://127.0.0.1:9")  # never started: no samples
-    return stepverdict.judge("bisect", rate, 1, StepRun(whole, run, sampler),
+    return stepverdict.judge("bisect", rate, 1, StepRun(Summary.of(whole), run, sampler),
                              cap or CapacitySpec(), slos)
 
 
@@ -88,7 +90,7 @@ def test_growing_backlog_fails_a_step_whose_percentiles_pass():
     assert step.figures["e2el_p95_ms"] < 60_000  # the percentile alone would pass
     assert not step.passed
     assert any(v.startswith("backlog +") for v in step.violations)
-    assert step.backlog["share"] > 0.05
+    assert step.backlog.share > 0.05
     assert step.window_s == pytest.approx(0.7 * (20 - 1 / 20), rel=0.01)
 
 
@@ -98,7 +100,7 @@ def test_steady_step_passes_and_keeps_whole_step_figures():
     step = _judge(reqs, 20.0, {"e2el_p95_ms": 1000})
     assert step.passed, step.violations
     assert step.figures["e2el_p95_ms"] == pytest.approx(500, rel=0.01)
-    assert step.bottleneck["kind"] == "none"
+    assert step.bottleneck.kind == "none"
 
 
 def test_the_burst_is_judged_whole():
@@ -107,7 +109,7 @@ def test_the_burst_is_judged_whole():
     whole = {"request_throughput": 20.0, "output_throughput": 320.0, "completed": 40,
              "failed": 0, "p95_e2el_ms": 5000.0}
     step = stepverdict.judge("burst", None, 0,
-                             StepRun(whole, run, Sampler("http://127.0.0.1:9")),
+                             StepRun(Summary.of(whole), run, Sampler("http://127.0.0.1:9")),
                              CapacitySpec(), {"e2el_p95_ms": 1000})
     assert not step.passed and step.window_s is None and not step.backlog
 
@@ -121,11 +123,11 @@ def test_window_settings_are_validated():
 def test_limiting_step_is_the_gentlest_failure_above_capacity():
     def step(i, rate, ok, kind):
         return searchplan.Step(i, "bisect", rate, ok, rate or 10.0,
-                             bottleneck={"kind": kind})
+                             bottleneck=Bottleneck(kind))
     steps = [step(0, None, False, "front_end"), step(1, 5.0, True, "none"),
              step(2, 7.5, False, "kv_cache"), step(3, 6.2, False, "gpu")]
     result = searchplan.Result(5.0, 5.0, 6.2, steps, steps[1])
-    assert searchplan.limiting(result).bottleneck["kind"] == "gpu"
+    assert searchplan.limiting(result).bottleneck.kind == "gpu"
     saturated = searchplan.Result(10.0, 10.0, None, steps[:1], steps[0])
     assert searchplan.limiting(saturated) is steps[0]
     assert not math.isnan(searchplan.limiting(result).load)
@@ -209,8 +211,8 @@ def _judge_trace(results, running, rate, send_s=None):
              "completed": len(results), "failed": 0}
     sampler = Sampler("http://127.0.0.1:9")  # never started: its samples are set here
     sampler.samples = [Sample(t, {"vllm:num_requests_running": n}) for t, n in running]
-    return stepverdict.judge("expand", rate, 2, StepRun(whole, run, sampler), CapacitySpec(),
-                             {"e2el_p95_ms": 60_000})
+    return stepverdict.judge("expand", rate, 2, StepRun(Summary.of(whole), run, sampler),
+                             CapacitySpec(), {"e2el_p95_ms": 60_000})
 
 
 @pytest.mark.parametrize("rate", [15.0, 117.0])  # four stretches of the trace; 6.5 times it
@@ -221,14 +223,14 @@ def test_a_trace_step_passes_only_when_achieved_keeps_pace_with_offered(tmp_path
     due = _trace_due(tmp_path, rate)
     kept = _judge_trace(*_engine(due, serve_rps=3 * rate), rate)
     assert kept.passed, kept.violations
-    assert kept.window_offered_rps == pytest.approx(kept.backlog["offered_rps"])
+    assert kept.window_offered_rps == pytest.approx(kept.backlog.offered_rps)
     assert kept.window_achieved_rps >= 0.95 * kept.window_offered_rps
     short = _judge_trace(*_engine(due, serve_rps=0.75 * rate), rate)
     assert not short.passed
     assert short.window_achieved_rps < 0.9 * short.window_offered_rps
-    assert short.backlog["share"] > 0.05  # one rule: the queue grew by that share
+    assert short.backlog.share > 0.05  # one rule: the queue grew by that share
     assert short.window_achieved_rps == pytest.approx(
-        short.window_offered_rps * (1 - short.backlog["share"]), rel=1e-3)
+        short.window_offered_rps * (1 - short.backlog.share), rel=1e-3)
     assert any(v.startswith("backlog +") and f"of {short.window_offered_rps:.3g} req/s offered"
                in v for v in short.violations)
 
@@ -244,7 +246,7 @@ def test_a_client_behind_its_schedule_offered_less_than_the_rate(tmp_path):
     by_send = [dataclasses.replace(r, due=None) for r in results]
     assert _judge_trace(by_send, running, 117.0, send_s=max(due)).passed  # the rule as it was
     step = _judge_trace(results, running, 117.0)
-    assert not step.passed and step.backlog["late_p99_s"] > 3
+    assert not step.passed and step.backlog.late_p99_s > 3
     assert step.window_offered_rps == pytest.approx(117, rel=0.1)
     assert step.window_achieved_rps == pytest.approx(86, rel=0.1)
 

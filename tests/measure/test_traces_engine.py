@@ -29,7 +29,8 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     # (1.5 req/s) barely loads the engine; three times its E2EL p95 leaves room for
     # batching and none for queueing.
     day = WorkloadSpec(kind="trace", dataset="day", num_requests=12, warmup_requests=4)
-    calm = benchmark(Load(Target(eager_server.url, model, eager_server.headers), day, model))
+    calm = benchmark(Load(Target(eager_server.url, model, eager_server.headers), day,
+                          model)).as_dict()
     assert calm["completed"] >= 8 and calm["failed"] == 0
     slo_ms = round(3 * calm["p95_e2el_ms"], 1)
     out = tmp_path / "trace.json"
@@ -63,7 +64,7 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     for step in sustained:
         assert step.window_offered_rps and step.window_achieved_rps is not None
         short = step.window_achieved_rps < 0.95 * step.window_offered_rps
-        assert not (short and step.backlog["growth"] > 4 and step.passed), step
+        assert not (short and step.backlog.growth > 4 and step.passed), step
     at = [s for s in sustained if s.rate == cap.low]
     assert at and all(s.passed for s in at)
     assert all(s.figures["e2el_p95_ms"] <= slo_ms for s in at)
@@ -80,14 +81,14 @@ def test_vllm_bench_serve_replays_the_same_step(eager_server, tiny_model, tmp_pa
 
     model, srv = str(tiny_model), eager_server
     spec = WorkloadSpec(kind="trace", dataset="day", num_requests=24, time_scale=2.0)
-    ours = benchmark(Load(Target(srv.url, model, srv.headers), spec, model))
+    ours = benchmark(Load(Target(srv.url, model, srv.headers), spec, model)).as_dict()
     path = tmp_path / "step.jsonl"
     n = vllmbench.write_trace(spec, 24, spec.time_scale, 1, path)
     last_due = max(json.loads(line)["timestamp"] for line in path.read_text().splitlines())
     with vllmbench.Helper(tmp_path / "helper.log") as helper:
         argv = vllmbench.step_args(spec, vllmbench.Endpoint(srv.url, model, model),
                                    vllmbench.Invocation(None, n, 0, trace_file=path))
-        theirs = helper.step(argv, api_key=srv.api_key, timeout_s=300)
+        theirs = helper.step(argv, api_key=srv.api_key, timeout_s=300).as_dict()
     assert ours["completed"] == theirs["completed"] == n and not theirs["failed"]
     for key in ("total_input_tokens", "total_output_tokens"):
         assert ours[key] == theirs[key], key

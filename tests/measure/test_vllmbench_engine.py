@@ -34,15 +34,16 @@ def test_helper_runs_steps_on_a_cpu_engine(eager_server, tiny_model, tmp_path,
         refused = helper.step(argv, api_key=None, timeout_s=300)
     key = srv.api_key
     for r in results:
-        assert (r["completed"], r["failed"]) == (12, 0)
-        assert r["request_throughput"] > 0 and r["output_throughput"] > 0
+        assert (r.completed, r.failed) == (12, 0)
+        assert r.request_throughput > 0 and r.output_throughput > 0
         for k in ("p50_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "p95_tpot_ms", "p95_itl_ms",
                   "p95_e2el_ms"):
-            assert r[k] > 0, k
+            assert r.latencies[k] > 0, k
         assert vllmbench.judge(r, {"ttft_p95_ms": 60000}) == []
-    assert results[0]["request_rate"] == 4.0 and results[1]["request_rate"] == "inf"
-    assert results[1]["request_throughput"] > results[0]["request_throughput"]
-    assert refused["completed"] == 0 and vllmbench.judge(refused, {"ttft_p95_ms": 1e9})
+    # vLLM's own keys, which the summary keeps as they came
+    assert results[0].other["request_rate"] == 4.0 and results[1].other["request_rate"] == "inf"
+    assert results[1].request_throughput > results[0].request_throughput
+    assert refused.completed == 0 and vllmbench.judge(refused, {"ttft_p95_ms": 1e9})
     saved = json.loads((tmp_path / "4.0.json").read_text())
     assert saved["num_prompts"] == 12 and saved["completed"] == 12
     # it exited by itself when its stdin closed, and the key never reached its log

@@ -11,6 +11,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
+from autotune.measure.summary import Summary
 from autotune.results import export
 from autotune.tuning.records.snapshot import records
 from tests import trials
@@ -23,7 +24,8 @@ def _trial(st, value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, fla
                distributions={"max-num-seqs": CategoricalDistribution([64])},
                flags=flags or {"max-num-seqs": 64},
                measures={"throughput": thr, "latency_ms": lat, "memory_mib": 1000.0},
-               metrics={"output_throughput": thr, "p95_ttft_ms": ttft, "median_ttft_ms": 50.0},
+               metrics=Summary.of({"output_throughput": thr, "p95_ttft_ms": ttft,
+                                   "median_ttft_ms": 50.0}),
                engine_version="vllm-0.26.0", device={"name": "NVIDIA H200"},
                command=["vllm", "serve", "/models/q", "--max-num-seqs", "64"],
                gain=value, timings={"startup_s": 90.0}, env={"A": "1"},

@@ -1,3 +1,4 @@
+from autotune.measure.summary import Summary
 from autotune.results.views import progress_line
 from autotune.tuning.study import Progress
 
@@ -37,8 +38,8 @@ def test_the_live_line_gives_capacities_as_show_does():
     from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
     def rec(n: int, low: float, high: float, **kw) -> TrialRecord:
-        return TrialRecord(n, TrialState.COMPLETE, metrics={"capacity": {
-            "request_throughput": low, "low": low, "high": high, "spread": 0.0}},
+        return TrialRecord(n, TrialState.COMPLETE, metrics=Summary.of({"capacity": {
+            "request_throughput": low, "low": low, "high": high, "spread": 0.0}}),
                            constraints={"slo": -1.0}, **kw)
 
     defaults, best = rec(0, 10.0, 11.0, baseline=DEFAULTS), rec(1, 20.0, 21.0)

@@ -11,6 +11,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
+from autotune.measure.summary import Summary
 from autotune.results import export
 from autotune.tuning import ablation, ranking
 from autotune.tuning.records import studyrecord, writers
@@ -144,7 +145,7 @@ def test_a_budget_that_ends_early_says_so(study):
 def test_only_a_capacity_trial_is_explained():
     st = optuna.create_study(study_name="fixed", direction="maximize")
     rec = writers.append(st, TrialState.COMPLETE, [1.0], {"slo": -1.0},
-                         flags={"max-num-seqs": 8}, metrics={})
+                         flags={"max-num-seqs": 8}, metrics=Summary())
     with pytest.raises(ConfigError, match="no capacity at SLO"):
         ablation.ablate(st, rec, lambda flags, origin, again: rec)
 

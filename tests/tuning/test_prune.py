@@ -3,6 +3,7 @@
 import pytest
 
 from autotune.config import Hardware, PruneSpec, Scenario
+from autotune.measure.summary import Summary
 from autotune.tuning.policy import prune
 
 GiB = 2**30
@@ -66,12 +67,13 @@ def test_no_estimate_for_a_hub_id():
     ({"completed": 10, "failed": 0, "probes": {"preemptions": 0}}, None),
 ])
 def test_probe_verdict(summary, reason):
-    assert prune.probe_verdict(summary, PruneSpec()) == reason
+    assert prune.probe_verdict(Summary.of(summary), PruneSpec()) == reason
 
 
 def test_allowances():
     s = {"completed": 9, "failed": 1, "probes": {"preemptions": 2}}
-    assert prune.probe_verdict(s, PruneSpec(preemption_allowance=2, min_success_rate=0.9)) is None
+    spec = PruneSpec(preemption_allowance=2, min_success_rate=0.9)
+    assert prune.probe_verdict(Summary.of(s), spec) is None
 
 
 def test_gpu_release_wait_is_a_no_op_without_a_gpu():

@@ -75,8 +75,8 @@ def test_preempting_configuration_is_pruned_in_the_probe_phase(study):
     assert t.state == TrialState.PRUNED
     assert t.flags["kv-cache-memory-bytes"] == 2000000 and t.flags["max-num-seqs"] == 16
     m = t.metrics
-    assert m["probes"]["preemptions"] > 0
-    assert m["completed"] + m["failed"] == 12  # the probe only: the rest was never sent
+    assert m.probes["preemptions"] > 0
+    assert m.completed + m.failed == 12  # the probe only: the rest was never sent
     assert t.kv_capacity_reported == 3840  # 30 blocks of 128 (CPU default)
     assert t.memory_estimate is not None and t.memory_estimate.kv_capacity_tokens == 3840
 
@@ -103,14 +103,14 @@ def test_the_preempting_trial_gets_a_relief_move_with_its_reason(study):
     moved = {k for k in relieved.flags if relieved.flags[k] != preempting.flags.get(k)}
     assert moved == {why.knob}
     assert relieved.state == TrialState.COMPLETE
-    assert relieved.metrics["probes"]["preemptions"] == 0
+    assert relieved.metrics.probes["preemptions"] == 0
 
 
 def test_a_trial_behind_the_median_is_stopped_after_its_probe(study):
     _, trials = study
     t = _first(trials, "behind")
     assert t.state == TrialState.PRUNED
-    assert t.metrics["completed"] + t.metrics["failed"] == 12
+    assert t.metrics.completed + t.metrics.failed == 12
     # only once three trials had completed (the median pruner's start-up)
     done = [r for r in trials[:t.number] if r.state == TrialState.COMPLETE]
     assert len(done) >= 3

@@ -112,7 +112,7 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
         assert stored[key] is not None, key
     assert stored["items"] == 200 and stored["changed"] == 0
     assert stored["difference_low"] == stored["difference_high"] == 0.0
-    assert outcome.summary["completed"] == 4
+    assert outcome.summary.completed == 4
     spec = Speculation.from_dict(outcome.facts.speculation)
     assert spec.drafts > 0 and len(spec.accepted_per_position) == 4
     assert spec.acceptance_rate > 0.2, spec  # rewriting text copies much of the prompt

@@ -183,7 +183,7 @@ def test_empty_and_older_dicts_read_at_their_defaults():
               "uncertainty": 0.2, "steps": [burst]}
     cap = CapacityRecord.from_dict(stored)
     assert cap.as_dict() == stored and cap.steps[0].load == 9.0
-    assert cap.steps[0].probes == {} and cap.steps[0].backlog == {}
+    assert cap.steps[0].probes == {} and cap.steps[0].backlog is None
     assert cap.limit is None and cap.limiting_step is None
     assert capacityrecord.limit_text(cap) is None and capacityrecord.limiting_probes(cap) == {}
     assert capacityrecord.interval(cap) == (4.0, 5.0)

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 from autotune.config import Param, Scenario
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
+from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
@@ -58,7 +59,7 @@ def measured(kind: str, number: int = 0, flags: dict[str, Any] | None = None,
            "bottleneck": {"kind": kind, "text": f"{kind} figures", "valid": True},
            "steps": [{"index": 0, "violations": []}, step]}
     return TrialRecord(number, TrialState.COMPLETE, values=(0.0,), flags=flags or {},
-                       params=params or {}, device=H200, metrics={"capacity": cap},
+                       params=params or {}, device=H200, metrics=Summary.of({"capacity": cap}),
                        baseline=DEFAULTS if not flags and not params else None, **rec)
 
 
@@ -210,7 +211,8 @@ def canned(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any) -> t
     summary = {"completed": 8, "failed": 0, "output_throughput": 100.0 * servers,
                "p95_ttft_ms": 50.0, "probes": probes,
                "bottleneck": json_data(bn.attribute(probes))}
-    return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, trial_mod.EngineRun(flags))
+    return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(summary),
+                             trial_mod.EngineRun(flags))
 
 
 def _run_loop(tmp_path, **changes: Any) -> list[TrialRecord]:
@@ -265,8 +267,8 @@ def test_preemption_fits_the_sequences_to_what_the_cache_held():
     # 183,000 KV tokens over 2,304-token requests: 79 sequences fit; 256 -> 64, not 128.
     rec = TrialRecord(2, TrialState.PRUNED, reason="preemption", params={"max-num-seqs": 256},
                       flags={"max-num-seqs": 256}, kv_capacity_reported=183_000,
-                      metrics={"completed": 10, "total_input_tokens": 20_480,
-                               "total_output_tokens": 2_560}, device=H200)
+                      metrics=Summary.of({"completed": 10, "total_input_tokens": 20_480,
+                                          "total_output_tokens": 2_560}), device=H200)
     move = first(rec, sc)
     assert move is not None and move.after == 64
     # Without the engine's KV figure: one notch down.
@@ -300,7 +302,7 @@ def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
     cap = recs[0].capacity
     assert cap is not None and cap.limiting_step is not None
     knee = searchplan.knee(cap.steps, cap.low, cap.limiting_step)
-    metrics = {**recs[0].metrics, "capacity": {**recs[0].metrics["capacity"], "bottleneck": knee}}
+    metrics = recs[0].metrics.with_(capacity=dataclasses.replace(cap, bottleneck=knee))
     scenario = StudyRecord.of(st).scenario.scenario
     assert scenario is not None
     return ([dataclasses.replace(recs[0], metrics=metrics)],
@@ -333,9 +335,8 @@ def test_a_tied_move_is_followed_by_the_next_suspects_move():
     assert move.knob.name != "stream-interval"
     assert "the next suspect, relieving front_end tied" in move.limit.text
     # a move that did not tie (it lost) leaves the suspect in place: its next knob follows
-    worse = {**recs[0].metrics["capacity"], "low": 30.0, "high": 33.0,
-             "request_throughput": 30.0}
-    lost = dataclasses.replace(tied, metrics={**recs[0].metrics, "capacity": worse})
+    worse = dataclasses.replace(recs[0].capacity, low=30.0, high=33.0, request_throughput=30.0)
+    lost = dataclasses.replace(tied, metrics=recs[0].metrics.with_(capacity=worse))
     again = relief.propose([*recs, lost], sc, defaults, recs)
     assert again is not None and again.limit.kind == bn.FRONT_END
     assert again.knob.name == "stream-interval"
@@ -359,7 +360,7 @@ def test_the_study_loop_follows_a_tied_move_with_the_next_suspects_move(tmp_path
 
     def same_capacity(scenario: Scenario, model: str, flags: dict[str, Any],
                       **_: Any) -> trial_mod.Outcome:
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", dict(measured_defaults),
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", measured_defaults,
                                  trial_mod.EngineRun(flags, device=H200))
 
     url = f"sqlite:///{tmp_path}/tied-loop.db"

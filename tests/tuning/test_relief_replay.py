@@ -44,9 +44,9 @@ def test_every_configuration_measured_to_the_end_is_replayed_as_measured(bench):
         assert surface.truth(r.flags) == pytest.approx(r.capacity.request_throughput)
     # vLLM's defaults come back with their measured steps, the limit read across the knee
     out = bench.runner(surface, random.Random(0))(None, "m", {})
-    cap = out.summary["capacity"]
-    assert cap["low"] == pytest.approx(50.1, abs=0.1) and len(cap["steps"]) == 7
-    assert cap["bottleneck"]["kind"] == bn.FRONT_END
+    cap = out.summary.capacity
+    assert cap.low == pytest.approx(50.1, abs=0.1) and len(cap.steps) == 7
+    assert cap.bottleneck.kind == bn.FRONT_END
 
 
 def test_the_roofline_agrees_with_what_the_study_measured(bench):
@@ -70,7 +70,6 @@ def test_a_modelled_point_records_a_knee_named_by_contrast(bench):
     core on both sides of the knee, as measured, and is not what the contrast names."""
     flags = {"api-server-count": 4, "max-num-batched-tokens": 2048, "block-size": 32}
     out = bench.runner(bench.REPLAY, random.Random(0))(None, "m", flags)
-    cap = out.summary["capacity"]
-    assert cap["bottleneck"]["kind"] == bn.GPU
-    assert "engine core" in cap["bottleneck"]["text"] and "not what broke" in \
-        cap["bottleneck"]["text"]
+    cap = out.summary.capacity
+    assert cap.bottleneck.kind == bn.GPU
+    assert "engine core" in cap.bottleneck.text and "not what broke" in cap.bottleneck.text

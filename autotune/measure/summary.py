@@ -1,0 +1,125 @@
+"""A benchmark's summary as one typed value (`Summary`): `vllm bench serve`'s flat result
+fields, autotune's extras, and every latency statistic by its flat key (`p95_ttft_ms`).
+
+It is stored as a trial's `metrics`, a flat JSON object: `Summary.of` reads any version of
+it (missing keys at their defaults, unknown ones kept, such as the fields vLLM's own client
+adds), and `as_dict` writes back that very object (same keys, same order). A summary made
+in code grows key by key as a dict would (`with_`), so it is stored as it always was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.measure.bottleneck import Bottleneck
+from autotune.measure.capacityrecord import CapacityRecord
+from autotune.stored import Stored, json_data
+from autotune.traces import Replay
+
+# A latency statistic's flat key, as vLLM spells it: mean_ttft_ms, p99.9_e2el_ms.
+LATENCY = re.compile(r"(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms")
+# The fields stored as records of their own.
+_NESTED: dict[str, type[Stored]] = {"bottleneck": Bottleneck, "replayed": Replay,
+                                    "capacity": CapacityRecord}
+
+
+@dataclass(frozen=True)
+class Summary(Stored):
+    """What one benchmark measured. vLLM's figures first (only successful requests enter
+    the token totals and the latencies, `latencies` by flat key); then autotune's extras:
+    the probes' figures and the client's event-loop lag over the run, what limited it,
+    whether `max_duration_s` cut it short, the workload sent, a trace's part replayed, a
+    capacity step's whole-step figures, the probe phase's stop reason and the capacity
+    search's record. `other` keeps stored keys this type does not name."""
+
+    duration: float = 0.0
+    completed: int = 0
+    failed: int = 0
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    request_throughput: float = 0.0
+    request_goodput: float | None = None
+    output_throughput: float = 0.0
+    total_token_throughput: float = 0.0
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None
+    latencies: dict[str, float] = field(default_factory=dict)
+    error_counts: dict[str, int] = field(default_factory=dict)
+    success_rate: float | None = None
+    slos: dict[str, float] = field(default_factory=dict)
+    good_completed: int | None = None
+    probes: dict[str, float | None] = field(default_factory=dict)
+    client: dict[str, float] = field(default_factory=dict)
+    bottleneck: Bottleneck | None = None
+    truncated: bool | None = None
+    workload: dict[str, Any] | None = None  # the WorkloadSpec as sent, model-dumped
+    replayed: Replay | None = None
+    whole: dict[str, float | None] | None = None
+    stopped_after_probe: str | None = None
+    capacity: CapacityRecord | None = None
+    other: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> Summary:
+        """The summary a stored (or vLLM-written) flat object holds."""
+        return cls().with_(**data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Summary:
+        return cls.of(data)
+
+    def with_(self, **changes: Any) -> Summary:
+        """This summary with `changes` (flat keys and plain stored values) set, as
+        `dict.update` sets them: a key already there keeps its place, a new one goes last."""
+        fields_: dict[str, Any] = {}
+        latencies, other = dict(self.latencies), dict(self.other)
+        for key, value in changes.items():
+            if key in _FIELDS:
+                kind = _NESTED.get(key)
+                fields_[key] = kind.from_dict(value) if kind is not None and \
+                    isinstance(value, Mapping) else value
+            elif LATENCY.fullmatch(key):
+                latencies[key] = value
+            else:
+                other[key] = value
+        keys = self.keys + tuple(k for k in changes if k not in self.keys)
+        return dataclasses.replace(self, **fields_, latencies=latencies, other=other,
+                                   read=keys)
+
+    def __bool__(self) -> bool:
+        """A summary is empty (false) when it holds no key: nothing was measured."""
+        return bool(self.keys)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The flat keys this summary holds, in their stored order."""
+        return self.read or ()
+
+    def value(self, key: str) -> float | None:
+        """A figure by its flat key: a latency statistic (`p95_ttft_ms`) or a scalar field
+        (`output_throughput`); None where it was not measured (or not stored)."""
+        if key not in self.keys:
+            return None
+        if key in _FIELDS:
+            found = getattr(self, key)
+            return found if isinstance(found, (int, float)) and \
+                not isinstance(found, bool) else None
+        return self.latencies.get(key)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat JSON object, as it was read or built (same keys, same order)."""
+        out: dict[str, Any] = {}
+        for key in self.keys:
+            if key in _FIELDS:
+                out[key] = json_data(getattr(self, key))
+            else:
+                out[key] = self.latencies[key] if key in self.latencies else self.other[key]
+        return out
+
+
+# The flat keys that are fields of their own (the rest are latencies or `other`).
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Summary)) - {"latencies", "other", "read"}
