@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
+from autotune.device import DeviceSeen
 from autotune.flags import Flags
 from autotune.stored import Stored
 
@@ -92,7 +93,7 @@ class Validation(Stored):
     headline `gain` (relative; higher is better) with its interval, and each metric's
     ratio."""
 
-    NESTED = {"runs": PairRun}
+    NESTED = {"runs": PairRun, "device": DeviceSeen}
     KEYED = {"per_metric": Ratio}
 
     candidate: int = 0
@@ -106,7 +107,7 @@ class Validation(Stored):
     verdict: str | None = None
     runs: tuple[PairRun, ...] = ()
     engine_version: str | None = None
-    device: dict[str, Any] = field(default_factory=dict)
+    device: DeviceSeen = field(default_factory=DeviceSeen)
     order: str | None = None
     dir: str | None = None
     when: str | None = None
@@ -132,7 +133,7 @@ class Recheck(Stored):
     at SLO (or, in a fixed-workload study, of `metric`), its interval (never narrower than
     the runs' brackets allow), and the study's own ratio beside it."""
 
-    NESTED = {"runs": PairRun}
+    NESTED = {"runs": PairRun, "device": DeviceSeen}
     NO_CHANGE: ClassVar[float] = 1.0
 
     client: str = VLLM_CLIENT
@@ -157,7 +158,7 @@ class Recheck(Stored):
     runs: tuple[PairRun, ...] = ()
     engine_version: str | None = None
     client_vllm: str | None = None
-    device: dict[str, Any] = field(default_factory=dict)
+    device: DeviceSeen = field(default_factory=DeviceSeen)
     helper_start_s: float | None = None
     order: str | None = None
     dir: str | None = None

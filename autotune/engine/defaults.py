@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.device import DeviceSeen
 from autotune.engine.log import StartupFigures
 from autotune.flags import Flags
 
@@ -58,12 +59,11 @@ def platform_rules(m: Machine) -> Flags:
             "enable-prefix-caching": True, "api-server-count": 1}
 
 
-def machine_of(device: Mapping[str, Any], world_size: int = 1) -> Machine:
-    """The machine a trial record's `device` names (`{"name": "cpu"}` on the CPU build)."""
-    name = device.get("name")
-    if name == "cpu":
+def machine_of(device: DeviceSeen, world_size: int = 1) -> Machine:
+    """The machine a trial record's `device` names (`cpu` on the CPU build)."""
+    if device.name == "cpu":
         return Machine("cpu", world_size=world_size)
-    return Machine("cuda", name, device.get("memory_mib"), world_size)
+    return Machine("cuda", device.name, device.memory_mib, world_size)
 
 
 # Start-up figures that say which value an engine used for a flag it was not given.

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.device import DeviceSeen
+
 try:
     import pynvml as _nvml
 except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
@@ -36,6 +38,13 @@ def _visible_index() -> int:
     """The first device the engine sees (CUDA_VISIBLE_DEVICES), as an NVML index."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     return int(visible) if visible.isdigit() else 0
+
+
+def seen() -> DeviceSeen:
+    """This machine's device as a record keeps it: the GPU the engine sees, else the CPU
+    build."""
+    found = device()
+    return DeviceSeen(found.name, found.memory_mib) if found else DeviceSeen("cpu")
 
 
 def device(index: int | None = None) -> Device | None:

@@ -116,7 +116,7 @@ def machine(study: StudyOrSnapshot) -> Machine | None:
             return Machine("cpu", world_size=world)
         if r.device_name:
             return Machine("cuda", None if emulated else r.device_name,
-                           float(emulated) * 1024 if emulated else r.device.get("memory_mib"),
+                           float(emulated) * 1024 if emulated else r.device.memory_mib,
                            world)
     return None
 

@@ -32,6 +32,7 @@ import yaml
 
 from autotune import traces
 from autotune.config import Scenario
+from autotune.device import DeviceSeen
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
 from autotune.flags import Flags, integer
@@ -245,7 +246,7 @@ def build(asked: Asked, *, card: Card, engine: EngineInfo, shape: memory.ModelSh
         if memory_gib is not None:
             raw["hardware"] = {"memory_gib": memory_gib}
         # an emulated card has its own batch defaults, as `prune.emulate` passes them
-        machine = machine_of({"name": card.name, "memory_mib": gib * 1024})
+        machine = machine_of(DeviceSeen(card.name, gib * 1024))
         rules = platform_rules(machine)
         space["gpu-memory-utilization"] = {"choices": list(FRACTIONS)}
         held = None

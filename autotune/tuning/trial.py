@@ -25,6 +25,7 @@ import aiohttp
 
 from autotune import reasons
 from autotune.config import Scenario, parse_duration
+from autotune.device import DeviceSeen
 from autotune.engine import gpu
 from autotune.engine.ballast import Ballast, Held
 from autotune.engine.info import installed
@@ -36,12 +37,13 @@ from autotune.measure import searchplan, serversearch, speculation
 from autotune.measure.bench import Load, ProbePhase, benchmark
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
+from autotune.measure.speculation import Speculation
 from autotune.measure.summary import Summary
 from autotune.measure.watch import Alive
-from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import prune
+from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.space import relation_violation
 from autotune.tuning.quality import checking
 from autotune.tuning.quality.client import Refused
@@ -64,17 +66,17 @@ class EngineRun:
     flags: Flags
     command: list[str] = field(default_factory=list)
     engine_version: str | None = None
-    device: dict[str, Any] = field(default_factory=dict)
+    device: DeviceSeen = field(default_factory=DeviceSeen)
     env: dict[str, str] = field(default_factory=dict)
     log_path: str | None = None
     launched: bool | None = None
     launched_flags: Flags | None = None
-    memory_estimate: dict[str, Any] | None = None
+    memory_estimate: Estimate | None = None
     kv_capacity_reported: int | None = None
     startup: Startup | None = None
     timings: dict[str, float] | None = None
     ballast: Held | None = None
-    speculation: dict[str, Any] | None = None
+    speculation: Speculation | None = None
     detail: str | None = None
     duplicate_of: int | None = None
 
@@ -155,10 +157,8 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
     deadline = Deadline(parse_duration(scenario.budget.trial_timeout),
                         scenario.budget.trial_timeout)
     trial_dir.mkdir(parents=True, exist_ok=True)
-    device = gpu.device()
     facts = EngineRun(flags, command_line(model, flags), "-".join(installed()),
-                      {"name": device.name, "memory_mib": device.memory_mib} if device
-                      else {"name": "cpu"}, scenario.engine.env,
+                      gpu.seen(), scenario.engine.env,
                       str(trial_dir / "engine.log"))
     why = relation_violation(flags)
     if why:
@@ -166,7 +166,7 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
         return Outcome(PRUNED, reasons.INVALID_COMBINATION, facts=facts)
     spec = scenario.prune
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
-    facts.memory_estimate = json_data(estimate) if estimate else None
+    facts.memory_estimate = estimate or None
     if why := (spec.enabled and prune.too_short(flags, scenario.workload)) or \
             prune.before_launch(estimate, spec):
         reason, _, facts.detail = why.partition(": ")
@@ -198,7 +198,7 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
                 drafted = speculation.between(
                     before, speculation.Counters.parse(srv.get_text("/metrics") or ""))
                 if drafted is not None:
-                    facts.speculation = json_data(drafted)
+                    facts.speculation = drafted
                 facts.kv_capacity_reported = srv.figures.kv_cache_tokens
                 timings["benchmark_s"] = time.monotonic() - t1
                 quality, new_ref = None, None
@@ -282,7 +282,7 @@ def _quality(target: Target, guard: Guard, facts: EngineRun, model: str, alive: 
         ref, quality = checking.make_reference(
             target, guard, context={"model": model, "flags": facts.flags,
                                     "engine_version": facts.engine_version,
-                                    "device": facts.device},
+                                    "device": facts.device.as_dict()},
             alive=alive)
         return quality, ref
     except Refused as err:  # autotune's request, not the configuration: unchecked

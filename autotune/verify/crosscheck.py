@@ -148,7 +148,6 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
                                                    d))
         helper_s = max((h.start_s or 0 for h in helpers.values()), default=0) or None
         client_version = helpers[devices[0]].version
-    device = gpu.device()
     result = replace(
         summarise(runs, fixed), client=CLIENT, repeats=repeats, against=against.number,
         candidate=candidate.number, step_s=step_s,
@@ -156,8 +155,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         min_prompts=vllmbench.MIN_PROMPTS, workload_note=note,
         study_ratio=study_ratio(candidate, against, fixed), runs=tuple(runs),
         engine_version="-".join(installed()), client_vllm=client_version,
-        device={"name": device.name, "memory_mib": device.memory_mib} if device
-        else {"name": "cpu"},
+        device=gpu.seen(),
         helper_start_s=helper_s,
         order=f"pairs side by side on GPUs {gpus[0]} and {gpus[1]}, swapped every pair"
         if side_by_side and gpus else "alternating, baseline first",

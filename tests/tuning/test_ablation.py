@@ -10,6 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.device import DeviceSeen
 from autotune.errors import ConfigError
 from autotune.measure.summary import Summary
 from autotune.results import export
@@ -20,7 +21,7 @@ from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 from tests.paths import ROOT
 
-H200 = {"name": "NVIDIA H200", "memory_mib": 143771.0}
+H200 = DeviceSeen("NVIDIA H200", 143771.0)
 
 
 def cap(low: float | None, high: float | None) -> dict[str, Any]:

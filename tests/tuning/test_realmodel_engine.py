@@ -22,7 +22,6 @@ from autotune import tinymodel
 from autotune.config import GuardrailSpec, Scenario
 from autotune.engine.server import Server
 from autotune.measure.loadgen import Target
-from autotune.measure.speculation import Speculation
 from autotune.tuning import trial
 from autotune.tuning.quality import checking
 from autotune.tuning.quality.guard import Guard
@@ -113,7 +112,8 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
     assert stored["items"] == 200 and stored["changed"] == 0
     assert stored["difference_low"] == stored["difference_high"] == 0.0
     assert outcome.summary.completed == 4
-    spec = Speculation.from_dict(outcome.facts.speculation)
+    spec = outcome.facts.speculation
+    assert spec is not None
     assert spec.drafts > 0 and len(spec.accepted_per_position) == 4
     assert spec.acceptance_rate > 0.2, spec  # rewriting text copies much of the prompt
     assert spec.mean_acceptance_length > 1.5

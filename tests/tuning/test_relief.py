@@ -11,6 +11,7 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.config import Param, Scenario
+from autotune.device import DeviceSeen
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
 from autotune.measure.summary import Summary
@@ -39,7 +40,7 @@ space:
 speculative: {num_speculative_tokens: {choices: [0, 2, 4]}}
 objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 500, tpot_p95_ms: 30}}
 """
-H200 = {"name": "NVIDIA H200", "memory_mib": 143771}
+H200 = DeviceSeen("NVIDIA H200", 143771)
 DEFAULT_FLAGS = {"gpu-memory-utilization": 0.9, "kv-cache-dtype": "auto", "stream-interval": 1}
 
 
@@ -256,7 +257,7 @@ def test_a_baseline_with_flags_beyond_the_space_moves_as_flags():
     sc = scenario(space={"max-num-seqs": {"choices": [2, 16]}}, speculative=None)
     rec = TrialRecord(1, TrialState.PRUNED, reason="preemption", baseline="preempting",
                       flags={"kv-cache-memory-bytes": 2000000, "max-num-seqs": 16},
-                      device={"name": "cpu"})
+                      device=DeviceSeen("cpu"))
     move = first(rec, sc)
     assert move is not None and move.params is None
     assert move.flags == {"kv-cache-memory-bytes": 2000000, "max-num-seqs": 2}

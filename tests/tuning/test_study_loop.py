@@ -188,7 +188,7 @@ def test_a_trials_engine_run_is_record_fields():
     names = {f.name for f in dataclasses.fields(trial_mod.EngineRun)}
     assert names <= WRITABLE, names - WRITABLE
     facts = trial_mod.EngineRun({"max-num-seqs": 8}, detail="refused")
-    assert facts.fields() == {"flags": {"max-num-seqs": 8}, "command": [],
+    assert json_data(facts.fields()) == {"flags": {"max-num-seqs": 8}, "command": [],
                               "engine_version": None, "device": {}, "env": {},
                               "log_path": None, "detail": "refused"}
 

@@ -47,6 +47,7 @@ from typing import Any
 from optuna.trial import FixedTrial, TrialState
 
 from autotune.config import Param, Scenario
+from autotune.device import DeviceSeen
 from autotune.engine import defaults as defaults_mod
 from autotune.flags import Flags, normalize
 from autotune.measure import bottleneck as bn
@@ -186,7 +187,7 @@ def _family(key: str) -> str | None:
     return TTFT if head == TTFT else TPOT if head in (TPOT, "itl") else None
 
 
-def platform_default(name: str, device: Mapping[str, Any]) -> Any:
+def platform_default(name: str, device: DeviceSeen) -> Any:
     """vLLM's start-up default of a flag whose parser default is None, from the device
     (`autotune.engine.defaults`: e.g. max-num-seqs 1024 on a GPU of 70 GiB or more that is
     not an A100, else 256; 128 on the CPU build)."""

@@ -25,6 +25,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import reasons
+from autotune.device import DeviceSeen
 from autotune.engine.ballast import Held
 from autotune.engine.log import Startup
 from autotune.flags import Flags
@@ -72,7 +73,7 @@ class TrialRecord:
     launched_flags: Flags | None = None
     command: list[str] = field(default_factory=list)
     engine_version: str | None = None
-    device: dict[str, Any] = field(default_factory=dict)
+    device: DeviceSeen = field(default_factory=DeviceSeen)
     env: dict[str, str] = field(default_factory=dict)
     log_path: str | None = None
     launched: bool | None = None
@@ -187,7 +188,7 @@ class TrialRecord:
 
     @property
     def device_name(self) -> str | None:
-        return self.device.get("name")
+        return self.device.name
 
     @property
     def is_defaults(self) -> bool:
@@ -208,7 +209,7 @@ class TrialRecord:
 
 
 # Fields stored as JSON objects that the record reads as typed values.
-_TYPED: dict[str, type[Stored]] = {"metrics": Summary, "measures": Measures,
+_TYPED: dict[str, type[Stored]] = {"metrics": Summary, "measures": Measures, "device": DeviceSeen,
                                    "quality": Quality, "startup": Startup,
                                    "memory_estimate": Estimate, "worker": Worker,
                                    "origin": Origin, "speculation": Speculation, "ballast": Held,
