@@ -93,6 +93,13 @@ REASONS = {
     "strict_threshold":
         "the guardrail's check of an engine of its own in float32 against the shared "
         "engine's reference",
+    "tests/measure/test_bench_engine.py::test_agrees_with_vllm_bench_serve":
+        "its set-up starts the module's engine; three runs of autotune's client and three "
+        "of `vllm bench serve`, alternating (66 s in a fresh-clone run on a slow machine)",
+    "tests/tuning/test_faults_engine.py::test_killed_engine_ends_the_trial_as_crashed"
+    "[engine-core-mid-step]":
+        "an engine started, its engine core killed in the middle of a step, every process "
+        "of it checked gone (62 s in a fresh-clone run on a slow machine)",
 }
 
 _seconds: dict[str, float] = defaultdict(float)

@@ -201,10 +201,10 @@ def interval(rec: TrialRecord) -> tuple[float, float] | None:
 class WinnerAndControl:
     """What a run without a flag must match to stand in for the winner: the winner's
     capacity as the study measured it, or as its control measured it now (the winner
-    again on a fresh engine, on the machine the runs share: absolute rates differ between
-    machines, 50 against 61 req/s for the same defaults on two lent H200s). When the
-    guardrail rejected the control itself, its reference does not hold on this machine,
-    and a run rejected on quality alone is not held to it."""
+    again on a fresh engine, on the machine the runs share, since absolute rates differ
+    from one machine to the next). When the guardrail rejected the control itself, its
+    reference does not hold on this machine, and a run rejected on quality alone is not
+    held to it."""
 
     winner: TrialRecord
     control: TrialRecord | None = None

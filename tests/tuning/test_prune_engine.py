@@ -99,10 +99,14 @@ def test_the_preempting_trial_gets_a_relief_move_with_its_reason(study):
     assert why.bottleneck == "kv_cache"
     assert why.text.startswith(f"relieves kv_cache of #{preempting.number} (pruned for "
                                "preemption")
-    # One move from the preempting configuration; it no longer preempts.
+    # One move from the preempting configuration; it no longer preempts. It completes, or
+    # the median pruner stops it as behind: a verdict asked only once the probe phase's own
+    # (preemption) passed, `prune.probe_verdict` before the pruner's hook. Four sequences at
+    # a time can score below the median (a fresh-clone run on 2026-12-04: behind).
     moved = {k for k in relieved.flags if relieved.flags[k] != preempting.flags.get(k)}
     assert moved == {why.knob}
-    assert relieved.state == TrialState.COMPLETE
+    assert (relieved.state, relieved.reason) in {(TrialState.COMPLETE, ""),
+                                                 (TrialState.PRUNED, "behind")}
     assert relieved.metrics.probes["preemptions"] == 0
 
 
