@@ -18,7 +18,6 @@ import psutil
 import pytest
 
 from autotune import tinymodel
-from autotune.engine import cpuplace
 
 # The report of tests over a minute at the end of every run (hooks, found by name here).
 from tests.budget import pytest_runtest_logreport, pytest_terminal_summary  # noqa: F401
@@ -64,19 +63,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 else:
     os.environ.setdefault(SESSION_MARK, f"{os.getpid()}-{time.time_ns()}")
 
-# The CPU build binds its model worker's threads to cores of its own choosing: with one
-# engine per host it takes the first core(s) and leaves the last for the engine core. Two
-# pytest-xdist workers' engines would then both compute (and import) on core 0 while the
-# other core waits: two engines started together here were ready after 28.6 s with that
-# binding and 21.1 s with a core each (benchmarks/side_by_side.py), and the parallel
-# phase took 603-640 s against 686-779 s before. Each worker's engines get a core of their
-# own (unless the person running the tests chose a binding); the API server, the engine
-# core and everything else still run on any core. The share is the one `tune --gpus`
-# gives its workers (autotune.engine.cpuplace), one slot per pytest-xdist worker.
-_worker = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
-if _worker.isdigit() and os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
-    os.environ.setdefault(cpuplace.VAR, cpuplace.bind(
-        int(_worker), int(os.environ["PYTEST_XDIST_WORKER_COUNT"]), cpuplace.physical_cores()))
+# One interpreter fewer per engine: the suite's engines run vLLM's model worker inside the
+# engine core (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, which keeps vLLM's single-process executor
+# on the CPU build; `vllm/platforms/cpu.py`). Nearly all of an engine's CPU in the suite is
+# its start-up, three fresh interpreters importing vLLM one after another
+# (benchmarks/README.md, "suite_cpu.py"); with two, the tiny model's engine was ready after
+# 21-22 s against 30-41 s, with 21-23 against 32-37 CPU-s, the same completions and the same
+# per-request latency (docs/testing.md, "What bounds the suite's time"). What the worker
+# process alone does is tested where it matters, with the variable at "1": vLLM's thread
+# binding of the side-by-side workers (`tests/tuning/test_workers.py`) and the worker's
+# start-up phase. Unpinned, the two pytest-xdist workers' engines share the cores as the
+# scheduler places them (one torch thread each). Set by whoever runs the tests, it is kept.
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+os.environ.setdefault(MULTIPROCESSING, "0")
 
 
 def engine_processes() -> list[psutil.Process]:

@@ -34,7 +34,7 @@ from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import DEFAULTS, INTERRUPTED
 from autotune.tuning.sharing import heartbeat, workers
 from autotune.tuning.sharing.storage import masked
-from tests.conftest import SCENARIO
+from tests.conftest import MULTIPROCESSING, SCENARIO
 
 CANNED = str(Path(canned.__file__).resolve())
 
@@ -470,11 +470,14 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     trial checked against the defaults' reference; both workers' engines gone."""
     path = tmp_path / "two-workers.yaml"
     path.write_text(_engine_scenario())
-    # No binding of the tests' own (conftest): the workers place their engines themselves.
+    # vLLM's own process layout (conftest runs the suite's model workers in the engine
+    # core): the binding below is the model worker's, and no binding of the person running
+    # the tests: the workers place their engines themselves.
     env = {k: v for k, v in os.environ.items() if k != cpuplace.VAR}
     proc = subprocess.run([sys.executable, "-m", "autotune", "tune", str(path), "--gpus", "0,1",
                            "--studies-dir", str(tmp_path)], capture_output=True, text=True,
-                          timeout=900, env={**env, "AUTOTUNE_POLL_S": "0.5"})
+                          timeout=900, env={**env, "AUTOTUNE_POLL_S": "0.5",
+                                            MULTIPROCESSING: "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     st = optuna.load_study(study_name="two-workers",
                            storage=f"sqlite:///{tmp_path / 'two-workers.db'}")
@@ -482,6 +485,8 @@ def test_tune_gpus_on_the_cpu_engine(tmp_path, no_leftover_engine):
     defaults, searched = records(st, (TrialState.COMPLETE, TrialState.PRUNED))
     assert defaults.is_defaults and defaults.state == TrialState.COMPLETE
     assert defaults.quality.made_reference
+    # Its start-up shows the engine core spawning the worker, as a phase of its own.
+    assert "worker" in defaults.startup.phases, defaults.startup.phases
     assert searched.state in (TrialState.COMPLETE, TrialState.PRUNED)
     assert searched.worker.id.rsplit("-", 1)[1] in ("gpu0", "gpu1")
     if searched.quality:
