@@ -21,7 +21,7 @@ import yaml
 from autotune.cli import main as cli
 from autotune.engine import cpuplace
 from autotune.tuning.records.snapshot import records
-from tests.conftest import SCENARIO, SESSION_MARK
+from tests.conftest import MULTIPROCESSING, SCENARIO, SESSION_MARK
 from tests.measure.test_vllmbench import _trial
 
 # Not `alone`: nothing here compares speeds (a capacity above 0 and the record), so the
@@ -64,8 +64,9 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     before = records(optuna.load_study(study_name="engine-test",
                                        storage=f"sqlite:///{db}"))
 
-    # Side by side, no binding of the tests' own (conftest): validate places the engines.
-    env = {k: v for k, v in os.environ.items() if not gpus or k != cpuplace.VAR}
+    # Side by side, vLLM's own layout (a model worker process, which binds its threads to the
+    # cores validate gives it); the suite's engines otherwise run the worker in the engine core.
+    env = {**os.environ, **({MULTIPROCESSING: "1"} if gpus else {})}
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "1",
                            "--client", "vllm", "--repeats", "1", "--step-seconds", "3",
                            *(["--gpus", gpus] if gpus else [])],
