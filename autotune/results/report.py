@@ -396,13 +396,19 @@ def history_figure(study: StudyOrSnapshot) -> go.Figure:
 
 
 MIN_DISTINCT = 5  # distinct searched configurations before importances mean anything
+# Importances are shares of 1 resting on a handful of configurations: four decimals are more
+# than they mean. Rounding also keeps the report the same on every machine: numpy's
+# vectorised exp and log differ in the last bits between CPUs (AVX-512 or not), which
+# changed a committed study's report byte for byte between two machines (2026-12-05).
+IMPORTANCE_DECIMALS = 4
 
 
 def importances(study: StudyOrSnapshot) -> Importances | str:
-    """fANOVA importances of the searched flags for the first objective, or why there are
-    none: fewer than `MIN_DISTINCT` distinct completed searched configurations (a copy of a
-    configuration measured before, `same as #N`, adds nothing; two identical trials once
-    gave 0.33/0.33/0.33), or no flag that varied."""
+    """PED-ANOVA importances of the searched flags for the first objective, rounded to
+    `IMPORTANCE_DECIMALS`, or why there are none: fewer than `MIN_DISTINCT` distinct
+    completed searched configurations (a copy of a configuration measured before, `same as
+    #N`, adds nothing; two identical trials once gave 0.33/0.33/0.33), or no flag that
+    varied."""
     done = [r for r in records(study, (TrialState.COMPLETE,))
             if r.params and r.duplicate_of is None and r.values]
     distinct = {json.dumps(r.params, sort_keys=True, default=str) for r in done}
@@ -430,7 +436,10 @@ def importances(study: StudyOrSnapshot) -> Importances | str:
             return f"Parameter importances could not be computed: {err}"
     thin = sorted({m.group(1) for w in caught
                    if (m := re.search(r"parameter `([^`]+)` have less than", str(w.message)))})
-    return Importances(imp, len(distinct), thin)
+    shares = {name: round(value, IMPORTANCE_DECIMALS) for name, value in imp.items()}
+    # Largest first, ties by name: the order no longer hangs on last bits either.
+    ordered = dict(sorted(shares.items(), key=lambda kv: (-kv[1], kv[0])))
+    return Importances(ordered, len(distinct), thin)
 
 
 class Importances(dict[str, float]):

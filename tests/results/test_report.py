@@ -393,3 +393,31 @@ def test_startup_figure_stacks_each_engines_phases(tmp_path):
     assert report.startup_figure(empty).layout.annotations[0].text == \
         "no trial started an engine"
     assert "id=\"startup\"" in reportpage.build(st)
+
+
+def test_importances_are_the_same_with_and_without_avx512(tmp_path):
+    """numpy's vectorised exp and log round differently with AVX-512 than without: the
+    committed studies' importances (and so their reports) must not carry that difference
+    from one machine to the next. Run with numpy's AVX-512 paths on and off; where the CPU
+    has none, both runs take the same path."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import json, optuna\n"
+            "optuna.logging.set_verbosity(optuna.logging.ERROR)\n"
+            "from autotune.results.report import importances\n"
+            "s = optuna.load_study(study_name='qwen3-4b-24g',\n"
+            "                      storage='sqlite:///studies/qwen3-4b-24g.db')\n"
+            "print(json.dumps(list(importances(s).items())))\n")
+    runs = []
+    for disabled in ("", "AVX512_ICL AVX512_CNL AVX512_CLX AVX512_SKX AVX512CD AVX512F"):
+        env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": disabled}
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, check=True,
+                             capture_output=True, text=True).stdout
+        runs.append(json.loads(out))
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == 7 and all(round(v, 4) == v for _, v in runs[0])
