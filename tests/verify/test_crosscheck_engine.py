@@ -64,9 +64,11 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
     before = records(optuna.load_study(study_name="engine-test",
                                        storage=f"sqlite:///{db}"))
 
-    # Side by side, vLLM's own layout (a model worker process, which binds its threads to the
-    # cores validate gives it); the suite's engines otherwise run the worker in the engine core.
-    env = {**os.environ, **({MULTIPROCESSING: "1"} if gpus else {})}
+    # Side by side: vLLM's own layout (a model worker process, which binds its threads to the
+    # cores validate gives it; the suite's engines run the worker in the engine core, conftest)
+    # and no binding of the person running the tests: validate places the engines.
+    env = {k: v for k, v in os.environ.items() if not gpus or k != cpuplace.VAR}
+    env.update({MULTIPROCESSING: "1"} if gpus else {})
     proc = subprocess.run([sys.executable, "-m", "autotune", "validate", db, "--trial", "1",
                            "--client", "vllm", "--repeats", "1", "--step-seconds", "3",
                            *(["--gpus", gpus] if gpus else [])],
