@@ -398,8 +398,7 @@ def history_figure(study: StudyOrSnapshot) -> go.Figure:
 MIN_DISTINCT = 5  # distinct searched configurations before importances mean anything
 # Importances are shares of 1 resting on a handful of configurations: four decimals are more
 # than they mean. Rounding also keeps the report the same on every machine: numpy's
-# vectorised exp and log differ in the last bits between CPUs (AVX-512 or not), which
-# changed a committed study's report byte for byte between two machines (2026-12-05).
+# vectorised exp and log differ in the last bits between CPUs (AVX-512 or not).
 IMPORTANCE_DECIMALS = 4
 
 
