@@ -395,7 +395,7 @@ def test_startup_figure_stacks_each_engines_phases(tmp_path):
     assert "id=\"startup\"" in reportpage.build(st)
 
 
-def test_importances_are_the_same_with_and_without_avx512(tmp_path):
+def test_importances_are_the_same_with_and_without_avx512():
     """numpy's vectorised exp and log round differently with AVX-512 than without: the
     committed studies' importances (and so their reports) must not carry that difference
     from one machine to the next. Run with numpy's AVX-512 paths on and off; where the CPU

@@ -65,7 +65,7 @@ def test_validate_with_vllms_client(gpus, study_db, tmp_path, capsys, no_leftove
                                        storage=f"sqlite:///{db}"))
 
     # Side by side: vLLM's own layout (a model worker process, which binds its threads to the
-    # cores validate gives it; the suite's engines run the worker in the engine core, conftest)
+    # cores validate gives it; the first phase's other engines run it in the engine core)
     # and no binding of the person running the tests: validate places the engines.
     env = {k: v for k, v in os.environ.items() if not gpus or k != cpuplace.VAR}
     env.update({MULTIPROCESSING: "1"} if gpus else {})
