@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune import config
+from autotune.cli.main import main
 from autotune.engine.info import engine_info
 from autotune.tinymodel import PRESETS
 from autotune.tuning import starter
@@ -103,7 +104,17 @@ def _init(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-def test_init_writes_says_why_and_refuses_to_overwrite_another_scenario(tiny_model, tmp_path):
+def _init_here(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`autotune init ARGS` in this process: its exit code, stdout and stderr. Each `init`
+    process imports transformers' AutoTokenizer (4 s of a CPU) to size max-model-len; the
+    command's own process is tested by the first call below and by the refusals."""
+    code = main(["init", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_init_writes_says_why_and_refuses_to_overwrite_another_scenario(tiny_model, tmp_path,
+                                                                         monkeypatch, capsys):
     first = _init("--model", str(tiny_model), "--slo", "e2el_p95_ms=2500", "--studies-dir",
                   str(tmp_path), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -114,12 +125,13 @@ def test_init_writes_says_why_and_refuses_to_overwrite_another_scenario(tiny_mod
     # answer + 1 to score: 2,048 would leave it 9 tokens and its check an HTTP 400
     assert config.load(path).engine.flags["max-model-len"] == 4096
     assert "the quality check's longest prompt and answer 2,088" in first.stdout
-    again = _init("--model", str(tiny_model), "--slo", "e2el_p95_ms=2500", "--studies-dir",
-                  str(tmp_path), cwd=tmp_path)
-    assert again.returncode == 0 and "already written, the same scenario" in again.stdout
-    other = _init("--model", str(tiny_model), "--slo", "e2el_p95_ms=900", "--studies-dir",
-                  str(tmp_path), cwd=tmp_path)
-    assert other.returncode == 2 and "exists and says otherwise" in other.stderr
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _init_here("--model", str(tiny_model), "--slo", "e2el_p95_ms=2500",
+                              "--studies-dir", str(tmp_path), capsys=capsys)
+    assert code == 0 and "already written, the same scenario" in out
+    code, _, err = _init_here("--model", str(tiny_model), "--slo", "e2el_p95_ms=900",
+                              "--studies-dir", str(tmp_path), capsys=capsys)
+    assert code == 2 and "exists and says otherwise" in err and err.count("\n") == 1, err
     assert config.load(path).objective.slos == {"e2el_p95_ms": 2500}  # left as it was
 
 
