@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from autotune import __version__
 from autotune.cli.options import Parser
 from autotune.errors import AutotuneError
+from autotune.tuning import interrupts
 
 # Optional dependencies (pyproject.toml's extras) by the module that needs them: a command
 # that imports one where it is missing says which extra to install, instead of a traceback.
@@ -74,10 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def guarded(command: Callable[[], int]) -> int:
     """Run one command as an `autotune` process: SIGTERM takes Ctrl-C's path, and an error
-    of autotune's own is one line and its exit code (a `--gpus` worker runs this way too)."""
+    of autotune's own is one line and its exit code (a `--gpus` worker runs this way too).
+    An interrupt Python drops is remembered for the command (`interrupts.remembered`): it
+    still stops the study before its next trial."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return command()
+        with interrupts.remembered():
+            return command()
     except AutotuneError as err:
         from autotune.tuning.sharing.storage import masked
 

@@ -1,15 +1,66 @@
 """Ctrl-C and SIGTERM while the study writes: held, never dropped, and raised as
 KeyboardInterrupt once the writes are done, so that a trial is never left RUNNING or its
 record half-written (`autotune.tuning.study` holds them around each trial's ask and tell).
+
+Nor dropped by Python: a KeyboardInterrupt raised while Python runs a finalizer (a weakref
+callback, `__del__`, the garbage collector) is printed as "Exception ignored" and lost, and
+the command goes on as if no Ctrl-C had come. So a command remembers one Python dropped
+(`remembered`), and the study raises it again before a trial starts work
+(`raise_if_dropped`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass
+class _Command:
+    """Whether an autotune command is running in this process (`remembered`), and whether
+    Python dropped an interrupt meanwhile."""
+
+    running: bool = False
+    dropped: bool = False
+
+
+_COMMAND = _Command()
+
+
+@contextlib.contextmanager
+def remembered() -> Iterator[None]:
+    """For one command: a KeyboardInterrupt that Python drops (it reports it through
+    `sys.unraisablehook`, printed as "Exception ignored") is remembered until the command
+    ends. The signal handlers stay as they were: `asyncio.run` installs its own, which
+    cancels its main task cleanly, only over Python's default one."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type,
+                                                          KeyboardInterrupt):
+            _COMMAND.dropped = True
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    _COMMAND.running, _COMMAND.dropped = True, False
+    try:
+        yield
+    finally:
+        _COMMAND.running, _COMMAND.dropped = False, False
+        sys.unraisablehook = previous
+
+
+def raise_if_dropped() -> None:
+    """Raise KeyboardInterrupt if Python dropped one during this command (the study calls
+    this before each trial starts work: seen in a `--gpus` worker, whose one SIGINT landed
+    in a finalizer while it prepared its study, and which then started its next trial)."""
+    if _COMMAND.running and _COMMAND.dropped:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.interrupts import HeldInterrupts, no_interrupts
+from autotune.tuning.interrupts import HeldInterrupts, no_interrupts, raise_if_dropped
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune, relief, space
 from autotune.tuning.quality import verdict
@@ -192,6 +192,7 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
     flags: Flags | None = None
     try:
         hold.release()  # a Ctrl-C held since `ask` is raised here, where the trial goes back
+        raise_if_dropped()  # as is one Python dropped before this trial started
         # Fixed engine flags hold for the baselines too (e.g. a deployment's max-model-len).
         flags = {**scenario.engine.flags, **normalize(base)} if base is not None \
             else space.suggest(trial, scenario)

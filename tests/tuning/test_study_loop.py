@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from autotune.config import Scenario
 from autotune.measure.summary import Summary
 from autotune.stored import json_data
-from autotune.tuning import ranking, study
+from autotune.tuning import interrupts, ranking, study
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.snapshot import records
@@ -259,6 +259,81 @@ def test_a_signal_during_the_writes_is_held_until_they_are_done(sig):
             signal.signal(signal.SIGTERM, old)
     assert done == ["written"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+class _Finalized:
+    """An object whose finalizer is where a SIGINT arrives: Python raises the
+    KeyboardInterrupt there, reports it as "Exception ignored" and drops it."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+@pytest.fixture
+def dropped(monkeypatch) -> list[type[BaseException]]:
+    """What Python dropped (`sys.unraisablehook`), instead of pytest's warning about it."""
+    seen: list[type[BaseException]] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_type))
+    return seen
+
+
+def test_an_interrupt_python_dropped_still_stops_the_study_before_its_next_trial(tmp_path,
+                                                                               dropped):
+    """Seen in a `--gpus` worker: its one SIGINT landed in a finalizer while it prepared
+    its study, and it went on to its next trial. Within a command (`remembered`), the
+    interrupt is raised again where the next trial starts, which goes back to the queue."""
+
+    class DropsOne(Canned):
+        def __call__(self, *args: Any, **kw: Any) -> trial_mod.Outcome:
+            if not self.calls:
+                _Finalized()  # during vLLM's defaults, which still complete
+            return super().__call__(*args, **kw)
+
+    scenario = _scenario()
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    runner = DropsOne()
+    with interrupts.remembered(), pytest.raises(KeyboardInterrupt):
+        study.loop(_context(shared, scenario, runner, tmp_path), trials=3)
+    assert dropped == [KeyboardInterrupt]
+    assert len(runner.calls) == 1  # no engine after the interrupt
+    recs = records(shared.study)
+    assert recs[0].state == TrialState.COMPLETE
+    assert recs[1].state == TrialState.FAIL and recs[1].outcome == INTERRUPTED
+    assert [r.baseline for r in recs if r.state == TrialState.WAITING] == ["refused"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back
+
+
+def test_an_interrupt_is_remembered_only_within_a_command(dropped):
+    """A caller that never entered `remembered` (a library user, a test) is left as Python
+    leaves it, and one command's interrupt does not outlive it."""
+    _Finalized()
+    interrupts.raise_if_dropped()  # no command: nothing remembered
+    hook = sys.unraisablehook
+    with interrupts.remembered():
+        _Finalized()
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.raise_if_dropped()
+    interrupts.raise_if_dropped()  # that command ended
+    assert dropped == [KeyboardInterrupt, KeyboardInterrupt]
+    assert sys.unraisablehook is hook
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_every_autotune_command_remembers_a_dropped_interrupt(dropped, capsys):
+    """`autotune`'s commands and `--gpus` workers run through `cli.main.guarded`."""
+    from autotune.cli.main import guarded
+
+    def command() -> int:
+        _Finalized()
+        interrupts.raise_if_dropped()
+        return 0
+
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        assert guarded(command) == 130
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    assert capsys.readouterr().err == "autotune: interrupted\n" and dropped
 
 
 def test_a_killed_tuners_running_trial_runs_again(tmp_path):

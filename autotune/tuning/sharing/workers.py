@@ -44,7 +44,7 @@ from optuna.trial import TrialState
 from autotune.config import Scenario
 from autotune.engine import cpuplace
 from autotune.errors import ConfigError
-from autotune.tuning import ranking
+from autotune.tuning import interrupts, ranking
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.study import Progress
@@ -200,6 +200,7 @@ def run_workers(study: optuna.Study, scenario: Scenario, run: SharedRun, gpus: l
             children.append(_start(g, run, name, folder, tickets, place))
             say(f"worker {children[-1].id} on GPU {g}: log in {children[-1].log_path}")
         while True:
+            interrupts.raise_if_dropped()  # a Ctrl-C Python dropped still stops the workers
             _report(study, ids, seen, result, run, t0, on_progress)
             for c in children:
                 if c.code is None and (code := c.proc.poll()) is not None:
