@@ -56,9 +56,8 @@ def remembered() -> Iterator[None]:
 
 
 def raise_if_dropped() -> None:
-    """Raise KeyboardInterrupt if Python dropped one during this command (the study calls
-    this before each trial starts work: seen in a `--gpus` worker, whose one SIGINT landed
-    in a finalizer while it prepared its study, and which then started its next trial)."""
+    """Raise KeyboardInterrupt if Python dropped one during this command: the study calls
+    this before each trial starts work, so that no engine starts after a Ctrl-C."""
     if _COMMAND.running and _COMMAND.dropped:
         raise KeyboardInterrupt
 
