@@ -79,8 +79,16 @@ else:
 # phase (`tests/tuning/test_workers.py`, `tests/verify/test_crosscheck_engine.py`). Set by
 # whoever runs the tests, the variable is kept.
 MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+# One OpenMP thread per engine in the first phase. Unpinned (the `uni` layout pins nothing),
+# an engine computes on as many OpenMP threads as the host has cores, and two such engines
+# side by side on two cores wait at each other's barriers: beside a loaded engine, the tiny
+# model's guardrail reference took 81 s against 9.3 s with one thread, and the first phase
+# 1,256 s against 923 s (docs/testing.md, "What bounds the suite's time"). Alone, one
+# engine is as fast either way, so the `alone` phase keeps vLLM's default.
+OPENMP = "OMP_NUM_THREADS"
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault(MULTIPROCESSING, "0")
+    os.environ.setdefault(OPENMP, "1")
 
 
 def engine_processes() -> list[psutil.Process]:
