@@ -95,7 +95,8 @@ REASONS = {
         "engine's reference",
     "tests/measure/test_bench_engine.py::test_agrees_with_vllm_bench_serve":
         "its set-up starts the module's engine; three runs of autotune's client and three "
-        "of `vllm bench serve`, alternating (66 s in a fresh-clone run on a slow machine)",
+        "of `vllm bench serve`, alternating, each 6 s of requests paced at 8 req/s (70 s "
+        "by hand on 2026-12-06)",
     "tests/tuning/test_faults_engine.py::test_killed_engine_ends_the_trial_as_crashed"
     "[engine-core-mid-step]":
         "an engine started, its engine core killed in the middle of a step, every process "

@@ -17,7 +17,12 @@ from autotune.traffic import WorkloadSpec
 
 pytestmark = [pytest.mark.engine]
 
-N, IN, OUT, CONC = 64, 64, 32, 8
+# Paced below what the engine carries (Poisson, 8 req/s of 32-token replies), as
+# benchmarks/client_agreement.py measures by default: in an unpaced burst both clients share
+# the two cores with the engine and read their own CPU. Such a burst (64 requests at
+# concurrency 8) gave each client 0.9-2.9 thousand output tok/s from run to run, and it failed
+# when vLLM's three runs happened to cluster low (docs/testing.md, "Timings of CI runs").
+N, IN, OUT, CONC, RATE = 48, 64, 32, 8, 8.0
 
 
 @pytest.fixture
@@ -35,7 +40,7 @@ def _vllm_bench(srv: Server, model: str, seed: int, monkeypatch) -> dict:
         "--backend", "vllm", "--base-url", srv.url, "--endpoint", "/v1/completions",
         "--model", model, "--tokenizer", model, "--dataset-name", "random",
         "--random-input-len", str(IN), "--random-output-len", str(OUT), "--num-prompts", str(N),
-        "--max-concurrency", str(CONC), "--request-rate", "inf", "--ignore-eos",
+        "--max-concurrency", str(CONC), "--request-rate", str(RATE), "--ignore-eos",
         "--num-warmups", "8", "--disable-tqdm", "--seed", str(seed)])
     return main(args)
 
@@ -44,7 +49,7 @@ def _vllm_bench(srv: Server, model: str, seed: int, monkeypatch) -> dict:
 def test_agrees_with_vllm_bench_serve(server, tiny_model, monkeypatch):
     model = str(tiny_model)
     spec = WorkloadSpec(num_requests=N, input_len=IN, output_len=OUT, max_concurrency=CONC,
-                        warmup_requests=8)
+                        request_rate=RATE, warmup_requests=8)
     ours, theirs = [], []
     for seed in range(3):  # alternate, so drift of the machine hits both alike
         ours.append(benchmark(Load(Target(server.url, model, server.headers),
@@ -53,11 +58,11 @@ def test_agrees_with_vllm_bench_serve(server, tiny_model, monkeypatch):
     assert [r["completed"] for r in ours] == [r["completed"] for r in theirs] == [N] * 3
     assert [r["total_output_tokens"] for r in ours] == [r["total_output_tokens"]
                                                        for r in theirs]
-    # Known and not yet explained: in this concurrency-8 burst autotune's median TTFT reads
-    # 25-35 % below vLLM's client's (11-16 ms against 15-22 ms over several runs), while at
-    # 8 req/s Poisson the two agree within 5 % (benchmarks/README.md).
-    # TTFT gets that much more room; throughput and TPOT are held to the run's own noise.
-    known = {"median_ttft_ms": 0.35}
+    # Known: autotune's median TTFT reads about 1 ms below vLLM's client's (8.0-9.9 ms
+    # against 8.8-10.4 ms, four test runs of three pairs), 6-10 % of so fast a first token,
+    # so TTFT gets that much more room; throughput (0.1-0.4 % apart) and TPOT (0.2-1.4 %)
+    # are held to the runs' own noise.
+    known = {"median_ttft_ms": 0.15}
     for key in ("output_throughput", "median_ttft_ms", "median_tpot_ms"):
         a = [r[key] for r in ours]
         b = [r[key] for r in theirs]
