@@ -21,10 +21,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune.results import dashboard
     from autotune.tuning.sharing import storage
 
     open_study(args)  # a missing or foreign study is one line, before the server starts
+    from autotune.results import dashboard
+
     url, _ = storage.locate(args.study_or_db, args.study, Path(args.studies_dir))
 
     def ready(address: str) -> None:

@@ -36,15 +36,17 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autotune import slo
-    from autotune.results import cost, export
-    from autotune.tuning import ranking
-    from autotune.tuning.records.snapshot import Snapshot
 
     try:
         slos = slo.parse_all(args.slo)
     except ValueError as err:
         raise ConfigError(f"export: --slo: {err}") from None
-    st = Snapshot.of(open_study(args))  # read once: chosen, then rendered
+    study = open_study(args)  # a missing or foreign study is one line, before the rest loads
+    from autotune.results import cost, export
+    from autotune.tuning import ranking
+    from autotune.tuning.records.snapshot import Snapshot
+
+    st = Snapshot.of(study)  # read once: chosen, then rendered
     trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
     model = args.model or (trial.command or ["", "", "MODEL"])[2]
     price = cost.price_of(ranking.stored_scenario(st), args.gpu_hour, args.gpus)

@@ -23,10 +23,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    st = open_study(args)  # a missing or foreign study is one line, before the views load
     from autotune.results import views
     from autotune.results.summary import Summary
 
-    st = open_study(args)
     if args.trial is not None:
         from autotune.tuning.records.snapshot import records
 
