@@ -4,7 +4,7 @@ A random-weight model cannot tell whether a configuration changes answers (its l
 chaotic) or whether prompt lookup pays (its text never repeats the prompt). These tests
 serve real weights: vLLM's defaults make the guardrail's reference as a study's trial 0
 does, chat-templated, with the default thresholds (3 x the noise floor + 0.01 nats) and the
-task check (200 scorable items, a 1-point budget); configurations that only reschedule the
+task check (100 scorable items, a 1-point budget); configurations that only reschedule the
 same greedy computation must come out "unchanged", ngram speculation (lossless under
 greedy) too, while accepting drafts on copy-heavy text, and a model whose RoPE base differs
 from its checkpoint's (a wrong `rope_theta` in a deployment's config) must be "worse" by the
@@ -43,10 +43,11 @@ def real_model() -> str:
     return str(tinymodel.build(preset="smollm2-135m").path)
 
 
-# Half the shipped prompts, shorter answers, 200 task items: the mechanism is the study's,
-# at a cost the suite can carry (a pass of 200 items takes ~30 s of 2 cores; the default
-# 1,000 ~2.5 min); docs/real-model.md has the full set over 10 repeats.
-SPEC = {"num_prompts": 8, "max_tokens": 32, "tasks": 200}
+# Half the shipped prompts, shorter answers, 100 task items: the mechanism is the study's,
+# at a cost the suite can carry (a pass of 100 items takes ~15 s of 2 cores; the default
+# 1,000 ~2.5 min). The RoPE base of 1e3 loses about 33 points, which 100 items separate
+# from the budget by far; docs/real-model.md has the full set over 10 repeats.
+SPEC = {"num_prompts": 8, "max_tokens": 32, "tasks": 100}
 
 
 def _guard(model: str, ref: Reference | None = None) -> Guard:
@@ -75,10 +76,10 @@ def test_a_real_model_answers_and_measures_its_noise_floor(real_model, reference
     assert all(len(s.logprobs) == len(s.output_ids) > 0 for s in ref.samples)
     # batched against one by one: small against the threshold it sets
     assert ref.noise["drift"] < ref.thresholds["drift"] / 2
-    # the task check: some right and some wrong (measured 58.5 %), so a change can show
-    # either way; the reference's second run changed nothing
-    assert ref.tasks is not None and len(ref.tasks.correct) == 200
-    assert 30 < 100 * sum(ref.tasks.correct) / 200 < 90
+    # the task check: some right and some wrong (58.5 % of the first 200 items), so a change
+    # can show either way; the reference's second run changed nothing
+    assert ref.tasks is not None and len(ref.tasks.correct) == SPEC["tasks"]
+    assert 30 < 100 * sum(ref.tasks.correct) / SPEC["tasks"] < 90
     assert own.verdict == "unchanged" and own.passed and own.made_reference
     assert own.tasks is not None and own.tasks.changed == 0
 
@@ -109,7 +110,7 @@ def test_a_speculative_rescheduled_trial_records_its_acceptance_and_passes_the_g
     for key in ("accuracy", "accuracy_low", "accuracy_high", "difference", "difference_low",
                 "difference_high", "changed", "items"):
         assert stored[key] is not None, key
-    assert stored["items"] == 200 and stored["changed"] == 0
+    assert stored["items"] == SPEC["tasks"] and stored["changed"] == 0
     assert stored["difference_low"] == stored["difference_high"] == 0.0
     assert outcome.summary.completed == 4
     spec = outcome.facts.speculation
