@@ -66,14 +66,16 @@ endif
 # Two phases: every test but the `alone` ones on TEST_JOBS pytest-xdist workers (a CPU
 # engine's start-up is mostly one core importing, so two overlap well on 2 cores; each
 # shared engine goes to one worker, see tests/conftest.py), then the `alone` tests, which
-# measure the engine's speed, with nothing beside them.
+# measure the engine's speed, on TEST_JOBS workers each pinned to cores of its own
+# (AUTOTUNE_PIN_WORKERS): no other test's engine, client or tuner shares their cores.
 TEST_JOBS ?= 2
 test: setup
 	@# Types first (seconds): a stale annotation fails here, not at run time.
 	$(BIN)/mypy
 	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m "not alone" \
 	    -n $(TEST_JOBS) --dist loadgroup --durations=40
-	AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m alone --durations=10
+	AUTOTUNE_REQUIRE_POSTGRES=1 AUTOTUNE_PIN_WORKERS=1 $(BIN)/python -m pytest tests -m alone \
+	    -n $(TEST_JOBS) --dist loadgroup --durations=10
 
 # The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
 report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)

@@ -70,23 +70,35 @@ else:
 # after another (benchmarks/README.md, "suite_cpu.py"); with two instead of three, the tiny
 # model's engine was ready after 21-22 s against 30-41 s, with the same completions
 # (docs/testing.md, "What bounds the suite's time"). Unpinned, the two workers' engines share
-# the cores as the scheduler places them (one torch thread each). A session without workers
-# (the `alone` phase, whose tests measure the engine's speed, or one test run by hand) keeps
-# vLLM's own layout, the one users serve with: in the single process the engine's speed is
-# not the same (vLLM's client read 23 % less throughput than autotune's on one engine, where
-# the two agree in vLLM's layout). The tests of what the worker process alone does set "1"
-# for their engines: vLLM's thread binding of side-by-side engines and the worker's start-up
-# phase (`tests/tuning/test_workers.py`, `tests/verify/test_crosscheck_engine.py`). Set by
-# whoever runs the tests, the variable is kept.
+# the cores as the scheduler places them. The tests of what the worker process alone does set
+# "1" for their engines: vLLM's thread binding of side-by-side engines and the worker's
+# start-up phase (`tests/tuning/test_workers.py`, `tests/verify/test_crosscheck_engine.py`).
+# Set by whoever runs the tests, the variable is kept.
 MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
 # One OpenMP thread per engine in the first phase. Unpinned (the `uni` layout pins nothing),
 # an engine computes on as many OpenMP threads as the host has cores, and two such engines
 # side by side on two cores wait at each other's barriers: beside a loaded engine, the tiny
 # model's guardrail reference took 81 s against 9.3 s with one thread, and the first phase
-# 1,256 s against 923 s (docs/testing.md, "What bounds the suite's time"). Alone, one
-# engine is as fast either way, so the `alone` phase keeps vLLM's default.
+# 1,256 s against 923 s (docs/testing.md, "What bounds the suite's time").
 OPENMP = "OMP_NUM_THREADS"
-if os.environ.get("PYTEST_XDIST_WORKER"):
+# The `alone` phase (`make test`'s second; its tests measure the engine's speed) sets this:
+# each pytest-xdist worker is pinned to a share of the cores of its own (`gw0` the even ones,
+# `gw1` the odd ones on two workers), and everything it starts inherits the pinning: its
+# tuner, its client, its engines, whose OpenMP threads vLLM binds to the cores they are
+# allowed (`vllm/utils/cpu_resource_utils.py`), in vLLM's own layout, the one users serve
+# with. So no test's engine, client or tuner ever shares a core with another test's. On this
+# 2-core machine a test on one pinned core took about as long as it had on both cores
+# unpinned (the README's block 234 against 252 s, the capacity module 226 against 220 s),
+# and the phase 520 s on two pinned workers against 850-900 s on one unpinned session, the
+# same 24 tests passing (docs/testing.md, "Timings of CI runs").
+PIN = "AUTOTUNE_PIN_WORKERS"
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER and os.environ.get(PIN):
+    _cores = sorted(os.sched_getaffinity(0))
+    _count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.sched_setaffinity(0, _cores[int(_WORKER.removeprefix("gw")) % _count::_count]
+                         or _cores)
+elif _WORKER:
     os.environ.setdefault(MULTIPROCESSING, "0")
     os.environ.setdefault(OPENMP, "1")
 
