@@ -265,6 +265,26 @@ def cpu_study(tmp_path_factory) -> StudyRun:
 # Engines that tests share, by fixture: a pytest-xdist worker that runs one of their tests
 # starts the engine (or runs the study) once more.
 SHARED = ("cpu_study", "eager_server")
+# The `alone` phase's groups by the seconds each took on a pinned core of this 2-core
+# machine (2026-12-06); a group not listed counts a minute. That phase is dealt out as one
+# group per pinned worker, the longest first to the least loaded: pytest-xdist hands a
+# worker its next group while two of its tests are still to run, so one worker ran the
+# three smallest groups after its own two while the other, done, waited 120 s of a 548-s
+# phase.
+ALONE_S = {"test_readme_engine": 290, "test_capacity_engine": 260, "test_prune_engine": 170,
+           "eager_server": 112, "test_explain_engine": 106, "test_faults_engine": 44}
+
+
+def dealt(groups: set[str], workers: int) -> dict[str, str]:
+    """Each group's share among `workers` pinned workers (`pinned-N`), longest first onto
+    the least loaded: the same on every worker, which pytest-xdist requires."""
+    load = [0.0] * workers
+    out = {}
+    for group in sorted(groups, key=lambda g: (-ALONE_S.get(g, 60.0), g)):
+        share = load.index(min(load))
+        load[share] += ALONE_S.get(group, 60.0)
+        out[group] = f"pinned-{share}"
+    return out
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -272,14 +292,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs the tests on two pytest-xdist workers (`--dist loadgroup`): the
     tests of a shared engine (SHARED) go to one worker, as do an engine test module's (its
     module-scoped engines and studies), so that each is started once; unit tests go
-    wherever a worker is free, after every engine group."""
+    wherever a worker is free, after every engine group. In the pinned `alone` phase the
+    groups are dealt out one per worker instead (`dealt`)."""
+    groups: dict[pytest.Item, str] = {}
     for item in items:
         names = getattr(item, "fixturenames", ())
         group = next((f for f in SHARED if f in names), None)
         if group is None and item.get_closest_marker("engine") is not None:
             group = item.module.__name__ if item.module is not None else None
         if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item] = group
+    if os.environ.get(PIN) and _WORKER:
+        shares = dealt({g for i, g in groups.items() if i.get_closest_marker("alone")},
+                       int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        groups = {i: shares.get(g, g) for i, g in groups.items()}
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
     # Engine groups first, unit tests after (a stable sort: each keeps its order). pytest-xdist
     # hands out the biggest groups first and the rest in this order, so a one-test engine
     # group late in the alphabet (`tune --gpus`, 60 s) ran last while the other worker,

@@ -44,3 +44,30 @@ def test_every_reason_names_a_test_that_exists():
     for test in budget.REASONS:
         path, _, func = test.partition("::")
         assert f"def {func.split('[')[0]}(" in (root / path).read_text(), test
+
+
+def test_the_alone_groups_are_dealt_longest_first_to_the_least_loaded_worker():
+    from tests.conftest import ALONE_S, dealt
+
+    shares = dealt(set(ALONE_S) | {"tests.new_engine"}, 2)
+    assert set(shares.values()) == {"pinned-0", "pinned-1"}
+    load = {s: sum(ALONE_S.get(g, 60.0) for g in shares if shares[g] == s) for s in
+            shares.values()}
+    # no move of one group from the fuller worker to the other would shorten the phase
+    assert all(ALONE_S.get(g, 60.0) >= abs(load["pinned-0"] - load["pinned-1"])
+               for g in shares)
+    assert set(dealt(set(ALONE_S), 1).values()) == {"pinned-0"}
+
+
+def test_every_timed_alone_group_is_one_that_exists():
+    """`ALONE_S` names groups as `tests/conftest.py` makes them: a shared engine's fixture, or
+    an engine test module's `__name__`, as a real collection of the `alone` phase shows."""
+    from tests.conftest import ALONE_S
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                           "-m", "alone", "--collect-only", "-q", str(ROOT / "tests")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    found = {line.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+             for line in proc.stdout.splitlines() if "::" in line}
+    assert found and set(ALONE_S) - {"eager_server"} <= found, (set(ALONE_S), found)
