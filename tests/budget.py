@@ -40,7 +40,7 @@ REASONS = {
         "a speculating trial of the real model, checked by the guardrail",
     "tests/tuning/test_realmodel_engine.py::test_a_wrong_rope_base_is_worse":
         "the real model with a wrong RoPE base on an engine of its own, its guardrail "
-        "check answering the task items (64-72 s in CI)",
+        "check answering the task items (58-72 s in CI)",
     "tests/verify/test_crosscheck_engine.py::test_validate_with_vllms_client[side-by-side]":
         "vLLM's own client on two engines side by side",
     "tests/tuning/test_faults_engine.py::test_killed_engine_ends_the_trial_as_crashed"

@@ -1,5 +1,6 @@
 """The report of tests over a minute (`tests/budget.py`): names as the report gives them,
-newcomers flagged, and the report printed by a real pytest run."""
+newcomers flagged, and the report printed by a real pytest run; and the dealing of the
+pinned `alone` phase's groups (`tests/conftest.py`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 import sys
 
 from tests import budget
+from tests.conftest import ALONE_S, SHARED, dealt
 from tests.paths import ROOT
 
 
@@ -47,8 +49,6 @@ def test_every_reason_names_a_test_that_exists():
 
 
 def test_the_alone_groups_are_dealt_longest_first_to_the_least_loaded_worker():
-    from tests.conftest import ALONE_S, dealt
-
     shares = dealt(set(ALONE_S) | {"tests.new_engine"}, 2)
     assert set(shares.values()) == {"pinned-0", "pinned-1"}
     load = {s: sum(ALONE_S.get(g, 60.0) for g in shares if shares[g] == s) for s in
@@ -61,13 +61,8 @@ def test_the_alone_groups_are_dealt_longest_first_to_the_least_loaded_worker():
 
 def test_every_timed_alone_group_is_one_that_exists():
     """`ALONE_S` names groups as `tests/conftest.py` makes them: a shared engine's fixture, or
-    an engine test module's `__name__`, as a real collection of the `alone` phase shows."""
-    from tests.conftest import ALONE_S
-
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                           "-m", "alone", "--collect-only", "-q", str(ROOT / "tests")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:]
-    found = {line.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-             for line in proc.stdout.splitlines() if "::" in line}
-    assert found and set(ALONE_S) - {"eager_server"} <= found, (set(ALONE_S), found)
+    an engine test module's `__name__`, its file name (the test folders are no packages)."""
+    assert not (ROOT / "tests" / "__init__.py").exists()
+    for group in set(ALONE_S) - set(SHARED):
+        (path,) = (ROOT / "tests").rglob(f"{group}.py")
+        assert "pytest.mark.alone" in path.read_text(), group
