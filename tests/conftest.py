@@ -86,11 +86,13 @@ OPENMP = "OMP_NUM_THREADS"
 # `gw1` the odd ones on two workers), and everything it starts inherits the pinning: its
 # tuner, its client, its engines, whose OpenMP threads vLLM binds to the cores they are
 # allowed (`vllm/utils/cpu_resource_utils.py`), in vLLM's own layout, the one users serve
-# with. So no test's engine, client or tuner ever shares a core with another test's. On this
-# 2-core machine a test on one pinned core took about as long as it had on both cores
-# unpinned (the README's block 234 against 252 s, the capacity module 226 against 220 s),
-# and the phase 520 s on two pinned workers against 850-900 s on one unpinned session, the
-# same 24 tests passing (docs/testing.md, "Timings of CI runs").
+# with (in the first phase's single process the engine's speed is not the same: vLLM's
+# client read 23 % less throughput than autotune's there). So no test's engine, client or
+# tuner ever shares a core with another test's. On this 2-core machine a test on one pinned
+# core took about as long as it had on both cores unpinned (the README's block 234 against
+# 252 s, the capacity module 226 against 220 s), and the phase 520 s on two pinned workers
+# against 850-900 s on one unpinned session, the same 24 tests passing (docs/testing.md,
+# "Timings of CI runs").
 PIN = "AUTOTUNE_PIN_WORKERS"
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if _WORKER and os.environ.get(PIN):

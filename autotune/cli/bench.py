@@ -194,7 +194,7 @@ def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[s
 def run(args: argparse.Namespace) -> int:
     # The measuring layers (aiohttp, numpy, the engine's launcher) are imported here, not
     # at the top: `build_parser` imports every command's module, and these tripled the
-    # start-up of every other command (`autotune show` 0.86 s against 0.3 s).
+    # start-up of every other command (`autotune --help` 0.58 s against 0.19 s).
     from autotune.engine import gpu
     from autotune.engine.info import installed
     from autotune.engine.server import Server

@@ -103,7 +103,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     # Everything that can be checked is checked before anything is written or launched: a
     # refused scenario or storage leaves no study folder and no database behind. The study's
     # own modules (the measuring client, the views) load once the scenario has passed, so a
-    # refusal is one line in about a third of a second instead of nearly one.
+    # refusal is one line in about half a second instead of nearly one.
     if parent_pid is not None:  # a worker: from its first second, stop once the parent is gone
         from autotune.tuning.sharing.workers import watch_parent
 
