@@ -15,6 +15,7 @@ import contextlib
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,18 @@ def raise_if_dropped() -> None:
     this before each trial starts work, so that no engine starts after a Ctrl-C."""
     if _COMMAND.running and _COMMAND.dropped:
         raise KeyboardInterrupt
+
+
+def release_frames(err: BaseException) -> None:
+    """Free what the frames an interrupt unwound still hold, before writing to the study.
+
+    A KeyboardInterrupt raised inside a database call can leave that call's connection
+    checked out with its transaction open (on SQLite: the database's write lock), held
+    only by the traceback's frames until the garbage collector happens to run. The writes
+    that give the trial back would wait for this process's own lock, 60 s (the busy
+    timeout), while the trial's heartbeat waits too. Clearing the frames' variables returns
+    the connection to its pool, which rolls the transaction back."""
+    traceback.clear_frames(err.__traceback__)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,12 @@ from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.interrupts import HeldInterrupts, no_interrupts, raise_if_dropped
+from autotune.tuning.interrupts import (
+    HeldInterrupts,
+    no_interrupts,
+    raise_if_dropped,
+    release_frames,
+)
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune, relief, space
 from autotune.tuning.quality import verdict
@@ -232,7 +237,8 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
                                  trial_dir=run.trials_dir / str(trial.number),
                                  guard=run.guard, intermediate=_pruner_hook(run, trial, searched),
                                  anchor=anchor)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        release_frames(err)  # a database connection it interrupted
         with no_interrupts():  # a further Ctrl-C must not leave the study half-written
             if flags is None and base is None:  # its point, so that the same one runs again
                 flags = space.suggest(trial, scenario)
