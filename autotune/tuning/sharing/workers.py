@@ -54,6 +54,8 @@ log = logging.getLogger("autotune")
 # (the tests run a stand-in with canned trials).
 ENTRY = [sys.executable, "-m", "autotune.cli.worker"]
 STORAGE_ENV = "AUTOTUNE_STORAGE"
+# How often the parent prints the trials its workers finished (it wakes at once when one
+# of them exits).
 POLL_S = 1.0
 # How long a worker gets to stop after each interrupt: its engine's grace period (20 s) and
 # the writes that queue its trial again take well under this.
@@ -209,7 +211,7 @@ def run_workers(study: optuna.Study, scenario: Scenario, run: SharedRun, gpus: l
                     say(f"worker {c.id} {_ended(code)}")
             if all(c.code is not None for c in children):
                 break
-            time.sleep(POLL_S)
+            _nap(children, POLL_S)
         _report(study, ids, seen, result, run, t0, on_progress)
     except KeyboardInterrupt:
         _stop(children, say)
@@ -219,6 +221,15 @@ def run_workers(study: optuna.Study, scenario: Scenario, run: SharedRun, gpus: l
             c.log_file.close()
         tickets.path.unlink(missing_ok=True)
     return result
+
+
+def _nap(children: list[_Child], seconds: float) -> None:
+    """Sleep up to `seconds`, waking within 0.1 s of a worker's exit: the run ends, and its
+    last progress line comes, when the last worker does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and all(c.code is not None or c.proc.poll() is None
+                                         for c in children):
+        time.sleep(0.1)
 
 
 def _start(gpu: str, run: SharedRun, name: str, folder: Path, tickets: Tickets,
