@@ -16,12 +16,13 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-
-import sqlalchemy
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, make_url
+from typing import TYPE_CHECKING
 
 from autotune.errors import ConfigError
+
+if TYPE_CHECKING:  # SQLAlchemy is imported where a URL is checked: `masked`, which every
+    # error message of the command line goes through, stays quick to import.
+    from sqlalchemy.engine import URL
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 # scheme://user:password@ : the password of a URL, wherever it appears in a text.
@@ -98,6 +99,9 @@ def check(url: str, *, create: bool, write: bool | None = None) -> None:
     stores results, so the database must be writable (`tune`, `validate`); reading
     (`show`, `report`, `export`) works on a read-only file.
     """
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import make_url
+
     write = create if write is None else write
     try:
         parsed = make_url(url)
@@ -174,6 +178,9 @@ def _check_contents(path: Path, shown: str, *, optuna_tables: bool) -> None:
 
 def _check_server(url: URL) -> None:
     """A database server (PostgreSQL, MySQL): its driver is installed and it answers."""
+    import sqlalchemy
+    from sqlalchemy import exc as sa_exc
+
     shown = url.render_as_string(hide_password=True)
     try:
         engine = sqlalchemy.create_engine(url)
