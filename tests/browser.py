@@ -188,12 +188,20 @@ async def _load(port: int, url: str, probe: str, screenshot: Path | None, width:
 
 
 def load(path: Path, probe: str = "null", screenshot: Path | None = None, width: int = 1400,
-         timeout: float = 60.0) -> PageRun:
-    """Open a local HTML file in a fresh headless Chromium, wait until its plots are drawn,
-    and return the probe's value, the errors, the requests, and optionally a full-page PNG."""
-    with chromium() as port:
-        return asyncio.run(_load(port, Path(path).resolve().as_uri(), probe, screenshot, width,
-                                 timeout))
+         timeout: float = 60.0, port: int | None = None) -> PageRun:
+    """Open a local HTML file in headless Chromium, wait until its plots are drawn, and return
+    the probe's value, the errors, the requests, and optionally a full-page PNG.
+
+    `port`: the DevTools port of a Chromium that `chromium()` opened, to load several pages
+    in one browser, one after the other in its tab; a fresh one is started otherwise. Pages
+    loaded from the same path in one browser compile the inlined plotly.js once: Chromium
+    keeps a script's compiled code for its URL (a report loads in 0.45 s instead of 1.25 s).
+    """
+    url = Path(path).resolve().as_uri()
+    if port is not None:
+        return asyncio.run(_load(port, url, probe, screenshot, width, timeout))
+    with chromium() as fresh:
+        return asyncio.run(_load(fresh, url, probe, screenshot, width, timeout))
 
 
 def load_url(url: str, ready: str, probe: str = "null", screenshot: Path | None = None,

@@ -108,13 +108,17 @@ def test_pip_install_without_the_engine_reads_studies(tmp_path):
     cache), then the read side on a committed H200 study, outside the repository."""
     venv = tmp_path / "venv"
     # This venv's pip installs into it (`pip --python`): the same install, without the 3 s
-    # of seeding a pip of its own.
+    # of seeding a pip of its own. `--no-compile`: byte-compiling all 230 MB (plotly's
+    # thousands of modules) took half the install; the commands below compile what they
+    # import, once, as any first run does (bytecode writing is on for them).
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"),
-                          "install", "--quiet", str(_sources(tmp_path / "src"))],
+                          "install", "--quiet", "--no-compile",
+                          str(_sources(tmp_path / "src"))],
                          capture_output=True, text=True, timeout=600)
     assert pip.returncode == 0, pip.stderr[-3000:]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")}
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(ROOT / "studies" / "qwen3-4b-h200.db", work / "h200.db")
