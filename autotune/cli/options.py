@@ -103,12 +103,13 @@ def open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study
     """
     from pathlib import Path
 
-    from autotune.results import show
     from autotune.tuning.sharing import storage
 
     root = Path(args.studies_dir)
     url, name = storage.locate(args.study_or_db, args.study, root)
     storage.check(url, create=False, write=write)
+    from autotune.results import show  # Optuna and the records: after a refusal's line
+
     return show.open_existing(url, name, root)
 
 
