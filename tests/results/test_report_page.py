@@ -51,8 +51,8 @@ PROBE = """new Promise(done => {
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """One Chromium for the module's pages, each written to the same path: the browser
-    compiles the inlined plotly.js once for that URL (see `browser.load`), which halves the
-    time of a page. The tests are independent all the same: a page is a new navigation."""
+    compiles the inlined plotly.js once for that URL (see `browser.load`): about 2 s a page
+    instead of 3. The tests are independent all the same: a page is a new navigation."""
     with chromium() as port:
         yield port, tmp_path_factory.mktemp("page") / "report.html"
 
