@@ -100,3 +100,21 @@ def test_max_model_len_below_the_longest_request_is_not_launched(tiny_model, tmp
     assert (out.state, out.reason, out.facts.launched) == (
         trial.PRUNED, "max_model_len_too_short", False)
     assert not (tmp_path / "t" / "engine.log").exists()
+
+
+def test_the_shipped_pressure_study_shows_every_outcome_with_a_clear_behind(tiny_model):
+    """The seeded draws of `search_spaces/cpu-pressure.yaml`, replayed with canned engines
+    (`scripts/pressure_seeds.py`; the real study is `test_prune_engine.py`): every outcome,
+    and its `behind` trial serves one sequence against 16, far below the median at any noise."""
+    import yaml
+
+    from scripts import pressure_seeds
+
+    raw = yaml.safe_load(pressure_seeds.SHIPPED.read_text())
+    rows = pressure_seeds.replay(raw, raw["sampler"]["seed"])
+    assert pressure_seeds.fault(rows) is None, "\n".join(map(str, rows))
+    # The layout before: the relief move's 4 sequences against 16 was a coin toss on a busy
+    # machine (no trial behind in a real run), which the check names.
+    old = {**raw, "space": {**raw["space"], "max-num-seqs": {"choices": [2, 4, 16]}}}
+    assert pressure_seeds.fault(pressure_seeds.replay(old, 27)) \
+        == "#6 is behind with max-num-seqs 4"
