@@ -1,10 +1,12 @@
 """Pruning rules as pure functions: emulation, the memory model's verdict, the probe phase."""
 
 import pytest
+import yaml
 
 from autotune.config import Hardware, PruneSpec, Scenario
 from autotune.measure.summary import Summary
 from autotune.tuning.policy import prune
+from scripts import pressure_seeds
 
 GiB = 2**30
 
@@ -106,15 +108,24 @@ def test_the_shipped_pressure_study_shows_every_outcome_with_a_clear_behind(tiny
     """The seeded draws of `search_spaces/cpu-pressure.yaml`, replayed with canned engines
     (`scripts/pressure_seeds.py`; the real study is `test_prune_engine.py`): every outcome,
     and its `behind` trial serves one sequence against 16, far below the median at any noise."""
-    import yaml
-
-    from scripts import pressure_seeds
-
     raw = yaml.safe_load(pressure_seeds.SHIPPED.read_text())
     rows = pressure_seeds.replay(raw, raw["sampler"]["seed"])
     assert pressure_seeds.fault(rows) is None, "\n".join(map(str, rows))
-    # The layout before: the relief move's 4 sequences against 16 was a coin toss on a busy
-    # machine (no trial behind in a real run), which the check names.
-    old = {**raw, "space": {**raw["space"], "max-num-seqs": {"choices": [2, 4, 16]}}}
-    assert pressure_seeds.fault(pressure_seeds.replay(old, 27)) \
-        == "#6 is behind with max-num-seqs 4"
+    # The layout before (seed 27, max-num-seqs 2, 4 or 16) as the replay gave it: its trial
+    # behind served 4 sequences against 16, a coin toss on a busy machine (a real run had no
+    # trial behind), which the check names.
+    Row = pressure_seeds.Row
+    kv, seqs = "kv-cache-memory-bytes", "max-num-seqs"
+    before = [Row(0, "baseline", {}, "COMPLETE", "", None),
+              Row(1, "baseline", {kv: 4000000, seqs: 4}, "COMPLETE", "", None),
+              Row(2, "sampler", {kv: 2000000, seqs: 16}, "PRUNED", "preemption", None),
+              Row(3, "relief", {kv: 4000000, seqs: 16}, "COMPLETE", "", None),
+              Row(4, "sampler", {kv: 500000, seqs: 4}, "PRUNED", "kv_too_small", None),
+              Row(5, "sampler", {kv: 2000000, seqs: 16}, "PRUNED", "preemption", 2),
+              Row(6, "relief", {kv: 2000000, seqs: 4}, "PRUNED", "behind", None),
+              Row(7, "sampler", {kv: 2000000, seqs: 4}, "PRUNED", "behind", 6)]
+    assert pressure_seeds.fault(before) == "#6 is behind with max-num-seqs 4"
+    # and as that real run went: #6 completed, nothing behind
+    ran = [*before[:6], Row(6, "relief", {kv: 2000000, seqs: 4}, "COMPLETE", "", None),
+           Row(7, "sampler", {kv: 2000000, seqs: 4}, "COMPLETE", "", 6)]
+    assert pressure_seeds.fault(ran) == "no trial behind"
