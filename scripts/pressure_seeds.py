@@ -11,7 +11,7 @@ another's, measured minutes apart. With `max-num-seqs` 4 against 16 the real stu
 either way (normalised probe scores -0.10 against -0.19 in a run with no trial behind,
 2026-12-06). So a seed qualifies only where the trial pruned `behind` serves one sequence at
 a time while every searched trial that completed before it served 16 (the real study then
-gave -0.85 against +0.04 and -0.81 against +0.28 in two pinned runs): a gap that no noise
+gave -0.85 against +0.04 and -0.81 against +0.27 in two pinned runs): a gap that no noise
 seen on these machines closes.
 
     .venv/bin/python scripts/pressure_seeds.py               # the shipped seed: ok or why not
@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import logging
 import math
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -69,7 +71,7 @@ def _canned(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Pa
             ) -> trial_mod.Outcome:
     """A trial without an engine: the real memory model before launch, preemption where the
     workload's requests in flight need more KV cache than it holds, else a throughput that
-    grows with the sequences served at once (what the probe of the real study showed)."""
+    grows with the sequences served at once."""
     trial_dir.mkdir(parents=True, exist_ok=True)
     facts = trial_mod.EngineRun(flags, trial_mod.command_line(model, flags), "canned")
     estimate = prune.predict(scenario, model, flags, scenario.engine.env)
@@ -95,22 +97,27 @@ def _canned(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Pa
 
 
 def replay(raw: dict[str, Any], seed: int) -> list[Row]:
-    """The trials `autotune tune` runs for this scenario with this sampler seed, canned."""
+    """The trials `autotune tune` runs for this scenario with this sampler seed, canned. The
+    command runs in this process, as one process runs one `tune`: what it sets for the
+    process (its log file, the log level, its SIGTERM handler) is put back after it."""
     import optuna
 
     from autotune.cli.main import main
     from autotune.tuning.records.snapshot import records
 
     raw = {**raw, "sampler": {**raw.get("sampler", {}), "seed": seed}}
-    real = trial_mod.run_trial
+    real, logger = trial_mod.run_trial, logging.getLogger("autotune")
+    handlers, level, term = list(logger.handlers), logger.level, signal.getsignal(signal.SIGTERM)
     trial_mod.run_trial = _canned
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "scenario.yaml"
             path.write_text(yaml.safe_dump(raw))
-            with contextlib.redirect_stdout(io.StringIO()), \
-                    contextlib.redirect_stderr(io.StringIO()):
-                main(["tune", str(path), "--studies-dir", tmp])
+            said = io.StringIO()
+            with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+                code = main(["tune", str(path), "--studies-dir", tmp])
+            if code != 0:
+                raise RuntimeError(f"seed {seed}: tune exited {code}: {said.getvalue()[-2000:]}")
             study = optuna.load_study(study_name=raw["name"],
                                       storage=f"sqlite:///{tmp}/{raw['name']}.db")
             fixed = raw.get("engine", {}).get("flags", {})
@@ -119,6 +126,11 @@ def replay(raw: dict[str, Any], seed: int) -> list[Row]:
                         r.state.name, r.reason, r.duplicate_of) for r in records(study)]
     finally:
         trial_mod.run_trial = real
+        for handler in set(logger.handlers) - set(handlers):
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(level)
+        signal.signal(signal.SIGTERM, term)
 
 
 def fault(rows: list[Row]) -> str | None:
