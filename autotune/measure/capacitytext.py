@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord, interval
+from autotune.measure.capacityrecord import CapacityRecord, StepRecord, interval, unrepeated
 
 
 def describe(cap: CapacityRecord) -> str:
     """One line: `3.2 req/s (2.9-3.4, ±5.0 %)` or why there is no capacity."""
     if not cap.low:
         high = cap.high
-        return "no rate met the SLOs" + (f" (fails at {high:.3g} req/s)" if high else "")
+        text = "no rate met the SLOs" + (f" (fails at {high:.3g} req/s)" if high else "")
+        moved = unrepeated(cap)
+        if moved:
+            rate, passed, runs = moved[0]
+            text += f"; unrepeatable: {rate:.3g} req/s met them in {passed} of {runs} steps"
+        return text
     lo, hi = interval(cap)
     text = f"{cap.request_throughput:.3g} req/s ({lo:.3g}-{hi:.3g}"
     text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"

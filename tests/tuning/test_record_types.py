@@ -193,6 +193,28 @@ def test_empty_and_older_dicts_read_at_their_defaults():
     assert capacitytext.describe(CapacityRecord.from_dict({})) == "no rate met the SLOs"
 
 
+def test_a_rate_that_passed_and_then_failed_is_named_unrepeatable():
+    """The steps of a real `bench --capacity` beside another pinned worker (2026-12-06): its
+    sustained step at 9.54 req/s met the SLOs, the repeat of that rate did not, nor did any
+    rate below it. The search then has no capacity, and the line says it could not repeat
+    its own result."""
+    steps = [{"kind": "burst", "rate": None, "passed": False},
+             {"kind": "ceiling", "rate": 9.54, "passed": True},
+             {"kind": "expand", "rate": 11.9, "passed": False},
+             {"kind": "bisect", "rate": 10.7, "passed": False},
+             {"kind": "repeat", "rate": 9.54, "passed": False},
+             {"kind": "bisect", "rate": 7.63, "passed": False}]
+    cap = CapacityRecord.from_dict({"low": None, "high": 7.63, "steps": steps})
+    assert capacityrecord.unrepeated(cap) == [(9.54, 1, 2)]
+    assert capacitytext.describe(cap) == (
+        "no rate met the SLOs (fails at 7.63 req/s); unrepeatable: 9.54 req/s met them in 1 "
+        "of 2 steps")
+    # Passing at one rate and failing at another is a bracket, not an unrepeated result.
+    steady = CapacityRecord.from_dict({"low": None, "high": 7.63, "steps": steps[:4]})
+    assert capacityrecord.unrepeated(steady) == []
+    assert capacitytext.describe(steady) == "no rate met the SLOs (fails at 7.63 req/s)"
+
+
 def test_write_takes_typed_values_and_dicts_alike():
     """`writers.write` stores a typed value as its dict: the same attributes either way, and
     a twin of a record (the facts and values the study loop copies) writes what it read."""
