@@ -82,18 +82,15 @@ def _canned(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Pa
     work = scenario.workload
     in_flight = min(int(flags.get("max-num-seqs", 128)), work.max_concurrency or 1)
     probe = math.ceil(work.num_requests * scenario.prune.probe_fraction)
-    rate = 100.0 * math.sqrt(in_flight)
+    probed = {"completed": probe, "failed": 0, "output_throughput": 100.0 * math.sqrt(in_flight),
+              "p95_tpot_ms": 10.0}
     if estimate is not None and in_flight * (work.input_len + work.output_len) \
             > estimate.kv_capacity_tokens:
-        return trial_mod.Outcome(trial_mod.PRUNED, prune.PREEMPTION, Summary.of(
-            {"completed": probe, "failed": 0, "output_throughput": rate}), facts)
-    if intermediate is not None and (why := intermediate(Summary.of(
-            {"completed": probe, "failed": 0, "output_throughput": rate, "p95_tpot_ms": 10.0}))):
-        return trial_mod.Outcome(trial_mod.PRUNED, why, Summary.of(
-            {"completed": probe, "failed": 0, "output_throughput": rate}), facts)
+        return trial_mod.Outcome(trial_mod.PRUNED, prune.PREEMPTION, Summary.of(probed), facts)
+    if intermediate is not None and (why := intermediate(Summary.of(probed))):
+        return trial_mod.Outcome(trial_mod.PRUNED, why, Summary.of(probed), facts)
     return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(
-        {"completed": work.num_requests, "failed": 0, "output_throughput": rate,
-         "p95_tpot_ms": 10.0}), facts)
+        {**probed, "completed": work.num_requests}), facts)
 
 
 def replay(raw: dict[str, Any], seed: int) -> list[Row]:
