@@ -2,8 +2,8 @@
 
 `StepRecord` is one load level, `CapacityRecord` the whole search (its rates, bracket,
 throughputs at capacity, what limited it and every step), both `Stored`: any record
-version reads, and writes back exactly what was stored. `interval`, `tied`, `ratio`,
-`unrepeated` and `suspects` compare and read records; nothing here measures.
+version reads, and writes back exactly what was stored. `interval`, `bounds`, `tied`,
+`ratio`, `unrepeated` and `suspects` compare and read records; nothing here measures.
 """
 
 from __future__ import annotations
@@ -136,23 +136,33 @@ def interval(cap: CapacityRecord) -> tuple[float, float]:
     return low * (1 - spread), high * (1 + spread)
 
 
+def bounds(cap: CapacityRecord) -> tuple[float, float | None]:
+    """`interval` for a comparison: open above (None) for a floor. A search whose every
+    sustained rate met the SLOs never found where they break, so its capacity may lie
+    anywhere above its lower bound; two floors cannot be ranked by their last rates."""
+    low, high = interval(cap)
+    return low, None if cap.low and cap.high is None else high
+
+
 def tied(a: CapacityRecord, b: CapacityRecord) -> bool:
-    """Capacities whose uncertainty intervals overlap cannot be told apart."""
-    (alo, ahi), (blo, bhi) = interval(a), interval(b)
-    return alo <= bhi and blo <= ahi
+    """Capacities whose uncertainty intervals overlap cannot be told apart (a floor's is
+    open above, `bounds`)."""
+    (alo, ahi), (blo, bhi) = bounds(a), bounds(b)
+    return (bhi is None or alo <= bhi) and (ahi is None or blo <= ahi)
 
 
 @dataclass(frozen=True)
 class Ratio:
     """One capacity over another (a configuration's over vLLM's defaults'): the ratio of the
-    two and the interval their intervals allow (low over high, high over low); its verdict
-    is written beside them in JSON (`EXTRA`)."""
+    two and the interval their intervals allow (low over high, high over low; `high` None
+    where the configuration's capacity is a floor, `low` 0 where the reference's is); its
+    verdict is written beside them in JSON (`EXTRA`)."""
 
     EXTRA: ClassVar[tuple[str, ...]] = ("verdict",)
 
     ratio: float
     low: float
-    high: float
+    high: float | None
     reference_rps: float
 
     @property
@@ -160,23 +170,34 @@ class Ratio:
         """`gain`, `loss` or `within noise`: a gain only when the interval excludes 1."""
         if self.low > 1:
             return "gain"
-        return "loss" if self.high < 1 else "within noise"
+        return "loss" if self.high is not None and self.high < 1 else "within noise"
+
+    def span(self) -> str:
+        """The interval in words: `1.05-1.40x`, `at least 1.05x` above a floor, `at most
+        1.40x` against a floor, `unbounded: both floors`."""
+        if self.high is None:
+            return f"at least {self.low:.2f}x" if self.low > 0 else "unbounded: both floors"
+        if self.low <= 0:
+            return f"at most {self.high:.2f}x"
+        return f"{self.low:.2f}-{self.high:.2f}x"
 
     def text(self, reference: str) -> str:
         """`1.21x vLLM defaults at 7.5 req/s (1.05-1.40x: gain)`."""
         return (f"{self.ratio:.2f}x {reference} at {self.reference_rps:.3g} req/s "
-                f"({self.low:.2f}-{self.high:.2f}x: {self.verdict})")
+                f"({self.span()}: {self.verdict})")
 
 
 def ratio(cap: CapacityRecord, reference: CapacityRecord) -> Ratio | None:
-    """`cap` over `reference`, None where either found no capacity."""
+    """`cap` over `reference`, None where either found no capacity; a floor leaves its
+    side of the interval open (`bounds`)."""
     if not cap.low or not reference.low:
         return None
-    blo, bhi = interval(cap)
-    rlo, rhi = interval(reference)
-    if rlo <= 0 or rhi <= 0:
+    blo, bhi = bounds(cap)
+    rlo, rhi = bounds(reference)
+    if rlo <= 0 or (rhi is not None and rhi <= 0):
         return None
-    return Ratio(cap.request_throughput / reference.request_throughput, blo / rhi, bhi / rlo,
+    return Ratio(cap.request_throughput / reference.request_throughput,
+                 0.0 if rhi is None else blo / rhi, None if bhi is None else bhi / rlo,
                  reference.request_throughput)
 
 

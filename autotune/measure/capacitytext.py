@@ -10,7 +10,8 @@ from autotune.measure.capacityrecord import CapacityRecord, StepRecord, interval
 
 
 def describe(cap: CapacityRecord) -> str:
-    """One line: `3.2 req/s (2.9-3.4, ±5.0 %)` or why there is no capacity."""
+    """One line: `3.2 req/s (2.9-3.4, ±5.0 %)` (a floor: `(at least 2.9)`) or why there
+    is no capacity."""
     if not cap.low:
         high = cap.high
         text = "no rate met the SLOs" + (f" (fails at {high:.3g} req/s)" if high else "")
@@ -20,7 +21,9 @@ def describe(cap: CapacityRecord) -> str:
             text += f"; unrepeatable: {rate:.3g} req/s met them in {passed} of {runs} steps"
         return text
     lo, hi = interval(cap)
-    text = f"{cap.request_throughput:.3g} req/s ({lo:.3g}-{hi:.3g}"
+    # a floor's interval is open above (`capacityrecord.bounds`)
+    span = f"at least {lo:.3g}" if cap.saturated else f"{lo:.3g}-{hi:.3g}"
+    text = f"{cap.request_throughput:.3g} req/s ({span}"
     text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
     if cap.time_scale:
         text += f", {cap.time_scale:.3g}x the trace's recorded pace"

@@ -70,7 +70,7 @@ def _figure(best: TrialRecord, reference: TrialRecord | None) -> str:
     text = f"{cap.request_throughput:.3g} req/s"
     ratio = capacity_ratio(best, reference)
     if ratio is not None:
-        text += f", {ratio.ratio:.2f}x defaults ({ratio.low:.2f}-{ratio.high:.2f}x)"
+        text += f", {ratio.ratio:.2f}x defaults ({ratio.span()})"
     elif reference is not None and reference.number == best.number:
         text += " (vLLM's defaults)"
     return text

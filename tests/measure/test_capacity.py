@@ -77,7 +77,8 @@ def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
     assert r.request_rate == 80.0 and r.high is None and r.bracket == 0.0
     assert r.spread == 0.0 and r.uncertainty == 0.0
     assert searchplan.record(r, WorkloadSpec()).saturated
-    assert "a floor" in capacitytext.describe(searchplan.record(r, WorkloadSpec()))
+    assert capacitytext.describe(searchplan.record(r, WorkloadSpec())) == \
+        "80 req/s (at least 80), a floor: the SLOs held at every rate tried"
 
 
 def test_a_passing_burst_is_never_the_capacity():

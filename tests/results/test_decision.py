@@ -164,6 +164,34 @@ def test_the_ratio_of_two_capacity_records():
     assert capacityrecord.ratio(a, CapacityRecord()) is None  # no capacity: no ratio
 
 
+def test_a_floor_is_open_above_so_two_floors_are_not_ranked():
+    """A search whose every sustained rate passed (max_expand 1 stops it at the burst's
+    rate) never found where the SLOs break. Two such searches 0.1 % apart with one step
+    each were "1.00x (1.00-1.00x: gain)" and decided on the configuration with an override
+    (a CPU study, 2026-12-06); its capacity may lie anywhere above its last rate."""
+    tuned = CapacityRecord(request_throughput=76.8, low=76.8, high=None, saturated=True)
+    defaults = CapacityRecord(request_throughput=76.7, low=76.7, high=None, saturated=True)
+    assert capacityrecord.bounds(tuned) == (76.8, None)
+    assert capacityrecord.tied(tuned, defaults) and capacityrecord.tied(defaults, tuned)
+    both = capacityrecord.ratio(tuned, defaults)
+    assert both is not None and (both.low, both.high, both.verdict) == \
+        (0.0, None, "within noise")
+    assert both.text("vLLM defaults") == \
+        "1.00x vLLM defaults at 76.7 req/s (unbounded: both floors: within noise)"
+    # a floor above a bracket it clears: a gain with no upper bound ...
+    bracketed = CapacityRecord(request_throughput=30.0, low=30.0, high=33.0, spread=0.1)
+    above = capacityrecord.ratio(tuned, bracketed)
+    assert above is not None and above.verdict == "gain" and above.high is None
+    assert above.span() == f"at least {76.8 / 36.3:.2f}x"
+    assert not capacityrecord.tied(tuned, bracketed)
+    # ... and a bracket against a floor: never a gain, at most its high over the floor
+    below = capacityrecord.ratio(bracketed, defaults)
+    assert below is not None and below.low == 0.0 and below.verdict == "loss"
+    assert below.span() == f"at most {33.0 * 1.1 / 76.7:.2f}x"
+    assert capacityrecord.tied(CapacityRecord(request_throughput=80, low=80, high=90),
+                               defaults)  # a floor at 76.7 may be anywhere above it
+
+
 def test_a_record_of_the_defaults_reads_as_such():
     snap = Snapshot.of(_study(_cap(10.0, 11.0)))
     rec: TrialRecord = snap.trials[0]
