@@ -22,7 +22,7 @@ def describe(cap: CapacityRecord) -> str:
         return text
     lo, hi = interval(cap)
     # a floor's interval is open above (`capacityrecord.bounds`)
-    span = f"at least {lo:.3g}" if cap.saturated else f"{lo:.3g}-{hi:.3g}"
+    span = f"at least {lo:.3g}" if cap.high is None else f"{lo:.3g}-{hi:.3g}"
     text = f"{cap.request_throughput:.3g} req/s ({span}"
     text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
     if cap.time_scale:
