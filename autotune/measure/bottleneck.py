@@ -1,5 +1,6 @@
 """What limited the engine in a load step: the client, KV memory, the front end, the
-engine core, the GPU, or nothing that saturated (the SLO itself binds first).
+engine core, the GPU, a model worker, the host's CPU, or nothing that saturated (the SLO
+itself binds first).
 
 Tuning flags that do not touch the limit cannot move capacity. Each step's window figures
 (`probes.ProbeSummary` and the client's event-loop lag) are read in this order, first match
@@ -14,7 +15,10 @@ wins:
 5. the GPU: busy nearly all the time;
 6. a model worker process near a full core (on the CPU build the model computes there;
    on a GPU, a worker that cannot launch kernels fast enough);
-7. none of these: no resource saturated before the SLO broke.
+7. the host's CPU: the cores the engine and the client may run on nearly all busy, though
+   no one process is near a core (on one core the client, API server, engine core and
+   worker of the CPU build read 17, 33, 11 and 34 %: together the whole core);
+8. none of these: no resource saturated before the SLO broke.
 
 A threshold alone misleads where a resource is busy at every load (docs/concepts.md, "The
 bottleneck"), so a search's limit is named by contrast (`across`): what rose into near
@@ -31,10 +35,10 @@ from typing import Any
 
 from autotune.stored import Stored
 
-CLIENT, KV_CACHE, FRONT_END, ENGINE_CORE, GPU, WORKER, NONE = (
-    "client", "kv_cache", "front_end", "engine_core", "gpu", "worker", "none")
+CLIENT, KV_CACHE, FRONT_END, ENGINE_CORE, GPU, WORKER, HOST_CPU, NONE = (
+    "client", "kv_cache", "front_end", "engine_core", "gpu", "worker", "host_cpu", "none")
 
-BUSY_CORE = 90.0  # percent of one core
+BUSY_CORE = 90.0  # percent of one core (of a set of cores: of all of them)
 BUSY_GPU = 90.0  # percent of time a kernel ran
 CLIENT_LAG_MS = 20.0  # p99 event-loop wake-up lag
 
@@ -61,7 +65,8 @@ RISE = 5.0
 _RESOURCES = ((FRONT_END, "api_server_cpu", BUSY_CORE, "API server"),
               (ENGINE_CORE, "engine_core_cpu", BUSY_CORE, "engine core"),
               (GPU, "gpu_util_mean", BUSY_GPU, "GPU busy"),
-              (WORKER, "worker_cpu", BUSY_CORE, "model worker"))
+              (WORKER, "worker_cpu", BUSY_CORE, "model worker"),
+              (HOST_CPU, "cores_busy", BUSY_CORE, "host CPU"))
 
 
 def across(passing: Sequence[Mapping[str, Any]], failing: Mapping[str, Any]
@@ -150,6 +155,10 @@ def words(kind: str, probes: Mapping[str, Any]) -> str:
                 f"(GPU busy {_pct(gpu)})")
     if kind == GPU:
         return f"GPU busy {_pct(gpu)}"
+    if kind == HOST_CPU:
+        n = int(probes.get("cores") or 0)
+        return (f"host CPU: the {n} core{'s' if n != 1 else ''} the engine and the client may "
+                f"use {_pct(probes.get('cores_busy'))} busy, shared: {_processes(probes)}")
     where = "no GPU: the model runs on the CPU" if gpu is None else f"GPU busy {_pct(gpu)}"
     return f"model worker: {_pct(probes.get('worker_cpu'))} of a core ({where})"
 
@@ -176,8 +185,18 @@ def attribute(probes: Mapping[str, Any], lag: Mapping[str, float] | None = None
     for kind, key, busy, _ in _RESOURCES:
         if (probes.get(key) or 0) >= busy:
             return Bottleneck(kind, words(kind, probes))
-    api, core = probes.get("api_server_cpu"), probes.get("engine_core_cpu")
-    gpu = probes.get("gpu_util_mean")
-    return Bottleneck(NONE, "no resource saturated (GPU busy "
-                      f"{_pct(gpu)}, API server {_pct(api)}, engine core {_pct(core)}, "
-                      f"KV max {kv_max:.0%}): the SLO binds first")
+    host = "" if probes.get("cores_busy") is None else \
+        f", host cores {_pct(probes.get('cores_busy'))}"
+    return Bottleneck(NONE, f"no resource saturated (GPU busy {_pct(probes.get('gpu_util_mean'))}"
+                      f", {_processes(probes)}{host}, KV max {kv_max:.0%}): the SLO binds "
+                      "first")
+
+
+def _processes(probes: Mapping[str, Any]) -> str:
+    """`API server 33 %, engine core 11 %, model worker 34 %, client 17 %` (each of a
+    core; the worker and the client where read)."""
+    named = [("API server", "api_server_cpu"), ("engine core", "engine_core_cpu"),
+             ("model worker", "worker_cpu"), ("client", "client_cpu")]
+    return ", ".join(f"{name} {_pct(probes.get(key))}" for name, key in named
+                     if key in ("api_server_cpu", "engine_core_cpu")
+                     or probes.get(key) is not None)

@@ -95,6 +95,11 @@ class ProbeSummary:
     engine_core_cpu: float | None = None
     worker_cpu: float | None = None  # the hottest model worker (the model runs there on CPU)
     client_cpu: float | None = None
+    # How busy (percent, any process) the cores were that the engine's processes and the
+    # client may run on (their CPU affinity), and how many: on a small host or a CPU
+    # engine they share few cores, which can be full with no one process near a core.
+    cores_busy: float | None = None
+    cores: int = 0
 
 
 class _CpuMeter:
@@ -116,6 +121,47 @@ class _CpuMeter:
         return 100.0 * (used - before[1]) / (now - before[0])
 
 
+def _cpu_times() -> tuple[list[float], list[float]]:
+    """Busy and total CPU seconds of every core, as psutil counts them (guest time is
+    already in user time on Linux; idle and I/O wait are not busy)."""
+    busy, total = [], []
+    for t in psutil.cpu_times(percpu=True):
+        fields = t._asdict()
+        whole = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+        total.append(whole)
+        busy.append(whole - fields.get("idle", 0.0) - fields.get("iowait", 0.0))
+    return busy, total
+
+
+class _CoresMeter:
+    """Percent busy of a set of cores since the previous reading (every process on them
+    counts: the engine's, the client's and anyone else's)."""
+
+    def __init__(self) -> None:
+        self.last: tuple[list[float], list[float]] | None = None
+
+    def read(self, cores: set[int]) -> float | None:
+        now = _cpu_times()
+        before, self.last = self.last, now
+        if before is None or not cores:
+            return None
+        known = [c for c in cores if c < min(len(now[1]), len(before[1]))]
+        spent = sum(now[1][c] - before[1][c] for c in known)
+        return 100.0 * sum(now[0][c] - before[0][c] for c in known) / spent if spent > 0 \
+            else None
+
+
+def _affinity(procs: list[psutil.Process]) -> set[int]:
+    """The cores any of `procs` may run on."""
+    out: set[int] = set()
+    for proc in procs:
+        try:
+            out.update(proc.cpu_affinity() or [])
+        except (psutil.Error, AttributeError):  # no affinity on this platform
+            continue
+    return out
+
+
 class Sampler:
     """Samples `/metrics`, NVML and per-process CPU every `interval` s from a thread.
 
@@ -133,6 +179,8 @@ class Sampler:
         self.samples: list[Sample] = []
         self.gpu = gpu.Monitor()
         self._cpu = _CpuMeter()
+        self._cores_meter = _CoresMeter()
+        self._cores: set[int] = set()
         self._procs: dict[int, tuple[psutil.Process, str | None]] = {}
         self._me = psutil.Process(os.getpid())
         self._pids: list[int] = []
@@ -189,6 +237,7 @@ class Sampler:
         now = time.perf_counter()
         if now - self._pids_at > PID_REFRESH_S:  # a scan of the process table is costly
             self._pids, self._pids_at = self.pids(), now
+            self._cores = _affinity([p for p, _ in self._processes(self._pids)] + [self._me])
         pids = self._pids
         cpu: dict[str, float] = {}
         api: list[float] = []
@@ -214,6 +263,9 @@ class Sampler:
         mine = self._cpu.read(self._me, now)
         if mine is not None:
             cpu["client"] = mine
+        busy = self._cores_meter.read(self._cores)
+        if busy is not None:
+            cpu["cores_busy"], cpu["cores"] = busy, float(len(self._cores))
         used, engine = self.gpu.memory_mib(pids)
         self.samples.append(Sample(now, values, cpu, self.gpu.utilization(), used, engine,
                                    _rss_mib(pids)))
@@ -267,6 +319,8 @@ def summarize(samples: list[Sample]) -> ProbeSummary:
         engine_core_cpu=cpu(ENGINE_CORE),
         worker_cpu=cpu("worker_max"),
         client_cpu=cpu("client"),
+        cores_busy=cpu("cores_busy"),
+        cores=int(max((s.cpu.get("cores", 0) for s in samples), default=0)),
     )
 
 
@@ -300,6 +354,8 @@ def merge(parts: list[ProbeSummary]) -> ProbeSummary:
         engine_core_cpu=weighted("engine_core_cpu"),
         worker_cpu=weighted("worker_cpu"),
         client_cpu=weighted("client_cpu"),
+        cores_busy=weighted("cores_busy"),
+        cores=max(p.cores for p in parts),
     )
 
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import time
 
 import optuna
 import pytest
@@ -26,6 +30,11 @@ from tests.paths import ROOT
     ({"api_server_cpu": 40.0, "gpu_util_mean": 60.0}, {"lag_p99_ms": 1.0}, "none"),
     ({"api_server_cpu": 40.0, "worker_cpu": 180.0}, {}, "worker"),
     ({"api_server_cpu": 40.0, "worker_cpu": 99.0, "gpu_util_mean": 95.0}, {}, "gpu"),
+    # one pinned core shared by the client, API server, engine core and worker (CPU build)
+    ({"client_cpu": 17.0, "api_server_cpu": 33.0, "engine_core_cpu": 11.0, "worker_cpu": 34.0,
+      "cores_busy": 96.0, "cores": 1}, {}, "host_cpu"),
+    ({"api_server_cpu": 95.0, "cores_busy": 97.0, "cores": 2}, {}, "front_end"),  # one process
+    ({"api_server_cpu": 40.0, "cores_busy": 60.0, "cores": 2}, {}, "none"),
     ({}, {}, "none"),
 ])
 def test_attribution_order(figures, lag, kind):
@@ -43,6 +52,49 @@ def test_a_lagging_client_at_low_cpu_is_starved_not_saturated():
                                    "with its process at 5 % of a core")
     busy = bottleneck.attribute({"client_cpu": 97.0}, {"lag_p99_ms": 68.0})
     assert busy.text.startswith("client saturated: its process 97 % of a core")
+
+
+def test_full_host_cores_name_every_process_sharing_them():
+    """The README's CPU study, pinned to one core: no process near a core, the core full.
+    Its steps had read "no resource saturated ... the SLO binds first"."""
+    figures = {"client_cpu": 17.0, "api_server_cpu": 33.4, "engine_core_cpu": 11.3,
+               "worker_cpu": 34.0, "cores_busy": 96.4, "cores": 1, "gpu_util_mean": None}
+    assert bottleneck.attribute(figures).text == (
+        "host CPU: the 1 core the engine and the client may use 96 % busy, shared: API server "
+        "33 %, engine core 11 %, model worker 34 %, client 17 %")
+    idle = bottleneck.attribute({**figures, "cores_busy": 55.0, "cores": 2})
+    assert idle.kind == "none" and idle.text == (
+        "no resource saturated (GPU busy -, API server 33 %, engine core 11 %, model worker "
+        "34 %, client 17 %, host cores 55 %, KV max 0%): the SLO binds first")
+    # a record made before the host's cores were read words "none" as it did
+    assert bottleneck.attribute({"api_server_cpu": 40.0}).text == (
+        "no resource saturated (GPU busy -, API server 40 %, engine core -, KV max 0%): the "
+        "SLO binds first")
+
+
+def test_a_core_kept_busy_reads_busy():
+    """`_CoresMeter` counts every process on the cores it watches: a child spinning on one
+    core keeps it nearly all busy, whoever else runs there."""
+    core = min(os.sched_getaffinity(0))
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(child.pid, {core})
+        meter = probes._CoresMeter()
+        assert meter.read({core}) is None  # the first reading only starts the count
+        time.sleep(1.0)
+        busy = meter.read({core})
+        assert busy is not None and busy > 80, busy
+        sampler = probes.Sampler("http://127.0.0.1:9", pids=lambda: [child.pid])
+        sampler.sample()
+        time.sleep(0.3)
+        sampler.sample()
+        s = sampler.summary()
+        # the child's core and the client's own (this process's): every core either may use
+        assert s.cores == len({core} | os.sched_getaffinity(0))
+        assert s.cores_busy is not None and s.cores_busy > 0
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_front_end_text_names_the_figures():

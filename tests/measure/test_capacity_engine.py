@@ -291,9 +291,11 @@ def test_a_growing_backlog_fails_a_step_whose_percentiles_pass(one_seq, tiny_mod
 
 
 def test_every_step_names_what_limited_it(loose):
-    """Per-process CPU of the API server, the model worker and the client is sampled on
-    the CPU engine, and each step says what limited it."""
-    kinds = {"client", "kv_cache", "front_end", "engine_core", "gpu", "worker", "none"}
+    """Per-process CPU of the API server, the model worker and the client, and how busy
+    the cores they may use were, is sampled on the CPU engine, and each step says what
+    limited it."""
+    kinds = {"client", "kv_cache", "front_end", "engine_core", "gpu", "worker", "host_cpu",
+             "none"}
     for step in loose["steps"]:
         assert step["bottleneck"]["kind"] in kinds and step["bottleneck"]["text"]
     assert loose["bottleneck"]["kind"] in kinds
@@ -302,4 +304,5 @@ def test_every_step_names_what_limited_it(loose):
     figures = capacityrecord.limiting_probes(_rec(loose))
     assert figures["api_server_cpu"] is not None and figures["client_cpu"] is not None
     assert (figures["worker_cpu"] or 0) + (figures["engine_core_cpu"] or 0) > 0
+    assert figures["cores"] >= 1 and figures["cores_busy"] is not None
     assert figures["gpu_util_mean"] is None  # no GPU here

@@ -111,6 +111,10 @@ RELIEF: Mapping[str, tuple[Knob, ...]] = {
         Knob("enforce-eager", False, "CUDA graphs launch a step's kernels at once"),
         Knob("max-num-seqs", UP, "larger batches per launch"),
     ),
+    bn.HOST_CPU: (
+        Knob("stream-interval", UP, "fewer streamed events: less CPU per token on the cores "
+             "the engine shares with its front end and client"),
+    ),
     bn.NONE: (
         Knob(space.SPEC_TOKENS, UP, "speculation decodes several tokens per step while "
              "the hardware idles", when=TPOT),
