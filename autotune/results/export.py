@@ -49,13 +49,24 @@ def slos_of(study: StudyOrSnapshot) -> dict[str, float]:
 def recheck(study: StudyOrSnapshot, r: TrialRecord, lim: Limits) -> dict[str, str]:
     """The command that re-measures the export against vLLM's defaults on the user's own
     machine with vLLM's own client, and what result would mean the export no longer holds."""
+    ref = ranking.reference_trial(study)
+    itself = ref is not None and ref.number == r.number
+    # validate compares with vLLM's defaults unless told: a study whose defaults did not
+    # run compares with its reference, and says so (without it the command is refused)
+    against = ["--against", str(ref.number)] if ref is not None and not ref.is_defaults else []
     command = shlex.join(["autotune", "validate", str(study.study_name), "--trial",
-                          str(r.number), "--client", "vllm", "--repeats", "3"])
-    broken = "the ratio's 95 % interval lies wholly below 1 (it no longer beats vLLM's " \
-        "defaults here)"
+                          str(r.number), *against, "--client", "vllm", "--repeats", "3"])
+    # The reference exported (keep vLLM's defaults): the re-check is an A/A run, which
+    # measures the noise; no ratio can say it "no longer beats" itself.
+    broken = "" if itself else ("the ratio's 95 % interval lies wholly below 1 (it no "
+                                "longer beats vLLM's defaults here)")
     if lim.available and lim.safe_rps is not None:
-        broken += f", or its re-measured capacity falls below the safe rate " \
-            f"{lim.safe_rps:.3g} req/s"
+        safe = f"its re-measured capacity falls below the safe rate {lim.safe_rps:.3g} req/s"
+        broken = f"{broken}, or {safe}" if broken else safe
+    if itself:
+        name = reference_name(study)
+        broken = f"{broken} (an A/A run of {name}: it measures the noise)" if broken else \
+            f"no ratio can show it: it is {name} itself (an A/A run measures the noise)"
     return {"command": command, "no_longer_holds_if": broken,
             "needs": "the study database and the model; one GPU like the measured one"}
 

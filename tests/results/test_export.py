@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import optuna
 import pytest
@@ -10,11 +11,16 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from autotune.cli.main import build_parser
 from autotune.errors import ConfigError
 from autotune.measure.summary import Summary
-from autotune.results import export
-from autotune.tuning.records.snapshot import records
+from autotune.results import export, limits
+from autotune.tuning import ranking
+from autotune.tuning.ranking import choose
+from autotune.tuning.records.snapshot import Snapshot, records
+from autotune.verify import validate
 from tests import trials
+from tests.paths import ROOT
 
 
 def _trial(st, value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, flags=None,
@@ -107,3 +113,32 @@ def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
     facts = json.loads(export.render(st, rec, "json", "Qwen/Qwen3-4B-Instruct-2507"))
     assert facts["request_throughput"] == rec.capacity.request_throughput
     assert facts["capacity"] == figure
+
+
+@pytest.mark.parametrize("db", sorted((ROOT / "studies").glob("*.db")), ids=lambda p: p.stem)
+def test_the_recheck_command_of_every_committed_export_is_accepted(db):
+    """The re-check an export prints parses with autotune's own parser, and `validate`
+    takes its trial and baseline (no engine: `pick` is what refuses). qwen3-4b-24g, whose
+    vLLM defaults did not start, printed `--trial 1` with no `--against` and was refused
+    ("the study has no completed vLLM-defaults trial"). An export of the reference itself
+    is an A/A run, and its condition says so instead of a ratio that cannot move."""
+    st = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
+    snap = Snapshot.of(st)
+    try:
+        chosen = choose(snap)
+    except ConfigError:
+        pytest.skip("no feasible trial to export")
+    check = export.recheck(snap, chosen, limits.derive(chosen, export.slos_of(snap)))
+    words = shlex.split(check["command"])
+    assert words[:2] == ["autotune", "validate"]
+    args = build_parser().parse_args(words[1:])
+    candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
+                                       against=args.against)
+    assert candidate.number == chosen.number
+    ref = ranking.reference_trial(snap)
+    if ref is not None and ref.number == chosen.number:
+        assert against.number == chosen.number
+        assert "A/A run" in check["no_longer_holds_if"]
+        assert "no longer beats" not in check["no_longer_holds_if"]
+    else:
+        assert "no longer beats" in check["no_longer_holds_if"]
