@@ -17,8 +17,8 @@ from autotune.traffic import CapacitySpec
 
 # The probe figures a step keeps: what the bottleneck attribution read.
 LOAD_FIGURES = ("api_server_cpu", "api_servers", "engine_core_cpu", "worker_cpu",
-                "client_cpu", "gpu_util_mean", "kv_cache_usage_max", "requests_waiting_mean",
-                "requests_running_max", "preemptions", "samples")
+                "client_cpu", "cores_busy", "cores", "gpu_util_mean", "kv_cache_usage_max",
+                "requests_waiting_mean", "requests_running_max", "preemptions", "samples")
 
 
 def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: CapacitySpec,
