@@ -47,8 +47,9 @@ def slos_of(study: StudyOrSnapshot) -> dict[str, float]:
 
 
 def recheck(study: StudyOrSnapshot, r: TrialRecord, lim: Limits) -> dict[str, str]:
-    """The command that re-measures the export against vLLM's defaults on the user's own
-    machine with vLLM's own client, and what result would mean the export no longer holds."""
+    """The command that re-measures the export against the study's reference (vLLM's
+    defaults, where they ran) on the user's own machine with vLLM's own client, and what
+    result would mean the export no longer holds."""
     ref = ranking.reference_trial(study)
     itself = ref is not None and ref.number == r.number
     # validate compares with vLLM's defaults unless told: a study whose defaults did not
