@@ -195,8 +195,7 @@ def attribute(probes: Mapping[str, Any], lag: Mapping[str, float] | None = None
 def _processes(probes: Mapping[str, Any]) -> str:
     """`API server 33 %, engine core 11 %, model worker 34 %, client 17 %` (each of a
     core; the worker and the client where read)."""
-    named = [("API server", "api_server_cpu"), ("engine core", "engine_core_cpu"),
-             ("model worker", "worker_cpu"), ("client", "client_cpu")]
-    return ", ".join(f"{name} {_pct(probes.get(key))}" for name, key in named
-                     if key in ("api_server_cpu", "engine_core_cpu")
-                     or probes.get(key) is not None)
+    named = [("API server", "api_server_cpu", True), ("engine core", "engine_core_cpu", True),
+             ("model worker", "worker_cpu", False), ("client", "client_cpu", False)]
+    return ", ".join(f"{name} {_pct(probes.get(key))}" for name, key, always in named
+                     if always or probes.get(key) is not None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord, interval, unrepeated
+from autotune.measure.capacityrecord import CapacityRecord, StepRecord, bounds, unrepeated
 
 
 def describe(cap: CapacityRecord) -> str:
@@ -20,9 +20,8 @@ def describe(cap: CapacityRecord) -> str:
             rate, passed, runs = moved[0]
             text += f"; unrepeatable: {rate:.3g} req/s met them in {passed} of {runs} steps"
         return text
-    lo, hi = interval(cap)
-    # a floor's interval is open above (`capacityrecord.bounds`)
-    span = f"at least {lo:.3g}" if cap.high is None else f"{lo:.3g}-{hi:.3g}"
+    lo, hi = bounds(cap)  # a floor's is open above
+    span = f"at least {lo:.3g}" if hi is None else f"{lo:.3g}-{hi:.3g}"
     text = f"{cap.request_throughput:.3g} req/s ({span}"
     text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
     if cap.time_scale:

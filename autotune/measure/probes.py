@@ -145,7 +145,8 @@ class _CoresMeter:
         before, self.last = self.last, now
         if before is None or not cores:
             return None
-        known = [c for c in cores if c < min(len(now[1]), len(before[1]))]
+        count = min(len(now[1]), len(before[1]))
+        known = [c for c in cores if c < count]
         spent = sum(now[1][c] - before[1][c] for c in known)
         return 100.0 * sum(now[0][c] - before[0][c] for c in known) / spent if spent > 0 \
             else None
