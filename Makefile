@@ -2,7 +2,15 @@
 # Stamp files under .venv make a second `make setup` a no-op unless
 # pyproject.toml changed.
 
-PYTHON ?= python3
+# The venv's interpreter: the distribution's /usr/bin/python3 where it is 3.10 or newer and
+# can make a venv (Debian's ensurepip is the python3-venv package), else python3 on PATH;
+# `make setup PYTHON=python3.12` picks another (`make clean setup` to switch). Debian and
+# Ubuntu build theirs with profile-guided and link-time optimisation, pyenv's default build
+# has neither: the suite is bound by the CPU, and vLLM's import took 7.0-7.5 s against
+# 9.0-9.5 s, an engine's start 22-23 against 26-28 CPU-seconds (docs/testing.md).
+DISTRO_PYTHON := /usr/bin/python3
+PYTHON ?= $(shell $(DISTRO_PYTHON) -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 10))' \
+                  2>/dev/null && echo $(DISTRO_PYTHON) || echo python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # The CPU build of vLLM for machines without an NVIDIA GPU (see README).
@@ -30,6 +38,7 @@ setup: $(VENV)/.stamp-deps $(CHROMIUM) postgres-server
 	$(BIN)/autotune tiny-model --preset smollm2-135m --fetch
 
 $(BIN)/python:
+	@echo "the venv's interpreter: $(PYTHON), $$($(PYTHON) -c 'import sys; print(sys.version.split()[0])')"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
