@@ -103,6 +103,12 @@ def guarded(command: Callable[[], int]) -> int:
         # at /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as err:
+        if not interrupts.interrupted(err):
+            raise
+        # A Ctrl-C inside a database call, re-raised by the storage as its own error.
+        print("autotune: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

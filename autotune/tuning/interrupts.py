@@ -63,6 +63,24 @@ def raise_if_dropped() -> None:
         raise KeyboardInterrupt
 
 
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """`err` and the exceptions it was raised from or while handling, each once."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
+def interrupted(err: BaseException) -> bool:
+    """Whether `err` is a Ctrl-C or SIGTERM, or an error raised because one came: a
+    KeyboardInterrupt inside SQLAlchemy's session can surface as the storage's own error
+    (`StorageInternalError` from "owning Session been closed?"), which is no fault of the
+    trial's and must stop the command all the same."""
+    return any(isinstance(e, KeyboardInterrupt) for e in _chain(err))
+
+
 def release_frames(err: BaseException) -> None:
     """Free what the frames an interrupt unwound still hold, before writing to the study.
 
@@ -71,8 +89,10 @@ def release_frames(err: BaseException) -> None:
     only by the traceback's frames until the garbage collector happens to run. The writes
     that give the trial back would wait for this process's own lock, 60 s (the busy
     timeout), while the trial's heartbeat waits too. Clearing the frames' variables returns
-    the connection to its pool, which rolls the transaction back."""
-    traceback.clear_frames(err.__traceback__)
+    the connection to its pool, which rolls the transaction back; every exception of the
+    chain, since an interrupt re-raised as another error keeps its frames in the first."""
+    for e in _chain(err):
+        traceback.clear_frames(e.__traceback__)
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.interrupts import (
     HeldInterrupts,
+    interrupted,
     no_interrupts,
     raise_if_dropped,
     release_frames,
@@ -238,13 +239,12 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
                                  guard=run.guard, intermediate=_pruner_hook(run, trial, searched),
                                  anchor=anchor)
     except KeyboardInterrupt as err:
-        release_frames(err)  # a database connection it interrupted
-        with no_interrupts():  # a further Ctrl-C must not leave the study half-written
-            if flags is None and base is None:  # its point, so that the same one runs again
-                flags = space.suggest(trial, scenario)
-            _give_back(study, trial, asked, flags, None, None)
+        _give_back_interrupted(run, trial, asked, flags, err)
         raise
     except Exception as err:
+        if interrupted(err):  # a Ctrl-C that a database call re-raised as its own error
+            _give_back_interrupted(run, trial, asked, flags, err)
+            raise KeyboardInterrupt from err
         # A fault of autotune's own (the configuration's faults are pruned outcomes): the
         # trial is FAIL with what happened, never left RUNNING. A bad input stops the
         # study; anything else is logged with its traceback and the study goes on.
@@ -262,6 +262,17 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
         if asked.is_defaults:
             creation.queue_baselines(study, scenario)
         _relieve(run, trial.number, attrs)
+
+
+def _give_back_interrupted(run: RunContext, trial: optuna.Trial, asked: TrialRecord,
+                           flags: Flags | None, err: BaseException) -> None:
+    """An interrupted trial goes back to the queue with the flags it was running (its
+    point drawn now if it had none yet, so that the same one runs again)."""
+    release_frames(err)  # a database connection it interrupted
+    with no_interrupts():  # a further Ctrl-C must not leave the study half-written
+        if flags is None and asked.baseline_flags is None:
+            flags = space.suggest(trial, run.scenario)
+        _give_back(run.study, trial, asked, flags, None, None)
 
 
 def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,

@@ -223,6 +223,60 @@ def test_ctrl_c_marks_the_trial_interrupted_and_queues_it_again(tmp_path):
     assert runner.calls == [{"enforce-eager": True, "max-num-seqs": 4}]
 
 
+class StorageInterrupted(Canned):
+    """A Ctrl-C that came inside a database call and left it as the storage's own error, as
+    SQLAlchemy did once in a loaded run ("owning Session been closed?")."""
+
+    def __call__(self, *args: Any, **kw: Any) -> trial_mod.Outcome:
+        if len(self.calls) + 1 == self.interrupt_at:
+            self.calls.append({})
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as err:
+                raise optuna.exceptions.StorageInternalError("during the commit") from err
+        return super().__call__(*args, **kw)
+
+
+def test_a_ctrl_c_reraised_by_the_storage_stops_the_study_as_a_ctrl_c(tmp_path):
+    """Not a fault of autotune's (FAIL, and the study goes on): the trial goes back to the
+    queue and the command stops as on any Ctrl-C."""
+    scenario = _scenario()
+    shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
+    runner = StorageInterrupted(interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        study.loop(_context(shared, scenario, runner, tmp_path), trials=3)
+    recs = records(shared.study)
+    assert len(runner.calls) == 2  # no trial after it
+    assert recs[1].state == TrialState.FAIL and recs[1].outcome == INTERRUPTED
+    assert recs[2].state == TrialState.WAITING and recs[2].baseline == "refused"
+
+
+def test_an_interrupt_is_found_through_the_errors_raised_from_it():
+    def raised(inner: BaseException, outer: Exception, *, cause: bool) -> Exception:
+        try:
+            try:
+                raise inner
+            except BaseException as e:
+                if cause:
+                    raise outer from e
+                raise outer  # noqa: B904 (raised while handling it: the context)
+        except Exception as err:
+            return err
+
+    for cause in (True, False):
+        err = raised(KeyboardInterrupt(), RuntimeError("x"), cause=cause)
+        assert interrupts.interrupted(err)
+        assert interrupts.interrupted(raised(err, ValueError(), cause=cause))
+        interrupts.release_frames(err)  # every exception of the chain, without error
+        assert err.__traceback__ is not None
+    assert interrupts.interrupted(KeyboardInterrupt())
+    assert not interrupts.interrupted(raised(ValueError(), RuntimeError("x"), cause=True))
+    looped = RuntimeError("loop")
+    looped.__context__ = ValueError()
+    looped.__context__.__context__ = looped  # a cycle ends the walk
+    assert not interrupts.interrupted(looped)
+
+
 def test_defaults_interrupted_run_first_again_under_the_next_number(tmp_path):
     """What the README says of a Ctrl-C during vLLM's defaults: the resumed study runs them
     first again, as trial 1, and every figure is still relative to them."""
@@ -269,7 +323,7 @@ def test_a_signal_during_the_writes_is_held_until_they_are_done(sig):
 INTERRUPTED_READS = """
 import gc, os, random, signal, sqlite3, sys, threading, warnings
 import optuna
-from autotune.tuning.interrupts import release_frames
+from autotune.tuning.interrupts import interrupted, release_frames
 from autotune.tuning.sharing import heartbeat
 warnings.simplefilter("ignore")
 gc.disable()
@@ -283,7 +337,9 @@ for _ in range(rounds):
     try:
         while True:
             st.get_trials(deepcopy=False)
-    except KeyboardInterrupt as err:
+    except BaseException as err:  # a Ctrl-C, or one SQLAlchemy re-raised as the storage's
+        if not interrupted(err):
+            raise
         release_frames(err)
         other = sqlite3.connect(path, timeout=0.2, isolation_level=None)
         try:
@@ -381,6 +437,28 @@ def test_every_autotune_command_remembers_a_dropped_interrupt(dropped, capsys):
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     assert capsys.readouterr().err == "autotune: interrupted\n" and dropped
+
+
+def test_a_ctrl_c_reraised_as_another_error_ends_a_command_as_a_ctrl_c(capsys):
+    from autotune.cli.main import guarded
+
+    def command() -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as err:
+            raise optuna.exceptions.StorageInternalError("during the commit") from err
+
+    def failing() -> int:
+        raise optuna.exceptions.StorageInternalError("a real storage fault")
+
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        assert guarded(command) == 130
+        with pytest.raises(optuna.exceptions.StorageInternalError):
+            guarded(failing)
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    assert capsys.readouterr().err == "autotune: interrupted\n"
 
 
 def test_a_killed_tuners_running_trial_runs_again(tmp_path):
