@@ -52,11 +52,17 @@ def test_bench_finds_the_time_scale_a_configuration_serves(eager_server, tiny_mo
     assert cap.time_scale > 1  # the tiny model serves the day faster than recorded
     sustained = [s for s in cap.steps if s.rate is not None]
     assert sustained and cap.steps[0].kind == "burst"
-    # Each passing step replayed the trace at its own pace: the requests it completed per
-    # second follow the offered rate (stretches of the day, bursts and lulls kept).
+    # Each passing step replayed the trace at its own pace: in its steady window, what it
+    # offered follows its rate times how busy its stretches of the day were (bursts and
+    # lulls kept; 1.09-1.34 times it in one run, the window leaving out the ramp), and the
+    # engine kept up with it. Not the whole step's completions per second:
+    # a step that passes at the knee drains for seconds after its last send (a fresh-clone
+    # run: 103 requests sent in 5 s at 21.6 req/s, done at 8.1 s, the window 21.2 of 22.2).
     for step in (s for s in sustained if s.passed):
-        assert 0.6 < step.achieved_rps / step.rate < 1.5, (step.kind, step.rate,
-                                                          step.achieved_rps)
+        assert step.replayed and step.window_offered_rps and step.window_achieved_rps, step
+        paced = step.rate * step.replayed.density  # a replay at twice its pace: outside
+        assert 0.6 < step.window_offered_rps / paced < 1.6, (step.kind, paced, step)
+        assert step.window_achieved_rps > 0.9 * step.window_offered_rps, step
     # Every step says which part of the day it replayed (the step table too), and none
     # passed achieving more than the backlog limit (5 %) less than its window was offered.
     assert all(s.replayed and s.replayed.trace_requests == 2229 for s in cap.steps)
