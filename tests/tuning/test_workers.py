@@ -31,7 +31,7 @@ from autotune.engine import cpuplace
 from autotune.tuning import ranking, study
 from autotune.tuning.quality.guard import make_guard
 from autotune.tuning.records.snapshot import records
-from autotune.tuning.records.trialrecord import DEFAULTS, INTERRUPTED
+from autotune.tuning.records.trialrecord import DEFAULTS, INTERRUPTED, TrialRecord
 from autotune.tuning.sharing import heartbeat, workers
 from autotune.tuning.sharing.storage import masked
 from tests.conftest import MULTIPROCESSING, SCENARIO
@@ -346,11 +346,17 @@ def test_ctrl_c_stops_every_worker_and_queues_their_trials_again(tmp_path):
     recs = records(st)
     assert not [r for r in recs if r.state == TrialState.RUNNING]
     # Every trial a worker held (the defaults; maybe one asked by the other worker, which
-    # waited for them) is FAIL `interrupted`, with a copy queued again.
+    # waited for them, or the defaults' copy, asked by a worker that started late) is FAIL
+    # `interrupted`, and each configuration they ran is queued again, once.
     held = [r for r in recs if r.state == TrialState.FAIL]
     assert held[0].is_defaults and all(r.outcome == INTERRUPTED for r in held)
     waiting = [r for r in recs if r.state == TrialState.WAITING]
-    assert len(waiting) == len(held) and DEFAULTS in [r.baseline for r in waiting]
+
+    def configuration(r: TrialRecord) -> tuple[Any, ...]:
+        return r.baseline, tuple(sorted(r.params.items()))
+
+    assert sorted(map(configuration, waiting)) == sorted(set(map(configuration, held)))
+    assert DEFAULTS in [r.baseline for r in waiting]
 
 
 def test_workers_whose_parent_is_killed_stop_cleanly(tmp_path):
