@@ -99,6 +99,13 @@ class EngineSpec(_Strict):
     flags: Flags = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     startup_timeout_s: float = Field(900.0, gt=0)
+    # Warm restarts (`autotune.engine.compilecache`, `autotune.tuning.policy.compilekey`):
+    # where compiled code is kept (`study`: a folder of the study's; `vllm`: vLLM's own
+    # cache; or a folder), which searched flags are held out of vLLM's compile key, and
+    # whether a GPU engine's core process is forked rather than spawned.
+    compile_cache: str = Field("study", min_length=1)
+    compile_key: Literal["stable", "bounded", "vllm"] = "stable"
+    fork_engine_core: bool = True
 
     @field_validator("flags", mode="before")
     @classmethod

@@ -29,6 +29,8 @@ FAILURES = "failures"
 BEHIND = "behind"
 # The capacity search (`autotune.measure.searchplan`).
 BELOW_BEST = "below_best_capacity"
+# Before launch: the study's own evidence (`autotune.tuning.policy.evidence`).
+PREDICTED_BELOW_BEST = "predicted_below_best"
 TIED_WITH_BEST = "tied_inside_best"
 UNREACHABLE = "slos_missed_at_low_load"
 NO_PASSING_RATE = "no_rate_passed"
@@ -62,6 +64,9 @@ REASONS: dict[str, str] = {
     BEHIND: "Optuna's pruner: the probe phase scored below earlier trials at that point",
     BELOW_BEST: "the capacity search stopped: this trial cannot beat the best capacity so "
                 "far",
+    PREDICTED_BELOW_BEST: "not launched: an earlier trial, limited by its front end with as "
+                          "many API servers and tokens per streamed event or more, ranked "
+                          "below the best",
     TIED_WITH_BEST: "the capacity search stopped: it passed at the best's lower bound and "
                     "failed at its upper bound (a tie)",
     UNREACHABLE: "the SLOs are missed even at a nearly idle load",

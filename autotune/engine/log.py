@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune import reasons
+from autotune.engine.compilecache import HIT, MISS, WarmLaunch
 from autotune.engine.reaper import MARK
 from autotune.stored import Stored
 
@@ -67,6 +68,12 @@ class StartupFigures(Stored):
     # What the engine decided for flags its parser leaves unset (`autotune.engine.defaults`).
     max_num_batched_tokens: int | None = None
     prefix_caching: bool | None = None
+    # Whether torch.compile found its work in the compile cache (HIT) or compiled it (MISS),
+    # and the cache's key (vLLM's hash of the configuration as it derived it); None where
+    # the engine did not say (eager, or the CPU build, whose compiler logs nothing of it:
+    # `autotune.engine.compilecache.outcome` reads its cache folder instead).
+    compile_cache: str | None = None
+    compile_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,12 @@ class Startup(StartupFigures):
 
     launch: str | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    # How the launch shared compiled code (`autotune.engine.compilecache.WarmLaunch`): the
+    # flags added to hold the compile key (what was measured, so exports carry them), the
+    # compile cache's folder and the environment the launcher set; None before warm restarts.
+    warm: WarmLaunch | None = None
+    NESTED = {"warm": WarmLaunch}
+    EMPTY = ("warm",)
 
 
 def _num(text: str) -> float:
@@ -132,7 +145,27 @@ def parse_startup(log: str) -> StartupFigures:
                 found[key] = int(_num(next(g for g in m.groups() if g is not None)))
             else:
                 found.setdefault(key, _num(m.group(1)))
-    return StartupFigures(**found)  # type: ignore[arg-type]
+    state, key_hash = compile_cache(log)
+    return StartupFigures(**found, compile_cache=state,  # type: ignore[arg-type]
+                          compile_key=key_hash)
+
+
+# vLLM's torch.compile cache as 0.26-0.32 log it on a GPU: the key's folder, a compiled
+# range loaded or compiled, the whole ahead-of-time artifact loaded or saved (or a load
+# that failed: the CPU build's AOT artifacts never load, so it compiles again).
+_CACHE_DIR = re.compile(r"torch_compile_cache/([0-9a-f]{10})/")
+_AOT_DIR = re.compile(r"torch_aot_compile/([0-9a-f]{10})")
+_LOADED = re.compile(r"Directly load (?:the compiled graph|AOT compilation)")
+_COMPILED = re.compile(r"Compiling a graph for compile range|saved AOT compiled function"
+                       r"|Compiling model again due to a load failure")
+
+
+def compile_cache(log: str) -> tuple[str | None, str | None]:
+    """(HIT or MISS or None, the key) from a start-up's log: a miss when any graph was
+    compiled, a hit when graphs were only loaded, None when the log says neither."""
+    key = _CACHE_DIR.search(log) or _AOT_DIR.search(log)
+    state = MISS if _COMPILED.search(log) else HIT if _LOADED.search(log) else None
+    return state, key.group(1) if key else None
 
 
 def classify_failure(log: str, returncode: int | None) -> str:

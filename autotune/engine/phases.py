@@ -25,7 +25,14 @@ MARKS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # the engine core spawned its worker (the CPU build always; GPUs with several ranks)
     ("worker", re.compile(r"^\((?:Vllm)?Worker\S* pid=\d+\)", re.M)),
     ("load", re.compile(r"Loading weights took|Model loading took")),
-    # profiling, torch.compile, CUDA graphs, the KV cache
+    # torch.compile, inside the profiling run: vLLM's own total on a GPU, the end of the
+    # warm-up the CPU build compiles in (absent with --enforce-eager: folded into the next)
+    ("compile", re.compile(r"torch\.compile t(?:akes|ook) [\d.]+ ?s in total|Warming up done")),
+    # the memory profile that sizes the KV cache, and its allocation
+    ("kv_cache", re.compile(r"KV cache size: [\d,]+ tokens")),
+    # CUDA-graph capture (a GPU without --enforce-eager)
+    ("graphs", re.compile(r"Graph capturing finished")),
+    # what is left of the engine's set-up: kernel warm-up (18 s on a fresh H200 machine)
     ("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took")),
     ("serve", re.compile(r"Starting vLLM server on")),
 )

@@ -33,7 +33,7 @@ from typing import Any
 import psutil
 
 from autotune import flags as flagmod
-from autotune.engine import endpoints, liveness, prometheus, warm
+from autotune.engine import compilecache, endpoints, liveness, prometheus, warm
 from autotune.engine import log as enginelog
 from autotune.engine.info import base_command, installed
 from autotune.engine.phases import PhaseClock
@@ -82,13 +82,17 @@ class Server:
     def __init__(self, model: str, flags: Mapping[str, Any] | None = None, *,
                  env: Mapping[str, str] | None = None, log_path: str | Path | None = None,
                  startup_timeout: float = 600.0, stop_grace: float = 20.0,
-                 port_retries: int = 3, extra_args: list[str] | None = None):
+                 port_retries: int = 3, extra_args: list[str] | None = None,
+                 fallback_env: Mapping[str, str] | None = None):
         self.model = str(model)
         self.flags = flagmod.normalize(flags or {})
         clash = [f for f in self.flags if f in RESERVED or f"no-{f}" in RESERVED]
         if clash:
             raise ConfigError(f"flag --{clash[0]} is set by autotune itself; remove it")
         self.env = dict(env or {})
+        # What a start that failed for no reason of the configuration's is tried again with,
+        # once (a forked engine core: `autotune.engine.compilecache`); None: no second try.
+        self.fallback_env = dict(fallback_env) if fallback_env else None
         self.extra_args = list(extra_args or [])
         clash = [a for a in self.extra_args if a.split("=")[0].lstrip("-") in RESERVED]
         if clash:
@@ -116,6 +120,7 @@ class Server:
         # whether stopping it prepares a spare for the next launch.
         self.launch_path = warm.COLD
         self.prepare_next = warm.enabled()
+        self._cache_files: int | None = None  # the compile cache's files at launch
         self._launch_offset = 0  # the log's size when the current launch began
         self._ready_offset = 0  # and when the engine became ready
 
@@ -144,14 +149,18 @@ class Server:
 
     def start(self) -> None:
         """Launch and wait until a completion succeeds; raise EngineError otherwise."""
-        for attempt in range(self.port_retries):
+        attempt = 0
+        while True:
             try:
                 self._launch()
                 self._wait_ready()
                 return
             except EngineError as err:
                 self.stop()
-                if err.reason != enginelog.PORT_IN_USE or attempt == self.port_retries - 1:
+                if self._fall_back(err):
+                    continue
+                attempt += 1
+                if err.reason != enginelog.PORT_IN_USE or attempt == self.port_retries:
                     raise
             except BaseException:
                 # Interrupted before it served (Ctrl-C, the trial's deadline): nothing to
@@ -159,6 +168,21 @@ class Server:
                 # compile took 22 s to act on the CPU build).
                 self.stop(grace_s=STARTING_GRACE_S)
                 raise
+
+    def _fall_back(self, err: EngineError) -> bool:
+        """Whether to start again with `fallback_env` (once): a start that failed with no
+        memory, KV-cache or flag error, which a forked engine core can cause and a spawned
+        one would not; later launches of this process spawn (`compilecache.fork_failed`)."""
+        if self.fallback_env is None or err.reason not in (enginelog.FAILED_TO_START,
+                                                           enginelog.CRASHED):
+            return False
+        compilecache.fork_failed(err.detail or err.reason)
+        with open(self.log_path, "ab") as log:
+            log.write(f"# autotune: the start failed ({err.detail}); starting again with "
+                      f"{self.fallback_env}\n".encode())
+        self.env.update(self.fallback_env)
+        self.fallback_env = None
+        return True
 
     def _launch(self) -> None:
         self._watch, self._launcher, self._death = liveness.Watch(), None, None
@@ -176,6 +200,7 @@ class Server:
         self._t0 = time.monotonic()  # waiting for a spare's imports is start-up time too
         self._clock, self._clock_offset = PhaseClock(self._t0), self._launch_offset
         self._entry = warm.entry(self.command)
+        self._cache_files = compilecache.files(self.env.get(compilecache.ROOT))
         self._spare_env = {k: v for k, v in env.items() if k != "VLLM_API_KEY"}
         spare = warm.take(self._entry.module, self._spare_env, self.startup_timeout) \
             if self._entry else None
@@ -229,8 +254,11 @@ class Server:
         figures = enginelog.parse_startup(self.read_log(self._launch_offset))
         info = prometheus.cache_config(self.get_text("/metrics") or "")
         self.cache_info = info
+        cached = compilecache.outcome(
+            figures.compile_cache, self._cache_files,
+            compilecache.files(self.env.get(compilecache.ROOT)), "compile" in self.phases)
         self.figures = dataclasses.replace(
-            figures,
+            figures, compile_cache=cached,
             num_blocks=prometheus.as_int(info.get("num_gpu_blocks")) or figures.num_blocks,
             block_size=prometheus.as_int(info.get("block_size")) or figures.block_size,
             kv_cache_tokens=figures.kv_cache_tokens

@@ -256,7 +256,10 @@ def render(study: StudyOrSnapshot, r: TrialRecord, fmt: str, model: str,
     # Only what changes something: a flag at vLLM's effective default on the measured
     # machine is left out, and a comment line says so (`autotune.engine.defaults`).
     effective = ranking.effective_defaults(study)
-    flags: Flags = effective.overrides(r.flags)
+    # The flags the study held for its compile cache were launched, hence measured, with
+    # the trial's: they go with it (`autotune.tuning.policy.compilekey`).
+    held = r.startup.warm.flags if r.startup.warm is not None else {}
+    flags: Flags = {**effective.overrides(r.flags), **held}
     if bad := [k for k in r.env if not ENV_NAME.fullmatch(k)]:
         raise ConfigError(f"export: engine.env name {bad[0]!r} is not an environment variable "
                           "name (letters, digits and _, not starting with a digit)")
@@ -271,6 +274,9 @@ def render(study: StudyOrSnapshot, r: TrialRecord, fmt: str, model: str,
     if sizing is not None and (sizing.load is not None or sizing.per_million is not None):
         notes.append(inert(sizing.line()))
     max_replicas = max_replicas or (sizing.replicas if sizing else None) or MAX_REPLICAS
+    if held:
+        notes.append(inert("measured with " + " ".join(to_args(held)) + ": held by the "
+                           "study for its compile cache, so part of what was measured"))
     if left := effective.words(r.flags):
         notes.append(inert(f"left out as vLLM's defaults on {f.device or 'this machine'}: "
                            + left))

@@ -406,7 +406,8 @@ def explain(study: optuna.Study, scenario: Scenario, study_dir: Path, *,
     """Explain trial `trial` (default: the study's best feasible trial), keep the
     explanation with the study, and return it."""
     winner = target(study, trial)
-    run = study_mod.RunContext(heartbeat.SharedStudy.of(study), scenario,
+    run = study_mod.RunContext(heartbeat.SharedStudy.of(study),
+                               trial_mod.with_study_folder(scenario, study_dir),
                                study_mod.resolve_model(scenario), study_dir,
                                make_guard(scenario, study_dir), runner,
                                study_mod.gpu_released(scenario))

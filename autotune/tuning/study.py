@@ -47,8 +47,8 @@ from autotune.tuning.interrupts import (
     raise_if_dropped,
     release_frames,
 )
+from autotune.tuning.policy import evidence, prune, relief, space
 from autotune.tuning.policy import objective as obj
-from autotune.tuning.policy import prune, relief, space
 from autotune.tuning.quality import verdict
 from autotune.tuning.quality.guard import Guard, make_guard
 from autotune.tuning.quality.reference import reference_path
@@ -216,7 +216,15 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
             sync_reference(run)
         now = Snapshot.of(study, attrs)  # the trials as they stand before it launches
         dup = duplicate(now, flags, trial.number)
-        if dup is not None:  # a rejected twin stays rejected
+        best = best_interval(now, scenario) if searched else None
+        doomed = evidence.predicted_loser(flags, records(now), ranking.feasible_best(now)) \
+            if best is not None else None
+        if doomed is not None:  # the study's own evidence ranks it below the best
+            log.info("trial %d not launched: %s", trial.number, doomed)
+            outcome = trial_mod.Outcome(trial_mod.PRUNED, reasons.PREDICTED_BELOW_BEST,
+                                        facts=trial_mod.EngineRun(flags, launched=False,
+                                                                  detail=doomed))
+        elif dup is not None:  # a rejected twin stays rejected
             outcome = trial_mod.Outcome(
                 trial_mod.COMPLETE if dup.state == TrialState.COMPLETE else trial_mod.PRUNED,
                 dup.reason, dup.metrics,
@@ -227,7 +235,6 @@ def _run_asked(run: RunContext, trial: optuna.Trial, hold: HeldInterrupts) -> No
         else:
             log.info("trial %d: %s", trial.number,
                      " ".join(trial_mod.command_line(run.model, flags)))
-            best = best_interval(now, scenario) if searched else None
             # A searched trial's burst stops a clear loser within seconds; its first
             # sustained step then runs at the best's lower bound: a loser fails there and is
             # pruned at once. A pass is followed by a step at the best's upper bound: a fail
@@ -490,8 +497,8 @@ def tune(request: Request, *, on_progress: Callable[[Progress], None] | None = N
     record_engine_defaults(shared.study, scenario, engine_info())
     if recovered := shared.recover():
         log.info("%d interrupted trial(s) will run again", recovered)
-    run = RunContext(shared, scenario, resolve_model(scenario), where.folder,
-                     make_guard(scenario, where.folder),
+    run = RunContext(shared, trial_mod.with_study_folder(scenario, where.folder),
+                     resolve_model(scenario), where.folder, make_guard(scenario, where.folder),
                      runner or trial_mod.run_trial, gpu_released(scenario))
     _publish_reference(run)
     loop(run, trials=request.trials, timeout_s=request.timeout_s, claim=request.claim,

@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,11 @@ import aiohttp
 from autotune import reasons
 from autotune.config import Scenario, parse_duration
 from autotune.device import DeviceSeen
-from autotune.engine import gpu
+from autotune.engine import compilecache, gpu
 from autotune.engine.ballast import Ballast, Held
-from autotune.engine.info import installed
+from autotune.engine.compilecache import WarmLaunch
+from autotune.engine.defaults import machine_of
+from autotune.engine.info import engine_info, installed
 from autotune.engine.log import Startup
 from autotune.engine.server import Server
 from autotune.errors import EngineError, Halted
@@ -42,7 +44,8 @@ from autotune.measure.summary import Summary
 from autotune.measure.watch import Alive
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
-from autotune.tuning.policy import prune
+from autotune.tuning.policy import compilekey, prune
+from autotune.tuning.policy.compilekey import CompileKey
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.space import relation_violation
 from autotune.tuning.quality import checking
@@ -55,6 +58,7 @@ from autotune.tuning.records.trialrecord import TrialRecord
 log = logging.getLogger("autotune")
 
 COMPLETE, PRUNED = "complete", "pruned"  # states; CRASHED and TIMEOUT are pruned reasons
+CACHE_FOLDER = "compile-cache"  # a study's compile cache, in its folder (`with_study_folder`)
 
 
 @dataclass
@@ -115,27 +119,79 @@ def command_line(model: str, flags: Mapping[str, FlagValue]) -> list[str]:
 @dataclass(frozen=True)
 class Engine:
     """A configuration as it is launched: the flags as they reach vLLM (a smaller card's
-    emulated), the ballast that holds the rest of the device (a no-op without a GPU or an
-    emulated card) and the server, neither started: `with engine.ballast, engine.server`.
-    Every trial and every re-measurement (`autotune.verify`) launches through `engine`, so
-    what `validate` re-measures is what the study measured."""
+    emulated, the compile key held), the ballast that holds the rest of the device (a
+    no-op without a GPU or an emulated card), the server, neither started (`with
+    engine.ballast, engine.server`), and how it shares compiled code (`warm`). Every trial
+    and every re-measurement (`autotune.verify`) launches through `engine`, so what
+    `validate` re-measures is what the study measured."""
 
     flags: Flags
     ballast: Ballast
     server: Server
+    warm: WarmLaunch
 
 
 def engine(scenario: Scenario, model: str, flags: Flags, log_path: Path, *,
            env: dict[str, str] | None = None, startup_timeout: float | None = None) -> Engine:
     """How a configuration is launched: `scenario.engine.env` updated by `env` (a device,
-    cores of its own), the card of `scenario.hardware` emulated."""
+    cores of its own), the card of `scenario.hardware` emulated, the study's compile
+    cache and key (`with_study_folder` places the cache)."""
     launch_env = {**scenario.engine.env, **(env or {})}
     launched = prune.emulate(flags, scenario.hardware, prune.device_bytes())
+    warm = warm_launch(scenario, launched, launch_env)
+    launched = {**launched, **warm.flags}
     # The emulated card's memory is a hard limit only when the rest of the device is held.
     ballast = Ballast(scenario.hardware.memory_gib if gpu.device() else None, env=launch_env)
     timeout = scenario.engine.startup_timeout_s if startup_timeout is None else startup_timeout
-    return Engine(launched, ballast, Server(model, launched, env=launch_env, log_path=log_path,
-                                            startup_timeout=timeout))
+    forked = warm.env.get(compilecache.START_METHOD) == "fork"
+    server = Server(model, launched, env={**launch_env, **warm.env}, log_path=log_path,
+                    startup_timeout=timeout, fallback_env=compilecache.SPAWN if forked else None)
+    return Engine(launched, ballast, server, warm)
+
+
+def warm_launch(scenario: Scenario, flags: Flags, env: Mapping[str, str]) -> WarmLaunch:
+    """What a launch of `flags` (as emulated) adds to share compiled code: the flags that
+    hold the study's compile key, the cache folder and the environment
+    (`autotune.engine.compilecache`, `autotune.tuning.policy.compilekey`)."""
+    info = engine_info()
+    seen = gpu.seen()
+    machine = machine_of(seen)
+    if scenario.hardware.memory_gib is not None and machine.device != "cpu":
+        # vLLM's defaults follow the emulated card (`prune.emulate` passes them)
+        machine = replace(machine, memory_mib=scenario.hardware.memory_gib * 1024)
+    key = CompileKey.of(scenario, machine, compilekey.SCHEDULED in info.flags)
+    added = key.flags(flags)
+    place = scenario.engine.compile_cache
+    cache = None
+    if place not in (compilecache.VLLM, compilecache.STUDY):  # STUDY: not placed (vLLM's)
+        spec = {**flags, **added}.get("speculative-config")
+        tokens = int(spec.get("num_speculative_tokens") or 0) \
+            if isinstance(spec, Mapping) else 0
+        cache = compilecache.folder(Path(place), (info.distribution, info.version),
+                                    seen.name, tokens)
+    launch = compilecache.launch_env(cache, cpu=machine.device == "cpu",
+                                     fork=scenario.engine.fork_engine_core, user=env)
+    return WarmLaunch(added, str(cache) if cache is not None and compilecache.ROOT in launch
+                      else env.get(compilecache.ROOT), launch)
+
+
+def _as_launched(launch: Engine) -> WarmLaunch:
+    """The launch's warm restart as it went: a forked start that failed and was started
+    again spawned says so (`Server.fallback_env`)."""
+    env = {k: launch.server.env.get(k, v) for k, v in launch.warm.env.items()}
+    return replace(launch.warm, env=env)
+
+
+def with_study_folder(scenario: Scenario, folder: Path) -> Scenario:
+    """`scenario` with its compile cache placed: `study` is a folder of the study's own
+    (`FOLDER/compile-cache`, kept across its trials, boxes and resumed runs), a relative
+    folder is read from here; `vllm` stays vLLM's own cache."""
+    place = scenario.engine.compile_cache
+    if place == compilecache.VLLM:
+        return scenario
+    path = folder / CACHE_FOLDER if place == compilecache.STUDY else Path(place).expanduser()
+    return scenario.model_copy(update={"engine": scenario.engine.model_copy(
+        update={"compile_cache": str(path.resolve())})})
 
 
 def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
@@ -188,7 +244,8 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
         with ballast, server as srv:
             timings["startup_s"] = time.monotonic() - t0
             facts.startup = Startup.from_dict({**srv.figures.as_dict(),
-                                               "launch": srv.launch_path, "phases": srv.phases})
+                                               "launch": srv.launch_path, "phases": srv.phases,
+                                               "warm": _as_launched(launch).as_dict()})
             watch = TrialWatch(srv.death, deadline)
             try:
                 t1 = time.monotonic()
@@ -221,7 +278,8 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
         timings["startup_s"] = time.monotonic() - t0
         if server.phases:  # where the failed start spent its time
             facts.startup = Startup.from_dict({"launch": server.launch_path,
-                                               "phases": server.phases})
+                                               "phases": server.phases,
+                                               "warm": _as_launched(launch).as_dict()})
         facts.detail = err.detail
         if err.reason == TIMEOUT and deadline.spent():
             facts.detail = f"{deadline.reason()} during start-up ({err.detail})"

@@ -114,7 +114,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         raise ConfigError(f"validate: --repeats must be at least 1 (got {repeats})")
     if not step_s > 0:
         raise ConfigError(f"validate: --step-seconds must be positive (got {step_s:g})")
-    scenario = validate.scenario_of(study)
+    scenario = trial_mod.with_study_folder(validate.scenario_of(study), out_dir)
     fixed = scenario.workload.mode == "fixed"
     if not fixed and not scenario.objective.slos:
         raise ConfigError("validate --client vllm measures capacity at SLO, and the study's "

@@ -145,8 +145,8 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     scenario = scenario_of(study)
     # Same workload, objective, env and hardware emulation as the study; no probe phase
     # (its rules must not stop a validation run) and no guardrail (quality was checked).
-    runs_scenario = scenario.model_copy(
-        update={"prune": scenario.prune.model_copy(update={"enabled": False})})
+    runs_scenario = trial_mod.with_study_folder(scenario.model_copy(
+        update={"prune": scenario.prune.model_copy(update={"enabled": False})}), out_dir)
     model = study_mod.resolve_model(scenario)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     where = out_dir / "validate" / f"{candidate.number}-vs-{against.number}-{stamp}"

@@ -148,7 +148,7 @@ if [ "${BOX_VERB:-tune}" = job ]; then
   jobdir=${BOX_JOBDIR:-/tmp/at-job}
   if [ ! -f "$jobdir/pid" ]; then
     mkdir -p "$jobdir/studies"
-    cp -r autotune scripts search_spaces "$jobdir"/
+    cp -r autotune scripts search_spaces benchmarks "$jobdir"/
     cp -f "$db" "$jobdir/studies/"
     [ -d "studies/$name" ] && cp -r "studies/$name" "$jobdir/studies/"
     read -ra job <<< "${BOX_JOB:?BOX_VERB=job needs BOX_JOB}"
@@ -200,7 +200,8 @@ if [ -f "$db" ]; then
   cp -f "$db" "$outd/$name.db"
 fi
 list=$(mktemp)
-{ find "studies/$name" -type f -newer "$stamp" 2>/dev/null
+{ find "studies/$name" -type d \( -name compile-cache -o -name vllm-cache \) -prune \
+    -o -type f -newer "$stamp" -print 2>/dev/null
   for f in tune.log reference.json; do [ -f "studies/$name/$f" ] && echo "studies/$name/$f"; done
 } | sed 's|^studies/||' | sort -u > "$list"
 files_tgz=$cache.files.tar.gz

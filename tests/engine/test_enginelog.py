@@ -102,3 +102,37 @@ def test_compile_time_as_vllm_0_26_writes_it():
     line = ("(EngineCore pid=889) INFO 11-29 20:46:48 [monitor.py:53] torch.compile took "
             "29.24 s in total")  # seen on the H200
     assert enginelog.parse_startup(line).compile_s == 29.24
+
+
+@pytest.mark.parametrize("trial, key", [("0", "8d24b58d68"), ("1", "81f760aba7"),
+                                        ("2", "7dcfb5e31b")])
+def test_an_h200_compile_is_a_miss_with_its_key(trial, key):
+    figures = enginelog.parse_startup((LOGS / f"h200-startup-trial{trial}.log").read_text())
+    assert (figures.compile_cache, figures.compile_key) == (enginelog.MISS, key)
+
+
+def test_a_start_that_loaded_every_graph_is_a_hit():
+    # vLLM 0.26's lines of a warm start (compilation/backends.py, decorators.py)
+    log = "\n".join([
+        "(EngineCore pid=1) INFO 12-02 13:46:00 [backends.py:1094] Using cache directory: "
+        "/c/torch_compile_cache/07f04a3980/rank_0_0/backbone for vLLM's torch.compile",
+        "(EngineCore pid=1) INFO 12-02 13:46:01 [decorators.py:311] Directly load AOT "
+        "compilation from path /c/torch_compile_cache/torch_aot_compile/718555a7b7a6/m",
+        "(EngineCore pid=1) INFO 12-02 13:46:02 [backends.py:292] Directly load the compiled "
+        "graph(s) for compile range (1, 8192) from the cache, took 1.234 s",
+        "(EngineCore pid=1) INFO 12-02 13:46:03 [monitor.py:53] torch.compile took 3.10 s in "
+        "total"])
+    figures = enginelog.parse_startup(log)
+    assert (figures.compile_cache, figures.compile_key, figures.compile_s) == \
+        (enginelog.HIT, "07f04a3980", 3.1)
+    # one range compiled beside the loaded ones is a miss
+    assert enginelog.compile_cache(log + "\nCompiling a graph for compile range (1, 16384) "
+                                   "takes 8.48 s")[0] == enginelog.MISS
+
+
+def test_the_cpu_builds_compile_logs_its_aot_artifact_only():
+    figures = enginelog.parse_startup((LOGS / "cpu-startup-compiled.log").read_text())
+    assert figures.compile_cache == enginelog.MISS  # "saved AOT compiled function"
+    assert figures.compile_key == "395a0fb653"  # the AOT folder's hash, cut to 10
+    eager = enginelog.parse_startup((LOGS / "cpu-startup-ok.log").read_text())
+    assert (eager.compile_cache, eager.compile_key) == (None, None)

@@ -142,3 +142,29 @@ def test_the_recheck_command_of_every_committed_export_is_accepted(db):
         assert "no longer beats" not in check["no_longer_holds_if"]
     else:
         assert "no longer beats" in check["no_longer_holds_if"]
+
+
+def test_the_flags_held_for_the_compile_cache_ship_with_the_trial():
+    """A trial launched with the study's compile key held measured those flags too: every
+    format carries them, and a comment says why they are there."""
+    st = optuna.create_study(study_name="warm", direction="maximize")
+    held = {"compilation-config": {"max_cudagraph_capture_size": 512},
+            "max-num-batched-tokens": 32768, "max-num-scheduled-tokens": 4096}
+    trials.add(st, values=[0.0], constraints={"slo": -1.0}, flags={"max-num-batched-tokens": 4096},
+               measures={"throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0},
+               metrics=Summary.of({"output_throughput": 1.0}), engine_version="vllm-0.26.0",
+               device={"name": "NVIDIA H200"},
+               startup={"launch": "warm", "warm": {"flags": held, "cache": "/c",
+                                                  "env": {"VLLM_WORKER_MULTIPROC_METHOD":
+                                                          "fork"}}})
+    r = records(st)[0]
+    data = json.loads(export.render(st, r, "json", "/models/q"))
+    assert data["flags"] == held  # the trial's own 4096 is scheduled under the bound
+    assert data["env"] == {}  # the launcher's start-up environment is no part of a deployment
+    cli = export.render(st, r, "cli", "/models/q")
+    assert "--max-num-scheduled-tokens 4096" in cli
+    assert "--compilation-config '{\"max_cudagraph_capture_size\":512}'" in cli
+    assert "# measured with --compilation-config " in cli and "held by the study for its " \
+        "compile cache" in cli
+    body = yaml.safe_load(export.render(st, r, "vllm-yaml", "/models/q"))
+    assert body["max-num-batched-tokens"] == 32768 and body["max-num-scheduled-tokens"] == 4096

