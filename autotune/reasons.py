@@ -64,9 +64,8 @@ REASONS: dict[str, str] = {
     BEHIND: "Optuna's pruner: the probe phase scored below earlier trials at that point",
     BELOW_BEST: "the capacity search stopped: this trial cannot beat the best capacity so "
                 "far",
-    PREDICTED_BELOW_BEST: "not launched: an earlier trial, limited by its front end with as "
-                          "many API servers and tokens per streamed event or more, ranked "
-                          "below the best",
+    PREDICTED_BELOW_BEST: "not launched: a trial the front end limited below the best had "
+                          "no fewer API servers or tokens per event",
     TIED_WITH_BEST: "the capacity search stopped: it passed at the best's lower bound and "
                     "failed at its upper bound (a tie)",
     UNREACHABLE: "the SLOs are missed even at a nearly idle load",

@@ -15,6 +15,10 @@ LIMIT_S = 60.0
 
 # Why each test over the limit is worth its time (the name without xdist's `@group`).
 REASONS = {
+    "tests/verify/test_warmcheck_engine.py::test_a_warm_restart_measures_what_vllms_own_"
+    "launch_does":
+        "the README's warm-restart check as written: two pairs of compiled engines, each "
+        "with a capacity search (issue 61's paired check on the CPU engine)",
     "tests/acceptance/test_readme_engine.py::test_every_study_of_the_block_has_a_decision":
         "its set-up runs the README's main job as written: two studies of five trials in "
         "all, explain, every export, the report (the acceptance tier, issue 47)",

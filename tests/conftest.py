@@ -273,7 +273,8 @@ SHARED = ("cpu_study", "eager_server")
 # worker its next group while two of its tests are still to run, so one worker ran the
 # three smallest groups after its own two while the other, done, waited 120 s of a 548-s
 # phase.
-ALONE_S = {"test_readme_engine": 290, "test_capacity_engine": 260, "test_prune_engine": 170,
+ALONE_S = {"test_readme_engine": 290, "test_capacity_engine": 260,
+           "test_warmcheck_engine": 220, "test_prune_engine": 170,
            "eager_server": 112, "test_explain_engine": 106, "test_faults_engine": 44}
 
 

@@ -19,10 +19,15 @@ HEADING = "## The main job"
 
 def main_job(text: str | None = None) -> list[str]:
     """The commands of the main-job block, continuation lines joined."""
+    return block(HEADING, text)
+
+
+def block(heading: str, text: str | None = None) -> list[str]:
+    """The commands of the first ```bash block under `heading`, continuation lines joined."""
     text = (ROOT / "README.md").read_text() if text is None else text
-    section = text[text.index(HEADING):]
+    section = text[text.index(heading):]
     found = re.search(r"```bash\n(.*?)```", section, re.S)
-    assert found, f"no ```bash block under {HEADING!r}"
+    assert found, f"no ```bash block under {heading!r}"
     joined = re.sub(r"\s*\\\n\s*", " ", found.group(1))
     return [line.strip() for line in joined.splitlines() if line.strip()]
 

@@ -28,6 +28,7 @@ from autotune.errors import ConfigError
 from autotune.flags import Flags
 from autotune.measure.summary import Summary
 from autotune.results import summary
+from autotune.results.gputime import LAUNCHED, GpuTime
 from autotune.results.show import Thresholds, outcome, reason
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.ranking import (
@@ -576,11 +577,15 @@ def guardrail_figure(study: StudyOrSnapshot) -> go.Figure:
     return fig
 
 
-# One colour per start-up phase, black for the end of a failed start, and grey for records
-# older than the split.
-PHASE_COLOURS = {**dict(zip(phases.PHASES, ("#9467bd", "#8c564b", "#d62728", "#e377c2",
-                                            "#7f7f7f", "#1f77b4", "#17becf", "#bcbd22"),
-                            strict=True)), phases.FAILED: "#000000", "not split": "#c7c7c7"}
+# One colour per start-up phase, by name (a phase added to `phases.PHASES` later leaves
+# the others' colours as they were, and is brown until it has one of its own), black for
+# the end of a failed start, and grey for records older than the split.
+_COLOURS = {"imports": "#9467bd", "inspect": "#8c564b", "engine_core": "#d62728",
+            "worker": "#e377c2", "load": "#7f7f7f", "compile": "#ff7f0e",
+            "kv_cache": "#2ca02c", "graphs": "#aec7e8", "init": "#1f77b4", "serve": "#17becf",
+            phases.FIRST_REQUEST: "#bcbd22"}
+PHASE_COLOURS = {**{p: _COLOURS.get(p, "#c49c94") for p in phases.PHASES},
+                 phases.FAILED: "#000000", "not split": "#c7c7c7"}
 
 
 def speculation_figure(study: StudyOrSnapshot) -> go.Figure:
@@ -624,8 +629,10 @@ def startup_figure(study: StudyOrSnapshot) -> go.Figure:
         fig.add_annotation(text="no trial started an engine", xref="paper", yref="paper",
                            x=0.5, y=0.5, showarrow=False)
         return fig
-    # A trial that did not complete names why: a start that failed shows where it stopped.
+    # A trial that did not complete names why: a start that failed shows where it stopped;
+    # what the compile cache did, where the record says.
     ys = [" ".join(filter(None, (f"#{r.number}", r.name, r.startup.launch,
+                                 r.startup.compile_cache and f"compile {r.startup.compile_cache}",
                                  f"({r.reason})" if r.reason else "")))
           for r in started]
     # Records written before the split hold only the total.
@@ -637,6 +644,35 @@ def startup_figure(study: StudyOrSnapshot) -> go.Figure:
             fig.add_trace(go.Bar(y=ys, x=xs, name=phase.replace("_", " "), orientation="h",
                                  marker_color=colour,
                                  hovertemplate=f"{phase}: %{{x:.1f}} s<extra>%{{y}}</extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def gpu_time_figure(study: StudyOrSnapshot) -> go.Figure:
+    """Where the study's GPU time went (`autotune.results.gputime`): one bar for the whole
+    study, the share of each activity of 5 % or more written on it, then one bar a
+    trial."""
+    g = GpuTime.of(records(study))
+    fig = go.Figure()
+    fig.update_layout(title="Where the GPU time went", barmode="stack", height=HEIGHT,
+                      xaxis_title="seconds", legend={"traceorder": "normal"})
+    if not g.rows:
+        fig.add_annotation(text="no trial has finished", xref="paper", yref="paper", x=0.5,
+                           y=0.5, showarrow=False)
+        return fig
+    ys = [f"study ({g.seconds:,.0f} s)"] + [
+        f"#{row.number} {row.outcome}" + (f" ({row.counts})" if row.counts != LAUNCHED
+                                          else "") for row in g.rows]
+    per_trial = [dict(row.spent.items()) for row in g.rows]
+    for a in g.activities:
+        if not round(a.seconds, 1):
+            continue
+        fig.add_trace(go.Bar(y=ys, x=[a.seconds] + [t[a.name] for t in per_trial],
+                             name=a.words, orientation="h",
+                             text=[f"{a.percent:.1f} %" if a.percent >= 5 else ""]
+                             + [""] * len(g.rows),
+                             textposition="inside",
+                             hovertemplate=f"{a.words}: %{{x:.1f}} s<extra>%{{y}}</extra>"))
     fig.update_yaxes(autorange="reversed")
     return fig
 

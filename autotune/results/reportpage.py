@@ -18,6 +18,7 @@ from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.remeasurements import Validation
 from autotune.results import cost, decision, report, show, summary, whatif
+from autotune.results.gputime import SESSION_GAP_S, GpuTime
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
 from autotune.tuning import ablation, ranking
@@ -370,6 +371,13 @@ def build(study: StudyOrSnapshot, what_if: Sequence[Slo] = (), *, load: float | 
          "completed request, split where the engine's log shows each phase ending. A warm "
          "start has already imported vLLM in its API server.</p>"
          + _figure(report.startup_figure(study), "startup")),
+        ("Where the GPU time went", "<p>" + "<br>".join(
+            _e(line) for line in GpuTime.of(records(study)).lines()) + "</p><p>The study's "
+         "own clock: each worker's trials from the first start to the last end (a pause of "
+         f"over {SESSION_GAP_S / 60:g} minutes, a study resumed later, left out). The first "
+         "bar is the whole study, idle time between trials included; the others are its "
+         "trials.</p>"
+         + _figure(report.gpu_time_figure(study), "gputime")),
         *([("What if the SLO were " + ", ".join(map(str, what_if)),
             what_if_table(study, what_if))] if what_if else []),
         *([(f"Money and machines at {load:g} req/s", cost_section(study, price, load))]

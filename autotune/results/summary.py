@@ -23,6 +23,7 @@ from autotune.measure.speculation import Speculation
 from autotune.remeasurements import Recheck, Validation
 from autotune.results import cost, whatif
 from autotune.results.decision import Decision, NoAnswer, no_answer, of_study
+from autotune.results.gputime import GpuTime
 from autotune.results.show import capacity_caveat, legend, outcome, reason
 from autotune.slo import Slo
 from autotune.stored import json_data
@@ -189,8 +190,9 @@ class MemoryModel:
 @dataclass
 class Summary:
     """Every trial, the baseline, and the best feasible trial (one objective) or the
-    feasible Pareto set; the capacity ranking; with a load, the winner priced beside the
-    defaults; with what-if SLOs, the trials re-ranked from their recorded steps."""
+    feasible Pareto set; the capacity ranking; where the GPU time went; with a load, the
+    winner priced beside the defaults; with what-if SLOs, the trials re-ranked from their
+    recorded steps."""
 
     study: str
     directions: list[str]
@@ -216,6 +218,8 @@ class Summary:
     # What to launch (one objective) or why the study has no answer (`decision`).
     decision: Decision | None = None
     no_answer: NoAnswer | None = None
+    # Where the study's GPU time went (`autotune.results.gputime`).
+    gpu_time: GpuTime | None = None
 
     @property
     def weighted(self) -> bool:
@@ -257,7 +261,8 @@ class Summary:
                   next((r for r in rows if r.name == DEFAULTS and r.outcome != "pruned"), None),
                   MemoryModel.of(trials), ranking(trials, defaults, price), price, fixed,
                   legend(trials), explanation=explained,
-                  explanation_lines=explained.lines() if explained else [], load=load)
+                  explanation_lines=explained.lines() if explained else [], load=load,
+                  gpu_time=GpuTime.of(trials))
         feasible = [r for r in trials if r.feasible]
         if out.weighted:
             best = ranked.pick(feasible, ranked.objective_value, defaults)

@@ -20,7 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import reasons, traces
-from autotune.flags import FlagValue
+from autotune.engine import compilecache
+from autotune.flags import FlagValue, to_args
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.remeasurements import PairRun, Recheck, Validation
@@ -107,7 +108,8 @@ def _spec_cell(r: TrialRow) -> str:
 def print_summary(data: Summary, console: Console | None = None, *,
                   decision_last: bool = False) -> None:
     """The study: its decision first (`show`; `decision_last` puts it at the end, where
-    `tune` finishes), then every trial, the reasons, the quality verdicts, the ranking."""
+    `tune` finishes), then every trial, the reasons, the quality verdicts, the ranking,
+    where its GPU time went."""
     console = console or Console()
     if not decision_last:
         print_decision(data, console)
@@ -136,6 +138,8 @@ def print_summary(data: Summary, console: Console | None = None, *,
         console.print(f"memory model: KV capacity predicted within {mm.max_abs_error:.1%} "
                       f"(median {mm.median_error:+.1%}) over {mm.trials} launched trials; "
                       f"{mm.not_launched} configuration(s) pruned without launching")
+    for line in data.gpu_time.lines() if data.gpu_time is not None else []:
+        console.print(line, markup=False, highlight=False)
     if data.load is not None:
         print_cost(data.cost, console)
     for line in data.explanation_lines:
@@ -311,9 +315,16 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
         console.print("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s"
                                            for k, v in r.timings.items())
                       + (f" ({r.startup.launch} start)" if r.startup.launch else ""))
-    if r.startup.phases:
-        console.print("start-up: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s"
-                                               for k, v in r.startup.phases.items()))
+    if r.startup.phases or r.startup.compile_cache:
+        console.print("start-up: " + "; ".join(filter(None, (
+            ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in r.startup.phases.items()),
+            _compile(r)))))
+    if (warm := r.startup.warm) is not None and (warm.flags or warm.cache or warm.env):
+        console.print("warm restart: " + "; ".join(filter(None, (
+            "held " + " ".join(to_args(warm.flags)) if warm.flags else "",
+            f"compile cache {warm.cache}" if warm.cache else "",
+            " ".join(f"{k}={v}" for k, v in warm.env.items()
+                     if k != compilecache.ROOT)))), markup=False, highlight=False)
     m = r.metrics
     if r.bottleneck is not None and not r.capacity:
         console.print(f"limited by: {r.bottleneck.text}")
@@ -378,6 +389,15 @@ def print_trial(r: TrialRecord, console: Console | None = None) -> None:
                           f"token {w['diverges_at']}")
             console.print(f"    reference: {w['reference'][:120]!r}")
             console.print(f"    this run:  {w['output'][:120]!r}")
+
+
+def _compile(r: TrialRecord) -> str:
+    """`compile: miss, 28.2 s` (vLLM's torch.compile seconds), `compile: hit`; "" where
+    the record does not say what the compile cache did."""
+    s = r.startup
+    if not s.compile_cache:
+        return ""
+    return f"compile: {s.compile_cache}" + (f", {s.compile_s:.1f} s" if s.compile_s else "")
 
 
 def validation_run(i: int, n: int, r: PairRun) -> str:

@@ -167,7 +167,7 @@ def _run(side: str, pair: int, out: trial_mod.Outcome) -> Run:
 def _at_capacity(out: trial_mod.Outcome) -> dict[str, float]:
     """The latencies of the highest passing sustained step (the capacity's)."""
     cap = out.summary.capacity
-    if cap is None:
+    if cap is None or not cap.low:  # no capacity: no step stands for it
         return {}
     passed = [s for s in cap.steps if s.passed and s.rate is not None]
     best = max(passed, key=lambda s: s.rate or 0.0, default=None)
