@@ -101,10 +101,10 @@ class EngineSpec(_Strict):
     startup_timeout_s: float = Field(900.0, gt=0)
     # Warm restarts (`autotune.engine.compilecache`, `autotune.tuning.policy.compilekey`):
     # where compiled code is kept (`study`: a folder of the study's; `vllm`: vLLM's own
-    # cache; or a folder), which searched flags are held out of vLLM's compile key, and
-    # whether a GPU engine's core process is forked rather than spawned.
+    # cache; or a folder), whether max-num-batched-tokens is held out of vLLM's compile key
+    # (`bounded`), and whether a GPU engine's core process is forked rather than spawned.
     compile_cache: str = Field("study", min_length=1)
-    compile_key: Literal["stable", "bounded", "vllm"] = "stable"
+    compile_key: Literal["vllm", "bounded"] = "vllm"
     fork_engine_core: bool = True
 
     @field_validator("flags", mode="before")

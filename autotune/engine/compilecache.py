@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,40 @@ def launch_env(cache: Path | None, *, cpu: bool, fork: bool,
     if fork and not cpu and not _fork_failed:
         env[START_METHOD] = "fork"
     return {k: v for k, v in env.items() if k not in user}
+
+
+def api_key(cache: str | None) -> str:
+    """The API key of an engine that keeps its compiled code in `cache` (None: vLLM's own
+    cache): one per cache folder, made once and kept beside it, else one per user.
+
+    vLLM 0.26 hashes every `VLLM_*` variable it knows into its compile cache's key, the API
+    key autotune passes as `VLLM_API_KEY` included (`envs.compile_factors`; 0.32 leaves it
+    out): a new key per engine gave every H200 and H100 trial a key of its own and a full
+    compile. The
+    key still keeps other users of the machine off a trial's server: it is read and made
+    with the folder and the file closed to them (0700, 0600), and never on a command line;
+    vLLM writes its hash factors, the key among them, inside that folder."""
+    base = Path(cache) if cache else _autotune_cache()
+    base.mkdir(parents=True, exist_ok=True)
+    base.chmod(0o700)
+    path = base / "api-key"
+    try:
+        return path.read_text().strip() or _new_key(path)
+    except FileNotFoundError:
+        return _new_key(path)
+
+
+def _new_key(path: Path) -> str:
+    key = secrets.token_hex(16)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+def _autotune_cache() -> Path:
+    return Path(os.environ.get("AUTOTUNE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune"))
 
 
 def files(cache: str | None) -> int | None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -101,7 +100,9 @@ class Server:
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
         self.port_retries = port_retries
-        self.api_key = secrets.token_hex(16)
+        # Kept with the compile cache (`compilecache.api_key`): vLLM hashes it into the
+        # cache's key, so a key per engine would compile every engine afresh.
+        self.api_key = compilecache.api_key(self.env.get(compilecache.ROOT))
         self.port = 0
         self.command: list[str] = []
         self.proc: subprocess.Popen[bytes] | None = None
@@ -220,6 +221,11 @@ class Server:
                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
                 self.launch_path = warm.COLD
         _LIVE.add(self)
+        if self._entry is not None and self.prepare_next and self._spare is None:
+            # The next launch's imports, done while this engine starts (not measured) on a
+            # host with cores to spare (warm.py); the trial waits for them before it
+            # measures (`spare_ready`), so no import runs beside a measurement.
+            self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
 
     def _wait_ready(self) -> None:
         deadline = self._t0 + self.startup_timeout
@@ -379,10 +385,13 @@ class Server:
         if self.proc is None:
             return
         procs = self.processes()
-        if self._entry is not None and self.prepare_next:
+        if self._entry is not None and self.prepare_next and self._spare is None:
             # The next launch's imports, done while this engine is torn down and the caller
             # moves on (warm.py): a spare touches no GPU, so it need not wait for the release.
             self._spare = warm.prepare(self._entry.module, self._spare_env, self.stop_grace)
+        elif self._spare is not None and not self.prepare_next:
+            warm.discard(self._spare)  # prepared at launch, and no launch follows after all
+            self._spare = None
         self._signal(procs, signal.SIGTERM)
         try:
             psutil.wait_procs(procs, timeout=self.stop_grace if grace_s is None else grace_s)
@@ -398,8 +407,9 @@ class Server:
         _LIVE.discard(self)
 
     def spare_ready(self, timeout: float) -> bool:
-        """Wait up to `timeout` s until the spare this server's stop prepared has imported
-        vLLM (False: none was prepared, or it failed): the next launch is then warm."""
+        """Wait up to `timeout` s until the spare this server's launch (or stop) prepared
+        has imported vLLM (False: none was prepared, or it failed): the next launch is
+        then warm, and nothing imports beside what this engine serves next."""
         return self._spare is not None and self._spare.wait_ready(timeout)
 
     def _kill_all(self) -> None:

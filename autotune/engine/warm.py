@@ -5,7 +5,9 @@ A cold start spends seconds importing vLLM in the API-server process first. A sp
 torn down, then runs the engine in a fork of itself: same command, flags, environment, log,
 process tree and reaping, without the imports on the critical path. A spare serves one
 launch: `Server` takes one whose entry point and environment match (`take`) and asks for the
-next when it stops (`prepare`); anything unusual means a cold start (`Server.launch_path`).
+next as soon as its own engine is launched (`prepare`: the imports run while that engine
+starts, which nobody measures, and the trial waits for them before it measures), or when it
+stops if it had none; anything unusual means a cold start (`Server.launch_path`).
 """
 
 from __future__ import annotations
@@ -160,6 +162,15 @@ def take(module: str, env: Mapping[str, str], timeout: float) -> Spare | None:
         return spare
     spare.discard()
     return None
+
+
+def discard(spare: Spare) -> None:
+    """Stop `spare` and forget it (its launch is not coming)."""
+    with _lock:
+        for key, found in list(_spares.items()):
+            if found is spare:
+                del _spares[key]
+    spare.discard()
 
 
 @atexit.register

@@ -60,3 +60,16 @@ def test_a_warm_launch_reads_back_as_it_was_stored():
                       str(Path("/s/compile-cache/vllm-0.26.0-nvidia-h200")),
                       {cc.START_METHOD: "fork"})
     assert cc.WarmLaunch.from_dict(w.as_dict()) == w
+
+
+def test_one_api_key_per_cache_kept_from_other_users(tmp_path, monkeypatch):
+    """vLLM hashes VLLM_API_KEY into its compile cache's key: one key per cache folder, so
+    its engines share compiled code, in a folder and file only their user reads."""
+    cache = str(tmp_path / "cache")
+    key = cc.api_key(cache)
+    assert len(key) == 32 and cc.api_key(cache) == key
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "cache" / "api-key").stat().st_mode & 0o777 == 0o600
+    assert cc.api_key(str(tmp_path / "other")) != key
+    monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "mine"))
+    assert cc.api_key(None) == (tmp_path / "mine" / "api-key").read_text().strip()

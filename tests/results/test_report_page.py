@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import math
 
+import optuna
 import pytest
 from browser import chromium, load
+from optuna.trial import TrialState
 
 from autotune.cli.main import main
 from tests.paths import ROOT
@@ -68,7 +70,12 @@ def test_report_fits_1280_px_with_no_overlapping_labels(db, browser, capsys):
     assert run.errors == []
     got = run.probe
     assert got["width"] <= 1280, got
-    assert got["labels"] >= 2 and got["pareto"] == [] and got["history"] == [], got
+    # a label for each completed trial, up to two (a study whose searched trials were all
+    # pruned at their bursts has one: vLLM's defaults)
+    completed = sum(1 for t in optuna.load_study(study_name=None, storage=f"sqlite:///{db}")
+                    .get_trials(states=(TrialState.COMPLETE,)))
+    assert got["labels"] >= min(2, completed) and got["pareto"] == [] \
+        and got["history"] == [], got
     # Axis titles tilted by 30 degrees clear each other when the axes stand further apart
     # than the text's height divided by sin(30 degrees).
     assert got["gap"] * math.sin(math.radians(30)) > 1.2 * got["title"], got

@@ -59,7 +59,7 @@ def test_figures_are_warm_over_vllm_per_pair_with_an_interval(tmp_path):
                ("vllm", 1): (10.0, 1000, 100.0, 38.0, "hit")}
 
     def runner(scenario, model, flags, trial_dir):
-        side = "warm" if scenario.engine.compile_key != "vllm" else "vllm"
+        side = "vllm" if scenario.engine.compile_cache == "vllm" else "warm"
         pair = sum(1 for s, _ in launched if s == side)
         launched.append((side, trial_dir))
         held = {"max-num-batched-tokens": 2048} if side == "warm" else {}
@@ -85,7 +85,7 @@ def test_figures_are_warm_over_vllm_per_pair_with_an_interval(tmp_path):
 
 def test_a_side_that_measured_nothing_gives_no_ratio(tmp_path):
     def runner(scenario, model, flags, trial_dir):
-        if scenario.engine.compile_key == "vllm":
+        if scenario.engine.compile_cache == "vllm":
             return trial_mod.Outcome(trial_mod.PRUNED, "oom")
         return _outcome(10.0, 1000, 100.0, 10.0, "hit", {})
 
