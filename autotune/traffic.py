@@ -33,13 +33,15 @@ class CapacitySpec(BaseModel):
     # noise; at 20 s `vllm bench serve` repeated its verdicts (docs/results-h200.md).
     min_step_s: float = Field(20.0, ge=0,
                               description="a Poisson step sends >= rate x this many requests")
-    max_step_s: float = Field(60.0, gt=0, description="a step sends <= rate x this (>= 4)")
+    max_step_s: float = Field(60.0, gt=0, description="a step sends <= rate x this (at least "
+                              "what its window needs to be judged: 29 at the defaults)")
     ramp_fraction: float = Field(0.2, ge=0, lt=1,
                                  description="share of a step's arrivals left out as ramp-up")
     tail_fraction: float = Field(0.1, ge=0, lt=1,
                                  description="share of a step's arrivals left out at the end")
-    backlog_limit: float = Field(0.05, gt=0, lt=1, description="a step fails when requests in "
-                                 "flight grow by more than this share of its arrivals")
+    backlog_limit: float = Field(0.05, gt=0, lt=1, description="a step fails when it achieves "
+                                 "more than this share less than it was offered (its queue "
+                                 "grows by more than this share of its arrivals)")
     # On the H200 a doubling from the burst's rate (60 -> 120 req/s) cost a step far above
     # capacity, 1,364 queued requests and its drain, and left too few steps to bracket.
     expand_factor: float = Field(1.25, gt=1, description="raise the rate by this factor "
@@ -49,6 +51,10 @@ class CapacitySpec(BaseModel):
     min_rate_fraction: float = Field(1 / 32, gt=0, lt=1,
                                      description="give up below this share of the burst's rate")
     idle_timeout_s: float = Field(120.0, gt=0, description="wait for an idle engine per step")
+    # A capacity more uncertain than ±25 % cannot be ranked; a few longer steps usually settle
+    # it (the bracket bisected, or the capacity's rate measured again).
+    extra_steps: int = Field(3, ge=0, description="steps beyond max_steps, each max_step_s long, "
+                             "for a capacity still too uncertain to rank by (±25 %)")
 
     @model_validator(mode="after")
     def _window(self) -> CapacitySpec:

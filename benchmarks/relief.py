@@ -6,7 +6,7 @@ engine, so thousands of studies take minutes. A surface is a roofline: each reso
 API-server front end, the engine core, the GPU, the KV cache, the sequence cap) carries
 some request rate given the flags, the capacity is the smallest; a trial records a passing
 step at its capacity and a failing one 10 % above, each with every resource's use, and the
-real attribution reads the knee between them by contrast (`autotune.measure.searchplan.knee`),
+real attribution reads the knee between them by contrast (`autotune.measure.searchresult.knee`),
 as a capacity search records it; measured capacities get 4 % noise (lognormal, the repeat
 spread the H200 studies saw).
 
@@ -79,8 +79,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune.config import Scenario  # noqa: E402
 from autotune.measure import bottleneck as bn  # noqa: E402
-from autotune.measure import searchplan  # noqa: E402
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord  # noqa: E402
+from autotune.measure import searchresult  # noqa: E402
+from autotune.measure.capacityrecord import CapacityRecord  # noqa: E402
+from autotune.measure.steprecord import StepRecord  # noqa: E402
 from autotune.measure.summary import Summary  # noqa: E402
 from autotune.tuning import ranking  # noqa: E402
 from autotune.tuning import study as study_mod  # noqa: E402
@@ -271,7 +272,7 @@ def _replayed(db: Path, defaults: Mapping[str, Any]
     import optuna
     from optuna.trial import TrialState
 
-    from autotune.measure import searchplan
+    from autotune.measure import searchresult
     from autotune.tuning.records.snapshot import records
 
     st = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
@@ -280,7 +281,7 @@ def _replayed(db: Path, defaults: Mapping[str, Any]
         cap = rec.capacity
         if cap is None or not cap.low or cap.limiting_step is None:
             continue
-        knee = searchplan.knee(cap.steps, cap.low, cap.limiting_step)
+        knee = searchresult.knee(cap.steps, cap.rate, cap.limiting_step)
         metrics = rec.metrics.with_(capacity=replace(cap, bottleneck=knee))
         out[tuple(sorted({**defaults, **rec.flags}.items()))] = metrics
     return out
@@ -322,7 +323,7 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
                             [f"{surface.broken} {limit * 1.3:.1f}>{limit:g}"], 100,
                             probes=load.probes(cap * ABOVE))]
         steps[1] = replace(steps[1], bottleneck=bn.attribute(steps[1].probes))
-        knee = searchplan.knee(steps, cap, steps[1])
+        knee = searchresult.knee(steps, cap, steps[1])
         record = CapacityRecord(
             request_throughput=cap, output_throughput=cap * 128,
             total_token_throughput=cap * 384, low=cap, high=cap * ABOVE, bracket=0.1,

@@ -19,6 +19,7 @@ from typing import Any
 
 import optuna
 
+from autotune.measure import capacityrecord
 from autotune.tuning.ranking import reference_trial, stored_scenario
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -55,7 +56,7 @@ def _overrides(t: TrialRecord) -> str:
 
 
 def _capacity(t: TrialRecord) -> float:
-    cap = t.metrics.capacity
+    cap = t.capacity  # the rate achieved (an older record's, from its steps)
     return float(cap.request_throughput) if cap is not None else float("nan")
 
 
@@ -75,7 +76,7 @@ def results(trials: list[TrialRecord], base: TrialRecord,
         m, c, q = t.metrics, t.capacity, t.quality
         lat = m.latencies
         assert c is not None and t.measures is not None, f"trial {t.number}: not measured"
-        lo, hi = c.low * (1 - c.spread), c.high * (1 + c.spread)
+        lo, hi = capacityrecord.interval(c)
         cap = c.request_throughput
         rows.append([
             _label(t), f"{_rate(cap)} ({_rate(lo)}-{_rate(hi)}, ±{c.uncertainty:.1%})",
@@ -208,15 +209,16 @@ def roofline(trials: list[TrialRecord], weights_bytes: float,
     for t in trials:
         if t.outcome != "complete" or not t.feasible or t.duplicate_of is not None:
             continue
-        m = t.metrics
-        rate = m.capacity.request_throughput
+        m, c = t.metrics, t.capacity
+        assert c is not None, f"trial {t.number}: no capacity"
+        rate = c.request_throughput
         lat = m.latencies
         batch = rate * (lat["mean_e2el_ms"] - lat["mean_ttft_ms"]) / 1000  # sequences decoding
         kv_tok = t.memory_estimate.kv_bytes_per_token
         ctx = prompt + output / 2
         step_bytes = weights_bytes + batch * ctx * kv_tok
         roof = batch / (step_bytes / HBM_BPS)
-        out = m.capacity.output_throughput
+        out = c.output_throughput
         rows.append([_label(t), _rate(rate), f"{lat['mean_e2el_ms']:.0f}",
                      f"{lat['mean_ttft_ms']:.0f}", f"{batch:.1f}", f"{step_bytes / 1e9:.2f}",
                      f"{step_bytes / HBM_BPS * 1e3:.2f}", f"{roof:.0f}", f"{out:.0f}",

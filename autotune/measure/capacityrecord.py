@@ -1,73 +1,91 @@
 """The capacity search as a trial's record keeps it, and what the records say together.
 
-`StepRecord` is one load level, `CapacityRecord` the whole search (its rates, bracket,
-throughputs at capacity, what limited it and every step), both `Stored`: any record
-version reads, and writes back exactly what was stored. `interval`, `bounds`, `tied`,
-`ratio`, `unrepeated` and `suspects` compare and read records; nothing here measures.
+`CapacityRecord` is the whole search (its rates, bracket, throughputs at capacity, what
+limited it and every step, `steprecord.StepRecord`s), `Stored`: any record version reads,
+and writes back exactly what was stored. The capacity is an achieved rate: what the engine
+achieved in the steady windows of its highest passing rate (`measured`); a record written
+while the figure was the search's rate gives the figure its steps give (`current`, what a
+trial record's reader gets). `interval`, `bounds`, `tied`, `ratio`, `unrepeated` and
+`suspects` compare and read records; nothing here measures.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from autotune.measure import bottleneck
 from autotune.measure.bottleneck import Bottleneck
-from autotune.measure.steady import Backlog
+from autotune.measure.steprecord import StepRecord, achieved_at, at_rate, offered_at, spread_at
 from autotune.stored import Stored
-from autotune.traces import Replay
+
+# A capacity whose uncertainty is wider than this (±25 %) is too uncertain to rank by: the
+# search spends up to `extra_steps` more on it, and a record still wider says so.
+TOO_UNCERTAIN = 0.25
 
 
 @dataclass(frozen=True)
-class StepRecord(Stored):
-    """One load level as the trial's record keeps it: what was offered, what came back,
-    and whether the SLOs held. Steps recorded before the steady window and the attribution
-    lack `whole` ... `latencies`; before the window's rates and the trace's replay, lack
-    `window_offered_rps` ... `replayed`."""
+class Measured:
+    """What a search's steps say of its capacity. `capacity` (= `low`) is what the engine
+    achieved at the highest passing rate (`steprecord.achieved_at`), `offered` what those
+    windows were offered; `high` is what the lowest failing rate's steps were offered
+    (`steprecord.offered_at`; None: no rate failed, a floor); `spread` the repeats'."""
 
-    index: int = 0
-    kind: str = ""  # burst | ceiling | expand | bisect | repeat
-    rate: float | None = None  # offered requests/s; None for the burst (everything at once)
-    passed: bool = False
-    achieved_rps: float = 0.0  # completed requests per second of the step
-    output_throughput: float = 0.0
-    violations: list[str] = field(default_factory=list)
-    requests: int = 0
-    figures: dict[str, float] = field(default_factory=dict)  # SLO metrics, preemptions
-    idle_wait_s: float = 0.0
-    duration_s: float = 0.0
-    # Sustained steps are judged on their steady window (`figures`); `whole` has the same
-    # figures over every request of the step, for comparison with a short step's view.
-    whole: dict[str, float] = field(default_factory=dict)
-    window_s: float | None = None  # the judged window's length (None: the whole step)
-    backlog: Backlog | None = None  # None (stored `{}`): a burst, or no window
-    bottleneck: Bottleneck | None = None  # None (stored `{}`): not attributed
-    probes: dict[str, float | None] = field(default_factory=dict)  # what attribution read
-    # Every latency figure of the judged window, by SLO key (`ttft_p95_ms`), so that a
-    # study can be re-ranked under another SLO later (`autotune.results.whatif`).
-    latencies: dict[str, float] = field(default_factory=dict)
-    # Requests/s over the judged window: offered (the arrival schedule's) and achieved
-    # (taken into service: arrivals less the queue's growth, `steady.Backlog`); a step
-    # passes only when achieved keeps within `backlog_limit` of offered. `achieved_rps`
-    # is the whole step's, its drain included: no figure to hold against the rate.
-    window_offered_rps: float | None = None
-    window_achieved_rps: float | None = None
-    replayed: Replay | None = None  # a trace's step: which part of the trace it sent
-    NESTED = {"replayed": Replay, "backlog": Backlog, "bottleneck": Bottleneck}
-    EMPTY = ("backlog", "bottleneck")
+    capacity: float
+    offered: float | None
+    low: float | None
+    high: float | None
+    spread: float | None
 
     @property
-    def load(self) -> float:
-        """The request rate this step stands for (the burst: what it achieved)."""
-        return self.rate if self.rate is not None else self.achieved_rps
+    def bracket(self) -> float | None:
+        """The bracket's relative width, (high - low) / high; 0 for a floor."""
+        if self.low is None:
+            return None
+        if self.high is None:
+            return 0.0
+        lo, hi = sorted((self.low, self.high))
+        return (hi - lo) / hi if hi > 0 else 0.0
+
+    @property
+    def uncertainty(self) -> float | None:
+        """The larger of the bracket's width and the repeats' spread."""
+        width = self.bracket
+        return None if width is None else max(width, self.spread or 0.0)
+
+
+def measured(steps: Sequence[StepRecord], rate: float | None, failing: float | None,
+             spread: float | None = None) -> Measured:
+    """The capacity of a search whose highest passing rate is `rate` (None: none passed)
+    and lowest failing one `failing`, from its steps; `spread` as given, else the passing
+    steps' at `rate` (`steprecord.spread_at`)."""
+    high = offered_at(steps, failing) if failing is not None else None
+    if not rate:
+        return Measured(0.0, None, None, high, None)
+    windows = [got for s in at_rate(steps, rate) if s.passed and (got := s.offered) is not None]
+    capacity = achieved_at(steps, rate)
+    return Measured(capacity, sum(windows) / len(windows) if windows else None, capacity, high,
+                    spread if spread is not None else spread_at(steps, rate))
 
 
 @dataclass(frozen=True)
 class CapacityRecord(Stored):
-    """The capacity search as a trial's record keeps it (`searchplan.record`): rates,
-    throughputs at capacity, bracket, what limited it and every step. Records made before
-    the steady window lack `step_s` ... `bottleneck_step`; vLLM's client's adds keys of its
-    own."""
+    """The capacity search as a trial's record keeps it (`searchresult.record`): rates,
+    throughputs at capacity, bracket, what limited it and every step.
+
+    `request_throughput` is the capacity: requests/s the engine achieved in the steady
+    windows of the passing steps at the highest passing rate (their mean), or that rate
+    where the steps kept no window (vLLM's client, records made before the window).
+    `rate` is the rate the search offered there, `offered_rps` what those windows were
+    offered. The bracket runs from `low`, the capacity itself, to `high`, what the lowest
+    failing rate's steps were offered (None: every sustained rate passed, a floor);
+    throughputs at capacity are the capacity times the workload's tokens per request.
+    Records made before the steady window lack `step_s` ... `bottleneck_step`, before
+    achieved capacities `rate` ... `remeasured`; vLLM's client's adds keys of its own."""
+
+    EXTRA: ClassVar[tuple[str, ...]] = ("too_uncertain",)
 
     request_throughput: float = 0.0
     output_throughput: float = 0.0
@@ -88,8 +106,23 @@ class CapacityRecord(Stored):
     # A trace's capacity as a pace: how many times faster than recorded it was served
     # (`request_throughput` is this times the trace's mean rate). None for other workloads.
     time_scale: float | None = None
+    rate: float | None = None
+    offered_rps: float | None = None
+    # Steps spent beyond `max_steps` because the capacity was too uncertain to rank by.
+    remeasured: int = 0
     steps: tuple[StepRecord, ...] = ()
     NESTED = {"steps": StepRecord, "bottleneck": Bottleneck}
+
+    @property
+    def too_uncertain(self) -> bool:
+        """Whether the capacity is too uncertain to rank by (`TOO_UNCERTAIN`), even after
+        the steps the search spent measuring it again."""
+        return bool(self.low) and (self.uncertainty or 0.0) > TOO_UNCERTAIN
+
+    @property
+    def at_capacity(self) -> list[StepRecord]:
+        """The valid sustained steps at the rate the capacity stands for."""
+        return at_rate(self.steps, self.rate) if self.rate else []
 
     @property
     def limit(self) -> Bottleneck | None:
@@ -104,6 +137,32 @@ class CapacityRecord(Stored):
         return self.steps[index] if index is not None and index < len(self.steps) else None
 
 
+def current(cap: CapacityRecord) -> CapacityRecord:
+    """`cap` as this version reads it. A record written while the capacity was the
+    search's passing rate (no `rate` stored: `low` that rate, `high` the failing one)
+    gives the figures its steps give (`measured`, the stored spread kept): the rate
+    achieved where its steps kept a steady window (or a backlog to derive it from), else
+    the stored figure; its throughputs at capacity and time scale move with it. The
+    stored record itself is left as it was; the record returned, written again (a twin's
+    copy), carries `rate` and so reads as it is."""
+    if cap.read is None or "rate" in cap.read or not cap.steps:
+        return cap
+    rate = cap.low or None
+    now = measured(cap.steps, rate, cap.high, cap.spread)
+    if now.high == cap.high and (not rate or now.capacity == rate):
+        return dataclasses.replace(cap, rate=rate)
+    keys = (*cap.read, "rate", "offered_rps")  # written again, it reads as it is
+    if not rate:  # no capacity: only the failing end moves
+        return dataclasses.replace(cap, high=now.high, read=keys)
+    scale = now.capacity / rate
+    return dataclasses.replace(
+        cap, request_throughput=now.capacity, output_throughput=cap.output_throughput * scale,
+        total_token_throughput=cap.total_token_throughput * scale, low=now.low, high=now.high,
+        bracket=now.bracket, uncertainty=now.uncertainty,
+        time_scale=cap.time_scale * scale if cap.time_scale else cap.time_scale, rate=rate,
+        offered_rps=now.offered, read=keys)
+
+
 def suspects(cap: CapacityRecord) -> list[str]:
     """The resources with evidence against them at the record's knee, best supported
     first (`bottleneck.suspects`); the recorded limit always first."""
@@ -111,8 +170,7 @@ def suspects(cap: CapacityRecord) -> list[str]:
     named = [cap.limit.kind] if cap.limit is not None else []
     if limit is None or limit.passed or not cap.low:
         return named
-    found = bottleneck.suspects([s.probes for s in cap.steps if s.passed and s.load == cap.low],
-                                limit.probes)
+    found = bottleneck.suspects([s.probes for s in cap.at_capacity if s.passed], limit.probes)
     return named + [k for k in found if k not in named]
 
 
@@ -123,15 +181,20 @@ def unrepeated(cap: CapacityRecord) -> list[tuple[float, int, int]]:
     on."""
     runs: dict[float, list[bool]] = {}
     for s in cap.steps:
-        if s.rate is not None and s.kind != "burst":
+        if s.rate is not None and s.sustained and s.invalid is None:
             runs.setdefault(s.rate, []).append(s.passed)
     return [(rate, sum(got), len(got)) for rate, got in runs.items() if 0 < sum(got) < len(got)]
 
 
 def interval(cap: CapacityRecord) -> tuple[float, float]:
-    """Where the true capacity lies (requests/s): the bracket widened by the spread."""
+    """Where the true capacity lies (requests/s): from the rate achieved at capacity to
+    the rate offered where the SLOs broke, widened by the spread. A failing step offered
+    less than a passing one achieved (a trace's busier stretch passed, a calmer one
+    failed) does not turn it round: it spans both."""
     low = cap.low or 0.0
     high = cap.high if cap.high is not None else low
+    if cap.low and high < low:
+        low, high = high, low
     spread = cap.spread or 0.0
     return low * (1 - spread), high * (1 + spread)
 

@@ -15,29 +15,34 @@ is scored by how much load it carries, found by search on one running engine:
    fail; then bisection
    between the passing and the failing rate until (high - low) / high is within
    the tolerance or the step budget is spent;
-3. the final rate is measured again (`repeats`), which gives the spread.
+3. the final rate is measured again (`repeats`), which gives the spread;
+4. a capacity still too uncertain to rank by (`capacityrecord.TOO_UNCERTAIN`) gets up to
+   `extra_steps` more, each `max_step_s` long: the bracket bisected while it is wider
+   than the tolerance, else the capacity's rate measured again.
 
-The halving gives up below `min_rate_fraction` of R: if a nearly idle engine misses
-the SLOs, no rate meets them and the capacity is 0. Each step also records what
-limited the engine (`autotune.measure.bottleneck`). An `Anchor` ties a search to
-capacities measured before (where it starts, how it moves, when it stops). `plan` runs
-the search; `autotune.measure.serversearch` gives it steps on a server,
-`autotune.measure.vllmbench` steps through vLLM's own client.
+A step whose window held too few arrivals to judge (`StepRecord.invalid`) is measured
+again at once with twice its requests; still too short, it does not pass. The capacity
+is what the engine achieved at the highest passing rate (`capacityrecord.measured`), not
+the rate the search offered. The halving gives up below `min_rate_fraction` of R: if a
+nearly idle engine misses the SLOs, no rate meets them and the capacity is 0. Each step
+also records what limited the engine (`autotune.measure.bottleneck`). An `Anchor` ties a
+search to capacities measured before (where it starts, how it moves, when it stops).
+`plan` runs the search (`searchresult` keeps what it found);
+`autotune.measure.serversearch` gives it steps on a server, `autotune.measure.vllmbench`
+steps through vLLM's own client.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 from autotune import reasons
-from autotune.measure import bottleneck, workloads
-from autotune.measure.bottleneck import Bottleneck
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord
-from autotune.measure.summary import Summary
-from autotune.traffic import CapacitySpec, WorkloadSpec
+from autotune.measure.capacityrecord import TOO_UNCERTAIN, measured
+from autotune.measure.searchresult import Result, Step
+from autotune.measure.steprecord import spread_at
+from autotune.traffic import CapacitySpec
 
 log = logging.getLogger("autotune")
 
@@ -47,48 +52,7 @@ TIED = reasons.TIED_WITH_BEST
 # steps stay around that capacity (a re-check, an ablation of the winner).
 AROUND = 1.25
 UNREACHABLE = reasons.UNREACHABLE
-
-
-@dataclass(frozen=True)
-class Step(StepRecord):
-    """A step as the search measured it: the record's fields and the step's full workload
-    summary, which the search reads (the best step's becomes the trial's summary) and the
-    record leaves out."""
-
-    summary: Summary = field(default_factory=Summary, repr=False, kw_only=True)
-
-    def record(self) -> StepRecord:
-        """The step without its full summary, for the trial's record."""
-        return StepRecord(**{f.name: getattr(self, f.name) for f in fields(StepRecord)})
-
-
-@dataclass
-class Result:
-    """The capacity (requests/s that met the SLOs; 0 if no step did) and its bracket."""
-
-    request_rate: float
-    low: float | None  # highest passing rate
-    high: float | None  # lowest failing rate (None: every sustained rate passed)
-    steps: list[Step]
-    best: Step | None  # the passing step at `low` (its figures are the trial's)
-    stopped: str | None = None
-    spread: float | None = None  # relative std of output throughput over repeats
-
-    @property
-    def bracket(self) -> float | None:
-        """(high - low) / high, the bisection's relative width; 0 when saturated."""
-        if self.low is None:
-            return None
-        if self.high is None:
-            return 0.0
-        return (self.high - self.low) / self.high
-
-    @property
-    def uncertainty(self) -> float | None:
-        """Relative uncertainty of the capacity: the bracket or the repeat spread."""
-        if self.bracket is None:
-            return None
-        return max(self.bracket, self.spread or 0.0)
+LONGER = "longer"  # a rate measured again with a longer step
 
 
 @dataclass(frozen=True)
@@ -123,8 +87,10 @@ class Anchor:
         return rule
 
 
-Measure = Callable[[str, "float | None", int], Step]
+# measure(kind, rate, index, seconds): one step; `seconds` None for the spec's own length.
+Measure = Callable[[str, "float | None", int, "float | None"], Step]
 StopRule = Callable[["float | None", "float | None"], "str | None"]
+Take = Callable[[str, float, int, "float | None"], Step]
 
 
 def next_rate(burst: float, low: float | None, high: float | None,
@@ -140,11 +106,12 @@ def next_rate(burst: float, low: float | None, high: float | None,
 def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> Result:
     """Burst, then sustained steps from the burst's rate: up by `expand_factor` while they
     pass, halving while they fail, then bisect; then repeat the capacity; at most
-    `spec.max_steps` steps.
+    `spec.max_steps` steps, and `spec.extra_steps` more on a capacity too uncertain to
+    rank by (`remeasure`).
 
     The burst (everything at once) only sizes the search: it is no steady state, so it
     never is the capacity. A 32-request burst that "passes" in 0.2 s says nothing about
-    an hour at that rate. `measure(kind, rate, index)` runs one step; the anchor's
+    an hour at that rate. `measure(kind, rate, index, seconds)` runs one step; the anchor's
     `stop_rule` may end the search early with a reason (the capacity is already below
     the best one's, or tied with it). With `repeats` > 1 the final rate is measured
     again; if the SLOs then fail, that rate counts as failing and the search goes on
@@ -165,8 +132,9 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
     should_stop = anchor.stop_rule()
     start, factor, burst, ceiling = anchor.start, anchor.factor, anchor.burst, anchor.ceiling
     steps: list[Step] = []
+    take = _taker(measure, steps)
     if start is None or burst:
-        steps = [measure("burst", None, 0)]
+        steps.append(measure("burst", None, 0, None))
         if steps[0].achieved_rps <= 0:
             return Result(0.0, None, None, steps, None, reasons.NO_SUCCESSFUL_REQUESTS)
     base = start if start is not None else steps[0].achieved_rps
@@ -178,7 +146,6 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
     # sustained rate of an engine rarely beats what it drains at full load).
     stopped = should_stop(None, burst_rate) if should_stop is not None and steps and \
         not steps[0].passed else None
-    spread: float | None = None
     shrink = 2.0  # from a failing rate down, until a rate passes
     while stopped is None:
         while len(steps) < spec.max_steps - (reserve if best else 0):
@@ -194,8 +161,7 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
             if low is None and rate < base * spec.min_rate_fraction:
                 stopped = UNREACHABLE  # not even a nearly idle engine meets the SLOs
                 break
-            step = measure(kind, rate, len(steps))
-            steps.append(step)
+            step = take(kind, rate, spec.max_steps, None)
             if step.passed:
                 best = step
             else:
@@ -207,11 +173,7 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
             break
         again = [best]
         while len(again) < spec.repeats and len(steps) < spec.max_steps:
-            steps.append(measure("repeat", best.rate, len(steps)))
-            again.append(steps[-1])
-        outs = [s.output_throughput for s in again]
-        if len(outs) > 1 and statistics.fmean(outs) > 0:
-            spread = statistics.stdev(outs) / statistics.fmean(outs)
+            again.append(take("repeat", best.load, spec.max_steps, None))
         if all(s.passed for s in again):
             break
         # The SLOs held only some of the time: that rate fails (they must hold at the
@@ -222,68 +184,66 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
                  len(again))
         high = best.load
         shrink = spec.expand_factor  # that rate passed once: the capacity is close below
-        below = [s for s in steps if s.passed and s.kind not in ("repeat", "burst")
-                 and s.load < high]
-        best = max(below, key=lambda s: s.load, default=None)
+        best = _below(steps, high)
         if len(steps) >= spec.max_steps:
             break
+    remeasured = 0
+    if best is not None and stopped is None:
+        best, high, remeasured = remeasure(take, spec, steps, best, high)
     low = best.load if best else None
-    return Result(low or 0.0, low, high, steps, best, stopped, spread)
+    return Result(low or 0.0, low, high, steps, best, stopped, spread_at(steps, low),
+                  remeasured)
 
 
-def record(result: Result, spec: WorkloadSpec) -> CapacityRecord:
-    """The capacity as a trial keeps it: rates, throughputs at capacity, bracket, steps.
-
-    Throughputs at capacity are the rate times the workload's mean tokens per request,
-    so they do not depend on how quickly a short step's last requests drained.
-    """
-    best = result.best.summary if result.best else Summary()
-    done = best.completed or 0
-    out_per = (best.total_output_tokens or 0) / done if done else 0.0
-    in_per = (best.total_input_tokens or 0) / done if done else 0.0
-    rate = result.request_rate
-    pace = workloads.pace(spec)
-    return CapacityRecord(
-        request_throughput=rate, output_throughput=rate * out_per,
-        total_token_throughput=rate * (in_per + out_per), low=result.low, high=result.high,
-        max_request_throughput=result.steps[0].achieved_rps
-        if result.steps and result.steps[0].kind == "burst" else None,
-        saturated=result.low is not None and result.high is None, bracket=result.bracket,
-        spread=result.spread, uncertainty=result.uncertainty, stopped=result.stopped,
-        tolerance=spec.capacity.tolerance, step_s=spec.capacity.min_step_s,
-        window=[spec.capacity.ramp_fraction, 1 - spec.capacity.tail_fraction],
-        bottleneck=knee(result.steps, result.low, limiting(result)),
-        bottleneck_step=limiting(result).index,
-        time_scale=rate / pace if pace else None,
-        steps=tuple(s.record() for s in result.steps))
-
-
-def limiting(result: Result) -> Step:
-    """The step that shows what limits capacity: the gentlest failing step above it (the
-    limit bites there), else the step at capacity, else the burst."""
-    above = [s for s in result.steps if not s.passed and (result.low is None
-                                                         or s.load > result.low)]
-    failing = min(above, key=lambda s: s.load, default=None)
-    return failing or result.best or result.steps[0]  # a search always has a step
+def remeasure(take: Take, spec: CapacitySpec, steps: list[Step], best: Step,
+              high: float | None) -> tuple[Step | None, float | None, int]:
+    """Up to `spec.extra_steps` more steps, each `max_step_s` long, while the capacity is
+    too uncertain to rank by (`capacityrecord.TOO_UNCERTAIN`): the bracket bisected while
+    it is wider than the tolerance (the budget ran out), else the capacity's rate measured
+    again (its repeats disagree). A fail there is a failed repeat: the capacity moves
+    below it. The best step, the failing rate and the steps spent."""
+    first = len(steps)
+    budget = first + spec.extra_steps
+    found: Step | None = best
+    while found is not None and len(steps) < budget and \
+            (measured(steps, found.load, high).uncertainty or 0.0) > TOO_UNCERTAIN:
+        low = found.load
+        kind, rate = ("bisect", (low + high) / 2) if high is not None and \
+            (high - low) / high > spec.tolerance else (LONGER, low)
+        log.info("capacity: %.3g req/s is too uncertain to rank by; %s step at %.3g req/s",
+                 low, kind, rate)
+        step = take(kind, rate, budget, spec.max_step_s)
+        if step.passed:
+            found = step if rate > low else found
+        elif rate > low:
+            high = rate
+        else:
+            high = low
+            found = _below(steps, low)
+    return found, high, len(steps) - first
 
 
-def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
-         ) -> Bottleneck | None:
-    """What limited the capacity: by contrast between the steps that
-    passed at capacity and the gentlest failing step above it (`bottleneck.across`), else
-    that step's own reading."""
-    if not limit.passed and low:
-        found = bottleneck.across([s.probes for s in steps if s.passed and s.load == low],
-                                  limit.probes)
-        if found is not None:
-            return found
-    return limit.bottleneck
+def _taker(measure: Measure, steps: list[Step]) -> Take:
+    """`take(kind, rate, budget, seconds)`: one step added to `steps`; a step too short
+    to judge (`StepRecord.invalid`) is measured again at once with twice its requests
+    while the budget allows, and the last of them returned."""
+
+    def take(kind: str, rate: float, budget: int, seconds: float | None) -> Step:
+        step = measure(kind, rate, len(steps), seconds)
+        steps.append(step)
+        if step.invalid is not None and len(steps) < budget:
+            log.info("capacity step %d at %.3g req/s is too short to judge (%s); measuring "
+                     "it again longer", step.index, rate, step.invalid)
+            step = measure(LONGER, rate, len(steps), 2 * max(step.requests, 1) / rate)
+            steps.append(step)
+        return step
+
+    return take
 
 
-def summary_of(result: Result) -> Summary:
-    """The figures the trial is scored on: the step at capacity, else the gentlest failure."""
-    if result.best is not None:
-        return result.best.summary
-    tried = [s for s in result.steps if s.summary.keys]
-    gentlest = min(tried, key=lambda s: s.load, default=None)
-    return gentlest.summary if gentlest else Summary()
+def _below(steps: Sequence[Step], rate: float) -> Step | None:
+    """The highest passing search step below `rate` (not a repeat: its rate's first step
+    stands for it), the capacity once `rate` failed."""
+    below = [s for s in steps if s.passed and s.kind not in ("repeat", "burst")
+             and s.load < rate]
+    return max(below, key=lambda s: s.load, default=None)

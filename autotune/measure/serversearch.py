@@ -20,10 +20,11 @@ from dataclasses import replace
 import aiohttp
 
 from autotune.engine import prometheus
-from autotune.measure import bench, searchplan, stepverdict, watch, workloads
+from autotune.measure import bench, searchplan, searchresult, steady, stepverdict, watch, workloads
 from autotune.measure.bench import Load
 from autotune.measure.capacitytext import rates
-from autotune.measure.searchplan import Anchor, Step
+from autotune.measure.searchplan import Anchor
+from autotune.measure.searchresult import Step
 from autotune.measure.summary import Summary
 from autotune.measure.workloads import Tokenizer
 
@@ -71,12 +72,16 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
     count = "conversations" if spec.kind == "chat" else "num_requests"
     base_n = getattr(spec, count)
 
-    def measure(kind: str, rate: float | None, index: int) -> Step:
+    least = steady.least_sent(cap.backlog_limit, cap.ramp_fraction, cap.tail_fraction)
+
+    def measure(kind: str, rate: float | None, index: int, seconds: float | None) -> Step:
         waited = watch.run(wait_idle(load.target.url, cap.idle_timeout_s), load.alive)
         n = base_n
-        if rate is not None:  # long enough to be measured, short enough at low rates
+        if seconds is not None and rate is not None:  # a step the search asked longer
+            n = max(base_n, least, math.ceil(rate * seconds))
+        elif rate is not None:  # long enough to be measured, short enough at low rates
             n = max(base_n, math.ceil(rate * cap.min_step_s))
-            n = min(n, max(4, math.floor(rate * cap.max_step_s)))
+            n = max(least, min(n, math.floor(rate * cap.max_step_s)))
         step_spec = spec.model_copy(update={
             "request_rate": math.inf if rate is None else rate, count: n,
             "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0,
@@ -95,4 +100,4 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
         return step
 
     result = searchplan.plan(measure, cap, anchor)
-    return searchplan.summary_of(result).with_(capacity=searchplan.record(result, spec))
+    return searchresult.summary_of(result).with_(capacity=searchresult.record(result, spec))

@@ -4,13 +4,17 @@ A step that lasts a few request lifetimes measures the transient: a slowly growi
 does not show in its p95 (docs/concepts.md, "Capacity at SLO"). So a step is judged on a
 window of its arrival schedule without the ramp and the drain, requests attributed by
 arrival time (`RequestResult.due`, so a client behind its schedule cannot hide a backlog),
-and it fails when the backlog grows through the window even if the percentiles pass. Pure
-functions of the request records: the client's in-flight count also sees a backlog held in
-front of the scheduler, which the engine's `num_requests_waiting` misses.
+and it fails when the backlog grows through the window even if the percentiles pass, however
+short the step: a step passes only when the engine achieved within the limit of what was
+offered. A window with too few arrivals to show a shortfall of that size (`needed`) is no
+measurement: neither a pass nor a fail. Pure functions of the request records: the
+client's in-flight count also sees a backlog held in front of the scheduler, which the
+engine's `num_requests_waiting` misses.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,10 +71,27 @@ class Backlog(Stored):
     completed_rps: float = 0.0
     late_p99_s: float = 0.0
 
-    def grows(self, limit: float, floor: int = 4) -> bool:
-        """True when more than `limit` of the arrivals (and `floor` requests) piled up:
-        the engine achieved more than `limit` less than was offered."""
-        return self.growth > floor and self.share > limit
+    def grows(self, limit: float) -> bool:
+        """True when more than `limit` of the arrivals piled up, whatever their number: the
+        engine achieved more than `limit` less than was offered."""
+        return self.share > limit
+
+    def decides(self, limit: float) -> bool:
+        """Whether the window held enough arrivals (`needed`) for keeping pace within
+        `limit` to mean anything: with fewer, one request left waiting is already more."""
+        return self.arrivals >= needed(limit)
+
+
+def needed(limit: float) -> int:
+    """The arrivals a window needs before a step can pass on it: one request piling up
+    must be at most `limit` of them (20 at 5 %)."""
+    return math.ceil(1 / limit - 1e-9)
+
+
+def least_sent(limit: float, ramp: float, tail: float) -> int:
+    """Requests a step sends at the least, so that its window (the share between `ramp`
+    and `tail`) expects `needed` arrivals: 29 at the defaults."""
+    return math.ceil(needed(limit) / (1.0 - ramp - tail))
 
 
 def backlog(results: Sequence[RequestResult], w: Window, points: int = 64,

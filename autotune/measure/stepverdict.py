@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from autotune import slo
 from autotune.measure import bottleneck, metrics, steady
 from autotune.measure.bench import StepRun
-from autotune.measure.searchplan import Step
+from autotune.measure.searchresult import Step
 from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
@@ -24,8 +24,10 @@ LOAD_FIGURES = ("api_server_cpu", "api_servers", "engine_core_cpu", "worker_cpu"
 def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: CapacitySpec,
           slos: Mapping[str, float]) -> Step:
     """Step `index` of the search (`kind`, offered at `rate`) as `sent` went: the SLOs on
-    its steady window, and the engine keeping pace there with what was offered (no
-    backlog growing through it: `steady.Backlog`).
+    its steady window, and the engine keeping pace there with what was offered (achieved
+    within `backlog_limit` of it: `steady.Backlog`), whatever the step's length. A window
+    with too few arrivals to tell (`steady.needed`) makes the step invalid where nothing
+    else broke: it neither passes nor fails, and the search measures it again longer.
 
     The burst (everything at once) has no steady state and is judged whole.
     """
@@ -46,7 +48,15 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
         grew = steady.backlog(run.results, win,
                               running=sampler.series("vllm:num_requests_running"))
     broken = violations(summary, slos, cap.min_success_rate)
-    if grew is not None and grew.grows(cap.backlog_limit):
+    short = None
+    if grew is not None and not grew.decides(cap.backlog_limit):
+        # Too few arrivals to tell one request left waiting from a backlog: on keeping pace
+        # the step says nothing (no pass, and no fail unless something else broke).
+        short = None if broken else (
+            f"{grew.arrivals} arrivals in its window, fewer than the "
+            f"{steady.needed(cap.backlog_limit)} that keeping pace within "
+            f"{cap.backlog_limit:.0%} needs")
+    elif grew is not None and grew.grows(cap.backlog_limit):
         # One rule, said both ways: the queue grew by more than the limit's share of the
         # arrivals, so the engine achieved more than that share less than was offered.
         broken.append(f"backlog +{grew.growth:.0f} requests ({grew.share:.0%} of arrivals): "
@@ -58,7 +68,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
     limit = bottleneck.attribute(seen, run.lag)
     read = {k: round(v, 2) if isinstance(v, float) else v for k, v in seen.items()
             if k in LOAD_FIGURES}
-    return Step(index, kind, rate, not broken, whole.request_throughput,
+    return Step(index, kind, rate, not broken and short is None, whole.request_throughput,
                 whole.output_throughput, broken, whole.completed + whole.failed, figures,
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
@@ -67,7 +77,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
                 latencies=latency_figures(summary),
                 window_offered_rps=grew.offered_rps if grew else None,
                 window_achieved_rps=grew.achieved_rps if grew else None,
-                replayed=whole.replayed)
+                replayed=whole.replayed, invalid=short)
 
 
 def violations(summary: Summary, slos: Mapping[str, float],

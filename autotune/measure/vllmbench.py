@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from autotune import slo, traces
 from autotune.errors import AutotuneError, ConfigError
-from autotune.measure import searchplan, serversearch, stepverdict, watch, workloads
+from autotune.measure import searchplan, searchresult, serversearch, stepverdict, watch, workloads
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.searchplan import Anchor
 from autotune.measure.summary import Summary
@@ -321,7 +321,7 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float],
            endpoint: Endpoint, *, step_s: float = STEP_S, result_dir: Path | None = None,
            anchor: Anchor | None = None) -> CapacityRecord:
     """The capacity at SLO of the server at `endpoint`, measured with vLLM's client, as
-    `searchplan.record` keeps it. An anchor with a `start` begins the search there instead
+    `searchresult.record` keeps it. An anchor with a `start` begins the search there instead
     of at a burst (`searchplan.plan`). `endpoint.alive` watches the engine through the
     idle waits and after every step (`Halted` once it names a reason): a dead engine fails
     vLLM's requests at once, and each step would then wait out the idle timeout."""
@@ -334,10 +334,11 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float],
     files = Path(tempfile.mkdtemp(prefix="autotune-trace-")) if result_dir is None \
         else result_dir
 
-    def measure(kind: str, rate: float | None, index: int) -> searchplan.Step:
+    def measure(kind: str, rate: float | None, index: int, seconds: float | None
+                ) -> searchresult.Step:
         waited = watch.run(serversearch.wait_idle(endpoint.base_url, cap.idle_timeout_s),
                            alive)
-        n = prompts(spec, rate, step_s)
+        n = prompts(spec, rate, seconds or step_s)
         trace_file = None
         if pace:  # a trace: this step's stretches at this step's pace
             trace_file = files / f"step-{index:02d}-{kind}.jsonl"
@@ -356,18 +357,20 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float],
         watch.check(alive)  # requests that failed because the engine died are no result
         broken = judge(result, slos, cap.min_success_rate)
         figures = stepverdict.slo_figures(result, slos)
-        return searchplan.Step(index, kind, rate, not broken, result.request_throughput,
-                               result.output_throughput, broken,
-                               result.completed + result.failed, figures,
-                               round(waited, 3), round(time.monotonic() - t0, 3),
-                               summary=result)
+        return searchresult.Step(index, kind, rate, not broken, result.request_throughput,
+                                 result.output_throughput, broken,
+                                 result.completed + result.failed, figures,
+                                 round(waited, 3), round(time.monotonic() - t0, 3),
+                                 summary=result)
 
     try:
-        record = searchplan.record(searchplan.plan(measure, cap, anchor), spec)
+        record = searchresult.record(searchplan.plan(measure, cap, anchor), spec)
     finally:
         if result_dir is None:
             shutil.rmtree(files, ignore_errors=True)
-    # vLLM's client judges every request of a step (no steady window) and samples nothing
+    # vLLM's client judges every request of a step and samples nothing: with no steady
+    # window its steps achieved no rate to hold against the offered one, so its capacity
+    # is the rate it offered (`steprecord.achieved_at`)
     return replace(record, step_s=step_s, window=None, bottleneck=None)
 
 

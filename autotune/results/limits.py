@@ -4,8 +4,8 @@ A user deploys the tuned flags to serve traffic at an SLO, so the export says wh
 study learned about operating them, each figure traceable to a recorded step:
 
 - capacity at SLO with its interval, the lowest failing rate seen, and what limited it;
-- a safe request rate: the highest sustained step that passed at or below the interval's
-  low end (else 90 % of that low end, and the export says so);
+- a safe request rate: what the highest sustained step that passed at or below the
+  interval's low end achieved (else 90 % of that low end, and the export says so);
 - an admission cap (maximum concurrent requests): the largest running batch the engine
   reported in the passing steps up to capacity (a rate at or above the safe one needed no
   more), or, where the probes have none, Little's law (safe rate x mean end-to-end latency
@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autotune.measure import capacityrecord
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord
+from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.steprecord import StepRecord
 from autotune.tuning.records.trialrecord import TrialRecord
 
 SAFE_SHARE = 0.9  # of the interval's low end, where no passing step lies at or below it
@@ -102,18 +103,18 @@ def derive(rec: TrialRecord, slos: Mapping[str, float]) -> Limits:
     lo, hi = capacityrecord.interval(cap)
     steps = _sustained(cap)
     passed = [s for s in steps if s.passed]
-    below = [s for s in passed if s.load <= lo]
+    below = [s for s in passed if s.capacity_rps <= lo]
     if below:
-        top = max(below, key=lambda s: s.load)
-        safe = float(top.load)
-        safe_source = (f"step {top.index} passed at {safe:.3g} req/s, at or below the "
-                       f"interval's low end {lo:.3g}")
+        top = max(below, key=lambda s: s.capacity_rps)
+        safe = float(top.capacity_rps)
+        safe_source = (f"step {top.index} passed {_rate(top)}, at or below the interval's "
+                       f"low end {lo:.3g}")
     else:
         top, safe = None, lo * SAFE_SHARE
         safe_source = f"{SAFE_SHARE:.0%} of the interval's low end {lo:.3g}: no passing " \
             "step lies at or below it"
-    concurrency, conc_source = _concurrency(rec, [s for s in passed if s.load <= cap.low],
-                                            safe)
+    concurrency, conc_source = _concurrency(
+        rec, [s for s in passed if s.load <= (cap.rate or cap.low)], safe)
     metric, threshold, q_source = _queue(steps, cap)
     watch = _watch(metric, threshold, slos, steps)
     return Limits(True, capacity_rps=float(cap.request_throughput), interval=(lo, hi),
@@ -122,6 +123,13 @@ def derive(rec: TrialRecord, slos: Mapping[str, float]) -> Limits:
                   concurrency_source=conc_source, queue_metric=metric,
                   queue_threshold=threshold, queue_source=q_source, slos=dict(slos),
                   watch=watch)
+
+
+def _rate(step: StepRecord) -> str:
+    """`achieving 45.1 req/s (offered 45.3)`, or `at 45 req/s` for a step with no window."""
+    if step.achieved is None:
+        return f"at {step.load:.3g} req/s"
+    return f"achieving {step.achieved:.3g} req/s (offered {step.offered or step.load:.3g})"
 
 
 def _concurrency(rec: TrialRecord, passed: list[StepRecord], safe: float
@@ -145,8 +153,8 @@ def _queue(steps: list[StepRecord], cap: CapacityRecord
            ) -> tuple[str | None, float | None, str]:
     """The gauge that grew at the first failing step above capacity, and a threshold
     halfway between the passing steps' highest value and that step's."""
-    low = cap.low or 0.0
-    failing = [s for s in steps if not s.passed and s.load > low]
+    low = cap.rate or cap.low or 0.0  # the rate the search offered at capacity
+    failing = [s for s in steps if not s.passed and s.invalid is None and s.load > low]
     first = min(failing, key=lambda s: s.load, default=None)
     passing = [s for s in steps if s.passed]
     if first is None or not passing:

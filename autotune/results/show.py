@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from autotune import reasons
 from autotune.config import ModelSpec, Objective, WeightKey
 from autotune.errors import ConfigError
+from autotune.measure import capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.slo import Slo
 from autotune.stored import Stored
@@ -211,13 +212,15 @@ def capacity_caveat(cap: CapacityRecord | None) -> str | None:
     default, or its uncertainty is too wide to rank by."""
     if not cap or not cap.low:
         return None
-    at = [s for s in cap.steps if s.passed and s.load == cap.low]
+    at = [s for s in cap.steps if s.passed and s.load == cap.rate]  # the burst, in old records
     step = at[-1] if at else None
     why = []
     if step is not None and step.kind == "burst":
         why.append(f"from a {step.duration_s or 0:.1f}-s burst, not a sustained rate")
     elif step is not None and step.duration_s and step.duration_s < 10:
         why.append(f"from {step.duration_s:.1f}-s steps (sustained steps last 20 s)")
-    if (cap.uncertainty or 0) > 0.25:
-        why.append(f"±{cap.uncertainty:.0%}: too uncertain to rank by")
+    if cap.too_uncertain:
+        why.append(f"±{cap.uncertainty or 0:.0%}: too uncertain to rank by"
+                   + (f", after {capacitytext.steps(cap.remeasured)}" if cap.remeasured
+                      else ""))
     return "; ".join(why) or None

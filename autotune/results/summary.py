@@ -39,7 +39,10 @@ from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
 @dataclass(frozen=True)
 class CapacityRow:
-    """Capacity at SLO, its interval and its uncertainty, with the words that describe it."""
+    """Capacity at SLO (the rate achieved), its interval and its uncertainty, with the words
+    that describe it; `rate` and `offered_rps` are what the search offered there and what
+    the capacity's windows were offered, `too_uncertain` whether it is too uncertain to
+    rank by even after the steps spent on it (`remeasured`)."""
 
     request_throughput: float
     output_throughput: float | None
@@ -53,6 +56,10 @@ class CapacityRow:
     text: str
     bottleneck: str | None
     caveat: str | None
+    rate: float | None = None
+    offered_rps: float | None = None
+    too_uncertain: bool = False
+    remeasured: int = 0
 
     @classmethod
     def of(cls, r: TrialRecord) -> CapacityRow | None:
@@ -62,7 +69,8 @@ class CapacityRow:
         return cls(cap.request_throughput, cap.output_throughput, cap.low, cap.high,
                    cap.uncertainty, cap.saturated, cap.stopped, capacityrecord.interval(cap),
                    len(cap.steps), capacitytext.describe(cap), capacityrecord.limit_text(cap),
-                   capacity_caveat(cap))
+                   capacity_caveat(cap), cap.rate, cap.offered_rps, cap.too_uncertain,
+                   cap.remeasured)
 
 
 @dataclass(frozen=True)

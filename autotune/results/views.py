@@ -285,6 +285,8 @@ def print_capacity(cap: CapacityRecord, slo_keys: list[str], console: Console) -
     """The capacity line and the table of its search steps."""
     console.print(f"capacity at SLO: {capacitytext.describe(cap)}; "
                   f"{fmt(cap.output_throughput)} output tok/s at that rate")
+    if source := capacitytext.achieved_text(cap):
+        console.print(f"  {source}")
     if limit := capacityrecord.limit_text(cap):
         console.print(f"limited by: {limit}")
     table = Table(title="capacity search steps (offered, achieved and SLO figures of each "

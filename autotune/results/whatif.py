@@ -6,7 +6,9 @@ figures). Under another SLO each step passes or fails again, without a GPU, and 
 answer is one of:
 
 - covered: a rate that passed and a higher one that failed under the new SLO; the capacity is
-  the highest passing rate below the lowest failing one;
+  what the engine achieved at the highest passing rate below the lowest failing one (its
+  steps' steady windows, as `show` gives a capacity), and the failing rate counts by what
+  its steps were offered;
 - at least N req/s: every step with figures passed, so the knee lies above the steps tried;
 - at most N req/s: every step failed, so the capacity is below the lowest rate tried;
 - no data: no step recorded the figure (the study measured another metric, or the trial has
@@ -20,6 +22,7 @@ instead of guessing.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -27,6 +30,7 @@ from typing import ClassVar
 from optuna.trial import TrialState
 
 from autotune.flags import Flags
+from autotune.measure.steprecord import StepRecord
 from autotune.slo import Slo
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -41,8 +45,8 @@ class Answer:
 
     number: int
     status: str
-    passed: float | None  # the highest passing rate below the lowest failing one
-    failed: float | None  # the lowest failing rate
+    passed: float | None  # achieved at the highest passing rate below the lowest failing one
+    failed: float | None  # offered at the lowest failing rate
     steps: int  # sustained steps that had the figures
     quality_ok: bool = True  # the guardrail did not reject it (the SLO cannot change that)
     name: str = ""
@@ -114,28 +118,30 @@ def _latency_broken(violation: str) -> bool:
 def answer(rec: TrialRecord, slos: Sequence[Slo]) -> Answer:
     """Trial `rec`'s capacity under `slos`, from its recorded sustained steps."""
     quality_ok = rec.quality is None or rec.quality.passed is not False
-    rows: list[tuple[float, bool]] = []
+    rows: list[tuple[float, bool, StepRecord]] = []
     for step in rec.capacity.steps if rec.capacity else ():
-        if step.rate is None:
-            continue  # the burst has no steady state: it never counted as capacity
+        if step.rate is None or step.invalid:
+            continue  # the burst has no steady state, a step too short no verdict
         figures = {**(step.figures or {}), **(step.latencies or {})}
         if any(s.key not in figures for s in slos):
             continue
         other = [v for v in step.violations or [] if not _latency_broken(v)]
         rows.append((float(step.rate),
-                     not other and all(s.met(figures[s.key]) for s in slos)))
+                     not other and all(s.met(figures[s.key]) for s in slos), step))
     about = (rec.name, rec.tried_because.short, rec.flags)
     if not rows:
         return Answer(rec.number, NO_DATA, None, None, 0, quality_ok, *about)
-    fails = [rate for rate, ok in rows if not ok]
+    fails = [rate for rate, ok, _ in rows if not ok]
     first_fail = min(fails) if fails else None
-    passes = [rate for rate, ok in rows if ok and (first_fail is None or rate < first_fail)]
-    if passes and first_fail is not None:
-        return Answer(rec.number, COVERED, max(passes), first_fail, len(rows), quality_ok,
-                      *about)
+    passes = [rate for rate, ok, _ in rows if ok and (first_fail is None or rate < first_fail)]
+    failed = None if first_fail is None else statistics.fmean(
+        s.offered or rate for rate, ok, s in rows if not ok and rate == first_fail)
     if passes:
-        return Answer(rec.number, AT_LEAST, max(passes), None, len(rows), quality_ok, *about)
-    return Answer(rec.number, AT_MOST, None, first_fail, len(rows), quality_ok, *about)
+        top = max(passes)
+        passed = statistics.fmean(s.capacity_rps for rate, ok, s in rows if ok and rate == top)
+        return Answer(rec.number, AT_LEAST if failed is None else COVERED, passed, failed,
+                      len(rows), quality_ok, *about)
+    return Answer(rec.number, AT_MOST, None, failed, len(rows), quality_ok, *about)
 
 
 def rerank(trials: Sequence[TrialRecord], slos: Sequence[Slo]) -> Rerank:

@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from autotune.engine import prometheus
-from autotune.measure import bottleneck, probes, searchplan
+from autotune.measure import bottleneck, probes, searchresult
 from autotune.measure.loadgen import LagMonitor, SseBuffer
 from autotune.tuning.records.snapshot import records
 from tests.paths import ROOT
@@ -211,13 +211,13 @@ def test_the_knee_names_what_rose_not_what_was_pegged_everywhere():
     cap = _guided_steps(0)
     assert cap.limit is not None and cap.limit.kind == bottleneck.ENGINE_CORE  # as recorded then
     limit = cap.steps[cap.bottleneck_step]
-    found = searchplan.knee(cap.steps, cap.low, limit)
+    found = searchresult.knee(cap.steps, cap.rate, limit)
     assert found is not None and found.kind == bottleneck.FRONT_END
     assert "across the knee API server 77 -> 88 %" in found.text
     assert "engine core 95-98 % on both sides, not what broke" in found.text
     # the winner (#6): nothing rose into saturation; the failing step's reading stands
     won = _guided_steps(6)
-    assert searchplan.knee(won.steps, won.low, won.steps[won.bottleneck_step]) == \
+    assert searchresult.knee(won.steps, won.rate, won.steps[won.bottleneck_step]) == \
         won.steps[won.bottleneck_step].bottleneck
 
 

@@ -7,9 +7,9 @@ import math
 import pytest
 from optuna.trial import TrialState
 
-from autotune.measure import capacityrecord, capacitytext, searchplan, stepverdict
+from autotune.measure import capacityrecord, capacitytext, searchplan, searchresult, stepverdict
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.measure.searchplan import Step
+from autotune.measure.searchresult import Step
 from autotune.measure.steady import Backlog
 from autotune.measure.summary import Summary
 from autotune.stored import json_data
@@ -29,7 +29,8 @@ class Engine:
         self.lenient_burst = lenient_burst
         self.calls: list[tuple[str, float | None]] = []
 
-    def __call__(self, kind: str, rate: float | None, index: int) -> Step:
+    def __call__(self, kind: str, rate: float | None, index: int,
+                 seconds: float | None = None) -> Step:
         self.calls.append((kind, rate))
         load = self.peak if rate is None else rate
         ok = load <= self.cap and index not in self.flaky and not (
@@ -55,10 +56,17 @@ def test_bisection_brackets_the_capacity_within_tolerance(cap):
 @pytest.mark.parametrize("max_steps", range(1, 10))
 def test_the_step_budget_counts_every_step(max_steps):
     engine = Engine(9.0, peak=20.0)
-    r = searchplan.plan(engine, CapacitySpec(tolerance=0.001, max_steps=max_steps, repeats=2))
-    assert len(engine.calls) == len(r.steps) <= max_steps
+    r = searchplan.plan(engine, CapacitySpec(tolerance=0.001, max_steps=max_steps, repeats=2,
+                                             extra_steps=0))
+    assert len(engine.calls) == len(r.steps) <= max_steps and r.remeasured == 0
     if r.low:  # whatever passed is below the capacity, whatever failed above it
         assert r.low <= 9.0 < r.high
+    # the extra steps go only to a capacity the budget left too uncertain to rank by
+    again = searchplan.plan(Engine(9.0, peak=20.0),
+                            CapacitySpec(tolerance=0.001, max_steps=max_steps, repeats=2))
+    assert len(again.steps) == max(max_steps, len(r.steps)) + again.remeasured
+    assert again.remeasured <= 3
+    assert bool(again.remeasured) == bool(r.low and r.uncertainty > 0.25)
 
 
 def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
@@ -76,8 +84,8 @@ def test_sustained_steps_grow_while_they_pass_and_then_report_a_floor():
                             ("expand", 80.0), ("repeat", 80.0), ("repeat", 80.0)]
     assert r.request_rate == 80.0 and r.high is None and r.bracket == 0.0
     assert r.spread == 0.0 and r.uncertainty == 0.0
-    assert searchplan.record(r, WorkloadSpec()).saturated
-    assert capacitytext.describe(searchplan.record(r, WorkloadSpec())) == \
+    assert searchresult.record(r, WorkloadSpec()).saturated
+    assert capacitytext.describe(searchresult.record(r, WorkloadSpec())) == \
         "80 req/s (at least 80), a floor: the SLOs held at every rate tried"
 
 
@@ -130,7 +138,7 @@ def test_violations_name_each_broken_slo():
 def test_record_gives_throughputs_at_capacity():
     engine = Engine(7.3, peak=20.0)
     r = searchplan.plan(engine, CapacitySpec(tolerance=0.05, max_steps=12, repeats=1))
-    typed = searchplan.record(r, WorkloadSpec())
+    typed = searchresult.record(r, WorkloadSpec())
     assert typed.request_throughput == r.low
     assert typed.output_throughput == pytest.approx(r.low * 32)  # 320 tokens / 10 requests
     assert typed.total_token_throughput == pytest.approx(r.low * 96)
@@ -225,7 +233,7 @@ def test_a_tie_with_the_best_is_proven_in_two_sustained_steps(cap, calls, stoppe
     assert engine.calls == calls
     assert (r.stopped, r.low, r.high) == (stopped, low, high)
     if stopped == searchplan.TIED:  # a feasible trial, tied with the best by its record
-        rec = searchplan.record(r, WorkloadSpec())
+        rec = searchresult.record(r, WorkloadSpec())
         best = CapacityRecord(low=8.0, high=9.5, request_throughput=8.0)
         assert capacityrecord.tied(rec, best)
         assert "stopped: tied_inside_best" in capacitytext.describe(rec)
@@ -254,7 +262,7 @@ def test_a_re_check_starts_at_a_known_capacity_without_a_burst():
     assert engine.calls[:3] == [("ceiling", 70.0), ("bisect", 56.0), ("bisect", 63.0)]
     assert "burst" not in [k for k, _ in engine.calls]
     assert r.low <= 60.0 < r.high and (r.high - r.low) / r.high <= 0.1
-    assert searchplan.record(r, WorkloadSpec()).max_request_throughput is None
+    assert searchresult.record(r, WorkloadSpec()).max_request_throughput is None
     # passing at the start grows by the factor, not by doubling
     engine = Engine(80.0, peak=100.0)
     searchplan.plan(engine, CapacitySpec(tolerance=0.1, max_steps=4, repeats=1),

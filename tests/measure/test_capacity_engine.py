@@ -29,6 +29,7 @@ from autotune.measure import (
     capacityrecord,
     capacitytext,
     searchplan,
+    searchresult,
     serversearch,
     stepverdict,
 )
@@ -138,11 +139,15 @@ def test_search_holds_its_slos_within_the_step_budget(loose, loose_slos):
     _skip_if_invalid(bool(loose["low"] and loose["high"]), loose)
     assert loose["low"] and loose["high"], [(x["kind"], x["rate"], x["violations"],
                                              x["bottleneck"]["kind"]) for x in loose["steps"]]
-    assert len(loose["steps"]) <= CAP.max_steps
+    assert len(loose["steps"]) <= CAP.max_steps + loose["remeasured"]
+    assert loose["remeasured"] <= CAP.extra_steps
     assert loose["steps"][0]["kind"] == "burst" and loose["steps"][0]["rate"] is None
     assert loose["steps"][1]["kind"] == "ceiling"  # the burst's rate, sustained
-    at = [s for s in loose["steps"] if s["rate"] == loose["low"]]
+    at = [s for s in loose["steps"] if s["rate"] == loose["rate"] and s["invalid"] is None]
     assert at and all(s["passed"] for s in at)  # the SLOs held at the reported rate
+    # the capacity is what those steps achieved in their steady windows
+    assert loose["request_throughput"] == pytest.approx(
+        sum(s["window_achieved_rps"] for s in at) / len(at)) == loose["low"]
     assert all(s["figures"]["e2el_p95_ms"] <= loose_slos["e2el_p95_ms"] for s in at)
     assert loose["output_throughput"] == pytest.approx(loose["request_throughput"] * 128)
     assert 0 < loose["uncertainty"] < 1
@@ -161,7 +166,8 @@ def _bench_search(srv: Server, slos: dict[str, float], out) -> dict:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "capacity at SLO:" in proc.stdout and "capacity search steps" in proc.stdout
     again = json.loads(out.read_text())["capacity"]
-    assert len(again["steps"]) <= 7 and all("figures" in s for s in again["steps"])
+    assert len(again["steps"]) <= 7 + again["remeasured"]
+    assert all("figures" in s for s in again["steps"])
     return again
 
 
@@ -188,7 +194,7 @@ def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose, loose
     """Half the E2EL allowance: on two shared cores the two searches are noisy, so the
     strict one must not come out above the loose one beyond their stated uncertainty."""
     strict = _search(eight, tiny_model, {"e2el_p95_ms": loose_slos["e2el_p95_ms"] / 2})
-    assert len(strict["steps"]) <= CAP.max_steps
+    assert len(strict["steps"]) <= CAP.max_steps + strict["remeasured"]
     lo, _ = capacityrecord.interval(_rec(strict))
     _, hi = capacityrecord.interval(_rec(loose))
     _skip_if_invalid(lo <= hi * (1 + CAP.tolerance), strict, loose)
@@ -251,7 +257,7 @@ def test_a_search_with_no_passing_rate_prunes_the_trial(eight, tiny_model):
     assert summary.stopped_after_probe in reasons.REASONS
 
 
-def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> searchplan.Step:
+def _step(srv: Server, model, rate: float, slos, seconds: float = 5.0) -> searchresult.Step:
     """One sustained step at `rate` of 128-token replies, judged as the search judges it."""
     cap = CapacitySpec(min_step_s=seconds, max_step_s=seconds)
     spec = SPEC.model_copy(update={"request_rate": rate, "num_requests": 4,
@@ -272,8 +278,10 @@ def test_a_growing_backlog_fails_a_step_whose_percentiles_pass(one_seq, tiny_mod
     calm step asks for at most 40 % of what one sequence carries."""
     lax = {"e2el_p95_ms": 60_000.0}
     calm = _step(one_seq, tiny_model, min(1.0, 0.4 * 1000 / unloaded_ms), lax)
-    assert calm.passed, calm.violations
-    assert not calm.backlog or calm.backlog.growth < 4  # a few requests: no backlog
+    # its window holds too few arrivals (5 s at 1 req/s) to tell one request left waiting
+    # from a backlog: no verdict on keeping pace, and nothing else broke
+    assert not calm.violations and calm.invalid and not calm.passed, calm.violations
+    assert not calm.backlog or calm.backlog.growth < 4
     # At overload on 2 cores the client's event loop usually lags past the 20-ms mark, yet
     # sends enough to build the backlog. Once (a 2.1-s p99 lag, 6.6 of 12 req/s sent) it
     # could not, and the step passed while saying it was no measurement: such a step is

@@ -5,20 +5,20 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
 import pytest
 
 from autotune import traces
-from autotune.measure import searchplan, steady, stepverdict
+from autotune.measure import searchresult, steady, stepverdict
 from autotune.measure.bench import StepRun
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import RunResult
 from autotune.measure.metrics import RequestResult
-from autotune.measure.probes import Sample, Sampler
+from autotune.measure.probes import Sampler
 from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
-from tests import azure
+from tests import azure, served
+from tests.served import T0
 
 
 def _requests(rate: float, seconds: float, latency, t0: float = 100.0) -> list[RequestResult]:
@@ -122,15 +122,15 @@ def test_window_settings_are_validated():
 
 def test_limiting_step_is_the_gentlest_failure_above_capacity():
     def step(i, rate, ok, kind):
-        return searchplan.Step(i, "bisect", rate, ok, rate or 10.0,
+        return searchresult.Step(i, "bisect", rate, ok, rate or 10.0,
                              bottleneck=Bottleneck(kind))
     steps = [step(0, None, False, "front_end"), step(1, 5.0, True, "none"),
              step(2, 7.5, False, "kv_cache"), step(3, 6.2, False, "gpu")]
-    result = searchplan.Result(5.0, 5.0, 6.2, steps, steps[1])
-    assert searchplan.limiting(result).bottleneck.kind == "gpu"
-    saturated = searchplan.Result(10.0, 10.0, None, steps[:1], steps[0])
-    assert searchplan.limiting(saturated) is steps[0]
-    assert not math.isnan(searchplan.limiting(result).load)
+    result = searchresult.Result(5.0, 5.0, 6.2, steps, steps[1])
+    assert searchresult.limiting(result).bottleneck.kind == "gpu"
+    saturated = searchresult.Result(10.0, 10.0, None, steps[:1], steps[0])
+    assert searchresult.limiting(saturated) is steps[0]
+    assert not math.isnan(searchresult.limiting(result).load)
 
 
 def _running(reqs, cap: float | None, t0=100.0, t1=120.0, every=0.5):
@@ -166,31 +166,6 @@ def test_requests_waiting_beyond_the_running_batch_are_a_backlog():
     assert sparse.queue_mean is None and sparse.growth == sparse.in_flight_growth
 
 
-T0 = 100.0  # perf_counter of a step's start
-
-
-def _engine(due: list[float], serve_rps: float, busy_s: float = 0.3,
-            send_rps: float = math.inf) -> tuple[list[RequestResult], list[tuple[float, float]]]:
-    """Requests due at `due` (s after T0) through a client that sends at most `send_rps`
-    of them a second (behind its schedule beyond that) to an engine that takes at most
-    `serve_rps` a second into service, first come first served, each then busy `busy_s`:
-    their results, and the engine's running count every 0.25 s."""
-    results, served = [], []
-    sent = free = -math.inf
-    for at in sorted(due):
-        sent = max(at, sent + 1 / send_rps)
-        start = max(sent, free)
-        free, done = start + 1 / serve_rps, start + busy_s
-        results.append(RequestResult(True, 32, 16, ttft=start - sent + 0.05,
-                                      latency=done - sent, itl=[(done - start - 0.05) / 15] * 15,
-                                      start_time=T0 + sent, due=T0 + at))
-        served.append((start, done))
-    end = max(d for _, d in served)
-    running = [(T0 + t, float(sum(a <= t < d for a, d in served)))
-               for t in np.arange(0.0, end, 0.25)]
-    return results, running
-
-
 def _trace_due(tmp_path, rate: float, seconds: float = 20.0) -> list[float]:
     """A trace step's due times at `rate` requests/s, as `serversearch.search` schedules it:
     rate x `seconds` requests of a 360-request Azure trace, four stretches of it (with their
@@ -200,32 +175,17 @@ def _trace_due(tmp_path, rate: float, seconds: float = 20.0) -> list[float]:
     return [at / scale for at, _ in trace.sample(math.ceil(rate * seconds))]
 
 
-def _judge_trace(results, running, rate, send_s=None):
-    """`stepverdict.judge` on a trace step's results, the engine sampled at `running`; the
-    step's schedule ended at `send_s` (s after T0; default: the last request's due time)."""
-    send_s = send_s if send_s is not None else max(r.arrival for r in results) - T0
-    run = RunResult(results, max(r.start_time + r.latency for r in results) - T0, t0=T0,
-                    send_s=send_s)
-    whole = {"request_throughput": len(results) / run.duration_s,
-             "output_throughput": 16 * len(results) / run.duration_s,
-             "completed": len(results), "failed": 0}
-    sampler = Sampler("http://127.0.0.1:9")  # never started: its samples are set here
-    sampler.samples = [Sample(t, {"vllm:num_requests_running": n}) for t, n in running]
-    return stepverdict.judge("expand", rate, 2, StepRun(Summary.of(whole), run, sampler),
-                             CapacitySpec(), {"e2el_p95_ms": 60_000})
-
-
 @pytest.mark.parametrize("rate", [15.0, 117.0])  # four stretches of the trace; 6.5 times it
 def test_a_trace_step_passes_only_when_achieved_keeps_pace_with_offered(tmp_path, rate):
     """The rule of every sustained step, on a bursty trace's arrivals: the window's offered
     and achieved rates are both requests/s over the window, and a step that achieves more
     than `backlog_limit` less than it offered fails, its queue having grown by as much."""
     due = _trace_due(tmp_path, rate)
-    kept = _judge_trace(*_engine(due, serve_rps=3 * rate), rate)
+    kept = served.judged(*served.engine(due, serve_rps=3 * rate), rate)
     assert kept.passed, kept.violations
     assert kept.window_offered_rps == pytest.approx(kept.backlog.offered_rps)
     assert kept.window_achieved_rps >= 0.95 * kept.window_offered_rps
-    short = _judge_trace(*_engine(due, serve_rps=0.75 * rate), rate)
+    short = served.judged(*served.engine(due, serve_rps=0.75 * rate), rate)
     assert not short.passed
     assert short.window_achieved_rps < 0.9 * short.window_offered_rps
     assert short.backlog.share > 0.05  # one rule: the queue grew by that share
@@ -242,10 +202,10 @@ def test_a_client_behind_its_schedule_offered_less_than_the_rate(tmp_path):
     never grew (the backlog waited in the client) and the step passed; by the schedule it
     grew by a quarter of the arrivals, so the step fails, and says how late the client sent."""
     due = _trace_due(tmp_path, 117.0)
-    results, running = _engine(due, serve_rps=300.0, send_rps=86.0)
+    results, running = served.engine(due, serve_rps=300.0, send_rps=86.0)
     by_send = [dataclasses.replace(r, due=None) for r in results]
-    assert _judge_trace(by_send, running, 117.0, send_s=max(due)).passed  # the rule as it was
-    step = _judge_trace(results, running, 117.0)
+    assert served.judged(by_send, running, 117.0, send_s=max(due)).passed  # the rule as it was
+    step = served.judged(results, running, 117.0)
     assert not step.passed and step.backlog.late_p99_s > 3
     assert step.window_offered_rps == pytest.approx(117, rel=0.1)
     assert step.window_achieved_rps == pytest.approx(86, rel=0.1)
@@ -273,3 +233,43 @@ def test_a_batch_that_settles_higher_is_served_not_short():
     grew = steady.backlog(reqs, w, running=_running(reqs, None))
     assert grew.completed_rps < 0.85 * grew.offered_rps
     assert grew.achieved_rps == pytest.approx(grew.offered_rps, rel=0.05)
+
+
+def _even(rate: float, seconds: float) -> list[float]:
+    """Due times every 1/`rate` s for `seconds`."""
+    return [i / rate for i in range(round(rate * seconds))]
+
+
+@pytest.mark.parametrize("seconds", [3.0, 20.0])
+def test_a_step_achieving_12_percent_less_than_offered_fails_at_any_length(seconds):
+    """As a user's CPU step offered 4.97 req/s and achieving 4.4 passed: the rule without
+    its floor. An engine taking 88 % of a 12-req/s schedule into service falls behind in a
+    3-s step as in a 20-s one; the 3-s window's queue grew by 3 requests, under the 4 that
+    once had to pile up before a step could fail."""
+    results, running = served.engine(_even(12.0, seconds), serve_rps=0.88 * 12.0)
+    step = served.judged(results, running, 12.0)
+    assert not step.passed and step.invalid is None
+    assert step.window_achieved_rps == pytest.approx(0.88 * step.window_offered_rps, abs=0.3)
+    assert any(v.startswith("backlog +") for v in step.violations)
+    if seconds == 3.0:
+        assert step.backlog.growth < 4 and step.backlog.arrivals >= 20
+    # the engine that keeps up passes it
+    results, running = served.engine(_even(12.0, seconds), serve_rps=3 * 12.0)
+    kept = served.judged(results, running, 12.0)
+    assert kept.passed and not kept.violations and kept.invalid is None
+
+
+@pytest.mark.parametrize("serve", [24.0, 0.88 * 8.0])
+def test_a_step_too_short_to_judge_is_invalid_not_passing(serve):
+    """16 arrivals in the window of a 3-s step at 8 req/s: one request left waiting would be
+    6 % of them, beyond the 5 % limit, so keeping pace cannot be told from falling behind.
+    Such a step neither passes nor fails, whether the engine kept up or fell 12 % short;
+    the search measures it again longer."""
+    results, running = served.engine(_even(8.0, 3.0), serve_rps=serve)
+    step = served.judged(results, running, 8.0)
+    assert step.backlog.arrivals < steady.needed(0.05) == 20
+    assert not step.passed and not step.violations
+    assert step.invalid == (f"{step.backlog.arrivals} arrivals in its window, fewer than the 20 "
+                            "that keeping pace within 5% needs")
+    assert not step.backlog.decides(0.05)
+    assert steady.least_sent(0.05, 0.2, 0.1) == 29  # what a step sends at the least

@@ -19,7 +19,8 @@ import yaml
 from autotune.cli.main import main
 from autotune.config import Scenario
 from autotune.errors import ConfigError
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord
+from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.steprecord import StepRecord
 from autotune.measure.summary import Summary
 from autotune.results import cost, reportpage, show
 from autotune.tuning import ranking

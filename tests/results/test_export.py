@@ -107,7 +107,7 @@ def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
     assert rec.capacity is not None
     out = export.render(st, rec, "cli", "Qwen/Qwen3-4B-Instruct-2507")
     figure = capacitytext.describe(rec.capacity)
-    assert f"# capacity at SLO: {figure}; 1.34x vLLM defaults at 68.2 req/s" in out
+    assert f"# capacity at SLO: {figure}; 1.34x vLLM defaults at 69.1 req/s" in out
     assert f"# at that rate: {rec.capacity.output_throughput:.1f} output tok/s" in out
     assert "# measured:" not in out
     facts = json.loads(export.render(st, rec, "json", "Qwen/Qwen3-4B-Instruct-2507"))

@@ -16,8 +16,9 @@ import pytest
 from autotune.cli import main as cli
 from autotune.engine.log import Startup, StartupFigures
 from autotune.measure import capacityrecord, capacitytext
-from autotune.measure.capacityrecord import CapacityRecord, StepRecord
+from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
+from autotune.measure.steprecord import StepRecord
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.objective import Measures
@@ -129,13 +130,19 @@ def test_show_json_is_what_the_raw_attributes_say(db, capsys):
             assert row["capacity"] is None
             continue
         shown = row["capacity"]
-        for key in ("request_throughput", "output_throughput", "low", "high", "uncertainty",
-                    "saturated", "stopped"):
+        for key in ("saturated", "stopped"):
             assert shown[key] == cap[key], key
+        # the capacity is what the steps at the stored (offered) rate achieved in their
+        # steady windows, the failing end what its steps were offered: from the raw steps
+        low, high = _achieved(cap, cap["low"], True), _achieved(cap, cap["high"], False)
+        assert shown["request_throughput"] == pytest.approx(low or 0.0, rel=1e-12)
+        assert shown["output_throughput"] == pytest.approx(
+            cap["output_throughput"] * (low / cap["low"] if cap["low"] else 1.0), rel=1e-12)
+        assert (shown["low"], shown["high"]) == pytest.approx((low, high), rel=1e-12)
         spread = cap["spread"] or 0.0
-        low = cap["low"] or 0.0
-        high = cap["high"] if cap["high"] is not None else low
-        assert shown["interval"] == [low * (1 - spread), high * (1 + spread)]
+        lo = low or 0.0
+        hi = high if high is not None else lo
+        assert shown["interval"] == pytest.approx([lo * (1 - spread), hi * (1 + spread)])
         assert shown["steps"] == len(cap["steps"])
         assert shown["bottleneck"] == (cap.get("bottleneck") or {}).get("text")
     last = max(raw)  # and one trial in full: its stored fields as they are
@@ -144,6 +151,18 @@ def test_show_json_is_what_the_raw_attributes_say(db, capsys):
     for key in (*TYPED, "metrics"):
         if raw[last].get(key) is not None:
             assert json.dumps(full[key]) == json.dumps(raw[last][key]), key
+
+
+def _achieved(cap: dict[str, Any], rate: float | None, passed: bool) -> float | None:
+    """From a stored record's raw steps at `rate`: what the passing ones achieved (their
+    window's arrivals less the queue's growth, per second), or what the failing ones were
+    offered (arrivals per second); `rate` itself where the steps kept no window."""
+    if rate is None:
+        return None
+    got = [(b["arrivals"] - (b["growth"] if passed else 0.0)) / s["window_s"]
+           for s in cap["steps"] if s["rate"] == rate and s["kind"] != "burst"
+           and s["passed"] == passed and (b := s.get("backlog")) and s.get("window_s")]
+    return sum(got) / len(got) if got else rate
 
 
 def test_empty_and_older_dicts_read_at_their_defaults():

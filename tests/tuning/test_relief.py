@@ -295,14 +295,14 @@ def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
     """The committed H200 study h200-guided-check (no baselines, relief every 2), its
     defaults' limit read again across their knee, as a study records it now."""
 
-    from autotune.measure import searchplan
+    from autotune.measure import searchresult
 
     db = ROOT / "studies" / "h200-guided-check.db"
     st = optuna.load_study(study_name="h200-guided-check", storage=f"sqlite:///{db}")
     recs = records(st)
     cap = recs[0].capacity
     assert cap is not None and cap.limiting_step is not None
-    knee = searchplan.knee(cap.steps, cap.low, cap.limiting_step)
+    knee = searchresult.knee(cap.steps, cap.rate, cap.limiting_step)
     metrics = recs[0].metrics.with_(capacity=dataclasses.replace(cap, bottleneck=knee))
     scenario = StudyRecord.of(st).scenario.scenario
     assert scenario is not None

@@ -42,16 +42,20 @@ def test_every_configuration_measured_to_the_end_is_replayed_as_measured(bench):
     assert keys == set(surface.measured) and len(keys) == 6
     for r in done:
         assert surface.truth(r.flags) == pytest.approx(r.capacity.request_throughput)
-    # vLLM's defaults come back with their measured steps, the limit read across the knee
+    # vLLM's defaults come back with their measured steps, the limit read across the knee;
+    # the capacity is what the steps at 50.1 req/s offered achieved
     out = bench.runner(surface, random.Random(0))(None, "m", {})
     cap = out.summary.capacity
-    assert cap.low == pytest.approx(50.1, abs=0.1) and len(cap.steps) == 7
+    assert cap.low == pytest.approx(50.8, abs=0.1) and len(cap.steps) == 7
+    assert cap.rate == pytest.approx(50.1, abs=0.1)
     assert cap.bottleneck.kind == bn.FRONT_END
 
 
 def test_the_roofline_agrees_with_what_the_study_measured(bench):
-    """Within 5 % of the capacity interval of every trial measured to the end, and under the
-    rate at which each pruned trial's burst already failed."""
+    """Within 6 % of the capacity interval of every trial measured to the end (the interval
+    starts at the rate the engine achieved, up to 3 % above the rate the search offered,
+    which the roofline was fitted to), and under the rate at which each pruned trial's
+    burst already failed."""
     from autotune.measure import capacityrecord
 
     for r in _study():
@@ -60,7 +64,7 @@ def test_the_roofline_agrees_with_what_the_study_measured(bench):
         model = bench._h200({**bench.REPLAY.defaults, **r.flags}).capacity()
         if r.capacity.low:
             lo, hi = capacityrecord.interval(r.capacity)
-            assert lo * 0.95 <= model <= hi * 1.05, (r.number, lo, model, hi)
+            assert lo * 0.94 <= model <= hi * 1.06, (r.number, lo, model, hi)
         elif r.capacity.max_request_throughput:
             assert model < r.capacity.max_request_throughput, r.number
 

@@ -24,9 +24,10 @@ SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
 
 
 def capacity_record(metrics: Summary) -> CapacityRecord | None:
-    """The capacity search's record inside a trial's `metrics`, if it ran in capacity mode
-    (`TrialRecord.capacity` reads it so too)."""
-    return metrics.capacity
+    """The capacity search's record inside a trial's `metrics`, if it ran in capacity mode,
+    as this version reads it (`capacityrecord.current`: an older record's capacity is the
+    rate its steps achieved); `TrialRecord.capacity` reads it so too."""
+    return capacityrecord.current(metrics.capacity) if metrics.capacity is not None else None
 
 
 def short(metrics: Summary | None, quality: Quality | None,
