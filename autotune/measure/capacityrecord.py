@@ -23,7 +23,7 @@ class StepRecord(Stored):
     """One load level as the trial's record keeps it: what was offered, what came back,
     and whether the SLOs held. Steps recorded before the steady window and the attribution
     lack `whole` ... `latencies`; before the window's rates and the trace's replay, lack
-    `window_offered_rps` ... `replayed`."""
+    `window_offered_rps` ... `replayed`; before the per-GPU chart, `total_token_throughput`."""
 
     index: int = 0
     kind: str = ""  # burst | ceiling | expand | bisect | repeat
@@ -53,6 +53,9 @@ class StepRecord(Stored):
     window_offered_rps: float | None = None
     window_achieved_rps: float | None = None
     replayed: Replay | None = None  # a trace's step: which part of the trace it sent
+    # Input and output tokens/s of the whole step, as `output_throughput` counts output
+    # (`autotune.results.interactivity` reads it per GPU; None: recorded before it).
+    total_token_throughput: float | None = None
     NESTED = {"replayed": Replay, "backlog": Backlog, "bottleneck": Bottleneck}
     EMPTY = ("backlog", "bottleneck")
 
