@@ -27,7 +27,8 @@ class StepRecord(Stored):
     """One load level as the trial's record keeps it: what was offered, what came back,
     and whether the SLOs held. Steps recorded before the steady window and the attribution
     lack `whole` ... `latencies`; before the window's rates and the trace's replay, lack
-    `window_offered_rps` ... `replayed`; before the arrival floor, `invalid`."""
+    `window_offered_rps` ... `replayed`; before the arrival floor, `invalid`; before the
+    per-GPU chart, `total_token_throughput`."""
 
     index: int = 0
     kind: str = ""  # burst | ceiling | expand | bisect | repeat | longer
@@ -60,6 +61,9 @@ class StepRecord(Stored):
     # Why the step is no measurement (its window held too few arrivals to tell whether the
     # engine kept pace, `steady.needed`): it neither passed nor failed. None: a valid step.
     invalid: str | None = None
+    # Input and output tokens/s of the whole step, as `output_throughput` counts output
+    # (`autotune.results.interactivity` reads it per GPU; None: recorded before it).
+    total_token_throughput: float | None = None
     NESTED = {"replayed": Replay, "backlog": Backlog, "bottleneck": Bottleneck}
     EMPTY = ("backlog", "bottleneck")
 

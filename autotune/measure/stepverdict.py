@@ -77,7 +77,8 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
                 latencies=latency_figures(summary),
                 window_offered_rps=grew.offered_rps if grew else None,
                 window_achieved_rps=grew.achieved_rps if grew else None,
-                replayed=whole.replayed, invalid=short)
+                replayed=whole.replayed, invalid=short,
+                total_token_throughput=whole.total_token_throughput)
 
 
 def violations(summary: Summary, slos: Mapping[str, float],

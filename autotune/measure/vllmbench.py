@@ -361,6 +361,7 @@ def search(helper: Helper, spec: WorkloadSpec, slos: Mapping[str, float],
                                  result.output_throughput, broken,
                                  result.completed + result.failed, figures,
                                  round(waited, 3), round(time.monotonic() - t0, 3),
+                                 total_token_throughput=result.total_token_throughput,
                                  summary=result)
 
     try:

@@ -17,7 +17,7 @@ from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.remeasurements import Validation
-from autotune.results import cost, decision, report, show, summary, whatif
+from autotune.results import cost, decision, interactivity, report, show, summary, whatif
 from autotune.results.gputime import SESSION_GAP_S, GpuTime
 from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
@@ -318,6 +318,12 @@ def what_if_table(study: StudyOrSnapshot, slos: Sequence[Slo]) -> str:
     return f"<p>{_e(data.text())}</p><table><tr>{head}</tr>{rows}</table>"
 
 
+def _interactivity(study: Snapshot, data: interactivity.Interactivity) -> str:
+    """The definitions, then the chart; or, where neither trial has a capacity step, why."""
+    if not any(c.points for c in data.curves):
+        return f"<p class='note'>{_e('; '.join(data.lines()) or 'no capacity step')}.</p>"
+    return ("<p>" + " ".join(map(_e, interactivity.DEFINITIONS)) + "</p>"
+            + _figure(report.interactivity_figure(study), "interactivity"))
 
 
 def cost_section(study: StudyOrSnapshot, price: cost.Price, load: float) -> str:
@@ -347,12 +353,14 @@ def build(study: StudyOrSnapshot, what_if: Sequence[Slo] = (), *, load: float | 
     study = Snapshot.of(study)
     price = cost.price_of(ranking.stored_scenario(study), gpu_hour, gpus)
     imp = report.importances(study)
+    chart = interactivity.of_study(study)
     sections: Sequence[tuple[str, str]] = [
         ("Pareto front", "<p>Each point is one configuration. Lower right is better: more "
          "throughput at lower latency; colour is the engine's peak memory. Stars and diamonds "
          "are vLLM's defaults and the named baselines; crosses missed an SLO or the quality "
          "guardrail; hollow circles were pruned mid-run and show their probe-phase figures."
          "</p>" + _figure(report.pareto_figure(study), "pareto")),
+        (f"Throughput per {chart.per} against interactivity", _interactivity(study, chart)),
         ("Optimisation history", _figure(report.history_figure(study), "history")),
         ("Parameter importances",
          f"<p class='note'>{_e(imp)}</p>" if isinstance(imp, str)

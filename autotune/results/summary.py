@@ -24,6 +24,7 @@ from autotune.remeasurements import Recheck, Validation
 from autotune.results import cost, whatif
 from autotune.results.decision import Decision, NoAnswer, no_answer, of_study
 from autotune.results.gputime import GpuTime
+from autotune.results.interactivity import Interactivity
 from autotune.results.show import capacity_caveat, legend, outcome, reason
 from autotune.slo import Slo
 from autotune.stored import json_data
@@ -198,7 +199,8 @@ class MemoryModel:
 @dataclass
 class Summary:
     """Every trial, the baseline, and the best feasible trial (one objective) or the
-    feasible Pareto set; the capacity ranking; where the GPU time went; with a load, the
+    feasible Pareto set; the capacity ranking; where the GPU time went; throughput per GPU
+    against interactivity at the decision's and the defaults' steps; with a load, the
     winner priced beside the defaults; with what-if SLOs, the trials re-ranked from their
     recorded steps."""
 
@@ -228,6 +230,9 @@ class Summary:
     no_answer: NoAnswer | None = None
     # Where the study's GPU time went (`autotune.results.gputime`).
     gpu_time: GpuTime | None = None
+    # Throughput per GPU against interactivity at the capacity steps of the decision and
+    # vLLM's defaults (`autotune.results.interactivity`).
+    interactivity: Interactivity | None = None
 
     @property
     def weighted(self) -> bool:
@@ -289,6 +294,9 @@ class Summary:
                           and any(f.number == r.number for f in feasible)]
             if not out.pareto:
                 out.no_answer = no_answer(trials)
+        reference = ranked.reference_trial(snap)
+        out.interactivity = Interactivity.of(trials, out.decision.trial if out.decision else None,
+                                             reference.number if reference else None)
         if load is not None:
             winner = ranked.feasible_best(snap)
             out.cost = cost.side_by_side(winner, ranked.reference_trial(snap),

@@ -44,6 +44,17 @@ def outputs(nb: nbformat.NotebookNode) -> tuple[int, str]:
     return figures, "".join(text)
 
 
+def figure(nb: nbformat.NotebookNode, title: str) -> dict:
+    """The plotly figure the notebook showed whose title starts with `title`."""
+    shown = [out["data"][PLOTLY] for cell in nb.cells for out in cell.get("outputs", [])
+             if PLOTLY in out.get("data", {})]
+    return next(f for f in shown
+                if str(f["layout"].get("title", {}).get("text", "")).startswith(title))
+
+
+INTERACTIVITY = "Throughput per GPU against interactivity"
+
+
 @pytest.mark.parametrize("cwd", ["notebooks", "elsewhere"])
 def test_pareto_notebook_as_committed(cwd, tmp_path, monkeypatch):
     """No environment: the committed H200 study, whether the kernel runs in notebooks/ or
@@ -51,10 +62,19 @@ def test_pareto_notebook_as_committed(cwd, tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOTUNE_STUDY", raising=False)
     monkeypatch.chdir(tmp_path)  # the shell's directory ($PWD) tells nothing either
     monkeypatch.setenv("PWD", str(tmp_path))
-    figures, text = outputs(execute("pareto.ipynb", NOTEBOOKS if cwd == "notebooks"
-                                    else tmp_path))
-    assert figures >= 5  # front, history, importances, parallel coordinates, guardrail
+    nb = execute("pareto.ipynb", NOTEBOOKS if cwd == "notebooks" else tmp_path)
+    figures, text = outputs(nb)
+    # front, per GPU against interactivity, history, importances, parallel coordinates,
+    # guardrail
+    assert figures >= 6
     assert "study qwen3-4b-h200: 16 trials" in text
+    # The chart of the decision (#8) and vLLM's defaults, with its definitions: this study's
+    # steps keep the SLO's TPOT p95 alone (no median) and derive their total.
+    assert "Interactivity is what one user sees: 1000 / TPOT" in text
+    assert "median TPOT not stored" in text and "total tokens derived" in text
+    chart = figure(nb, INTERACTIVITY)
+    assert [t["name"] for t in chart["data"] if t["xaxis"] == "x"] == [
+        "#8: the decision, p95 TPOT", "vLLM defaults #0, p95 TPOT"]
     assert "id='trials'" in text and "autotune export qwen3-4b-h200 --trial 8" in text
 
 
@@ -78,8 +98,10 @@ def test_the_readmes_jupyter_execute_command(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not (NOTEBOOKS / "run.ipynb").exists()
-    figures, text = outputs(nbformat.read(out, as_version=4))
+    nb = nbformat.read(out, as_version=4)
+    figures, text = outputs(nb)
     assert "study qwen3-4b-24g: 14 trials" in text and figures >= 4
+    assert figure(nb, INTERACTIVITY)["data"]  # the decision is the defaults' stand-in, #1
 
 
 def test_jupyterlab_is_installed_to_open_them():
