@@ -154,12 +154,13 @@ def test_show_json_is_what_the_raw_attributes_say(db, capsys):
 
 
 def _achieved(cap: dict[str, Any], rate: float | None, passed: bool) -> float | None:
-    """From a stored record's raw steps at `rate`: what the passing ones achieved (their
-    window's arrivals less the queue's growth, per second), or what the failing ones were
-    offered (arrivals per second); `rate` itself where the steps kept no window."""
+    """From a stored record's raw steps at `rate`: what the passing ones achieved (as stored,
+    else their window's arrivals less the queue's growth, per second), or what the failing
+    ones were offered (likewise); `rate` itself where the steps kept no window."""
     if rate is None:
         return None
-    got = [(b["arrivals"] - (b["growth"] if passed else 0.0)) / s["window_s"]
+    got = [s.get("window_achieved_rps" if passed else "window_offered_rps")
+           or (b["arrivals"] - (b["growth"] if passed else 0.0)) / s["window_s"]
            for s in cap["steps"] if s["rate"] == rate and s["kind"] != "burst"
            and s["passed"] == passed and (b := s.get("backlog")) and s.get("window_s")]
     return sum(got) / len(got) if got else rate
