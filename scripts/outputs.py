@@ -7,12 +7,13 @@ left them byte for byte as they were.
     .venv/bin/python scripts/outputs.py --update      # record the outputs as they are now
 
 For each study of each committed database (the `.db` files git tracks under studies/), the
-CLI runs in this process: `show` at 80 columns (what a pipe gets: one block a trial) and at
-200 (the full table), `show --json`, `report -o` and `export --format F -o` for every
-format of `autotune.results.export.FORMATS`. Kept: what `show` printed, the file `report`
-and `export` wrote, and a `commands.log` a study with each command, its exit code and its
-stderr, so a command that refuses a study (an export with no feasible trial, exit 4) is an
-output too. An output is named `DB/STUDY/FILE`, its path under `--write`'s folder.
+CLI runs in this process: `show` as a pipe gets it (no line wrapped) at 80 columns (one
+block a trial) and at 200 (the full table), `show --json`, `report -o` and `export --format
+F -o` for every format of `autotune.results.export.FORMATS`. Kept: what `show` printed, the
+file `report` and `export` wrote, and a `commands.log` a study with each command, its exit
+code and its stderr, so a command that refuses a study (an export with no feasible trial,
+exit 4) is an output too. An output is named `DB/STUDY/FILE`, its path under `--write`'s
+folder.
 
 tests/golden/outputs.json keeps one sha256 an output (a report is megabytes) and the
 versions of the libraries that shape them; tests/project/test_outputs_stable.py runs the
@@ -62,8 +63,9 @@ OUT = "$OUT"
 # The report inlines the installed plotly's plotly.js (about 4.8 MB): the library's code,
 # which changes with every plotly release and never with autotune's, so it is one token here.
 PLOTLYJS = "/* plotly.js of the installed plotly */"
-# rich reads these: without a terminal it draws COLUMNS wide (80 without it) and without
-# colour, unless one of the others says to pretend a terminal or forbids colour.
+# rich reads these: without a terminal it lays out COLUMNS wide (80 without it), without
+# colour and (`autotune.cli.options.console`) without wrapping a line, unless one of the
+# others says to pretend a terminal or forbids colour.
 TERMINAL = ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE",
             "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,12 @@ def workdir(path: Path) -> Path:
         if not (path / name).exists():
             (path / name).symlink_to(ROOT / name)
     return path
+
+
+def written(command: str) -> str | None:
+    """The file a command writes (its `-o` argument), as given; None where it names none."""
+    words = shlex.split(command, comments=True)
+    return words[words.index("-o") + 1] if "-o" in words[:-1] else None
 
 
 @dataclass(frozen=True)

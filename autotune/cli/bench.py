@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autotune.cli import options
 from autotune.cli.options import positive
 from autotune.errors import ConfigError
 from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
@@ -302,13 +303,12 @@ def _first_model(url: str, headers: dict[str, str]) -> str:
 
 
 def _print(result: Summary, stderr: bool = False) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from autotune.measure import capacitytext
     from autotune.measure.bench import summary_rows
 
-    console = Console(stderr=stderr)
+    console = options.console(stderr=stderr)
 
     table = Table(title="autotune bench", show_header=False)
     table.add_column(justify="left")

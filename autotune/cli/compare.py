@@ -12,6 +12,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
+from autotune.cli import options
 from autotune.cli.options import positive
 from autotune.errors import ConfigError
 
@@ -42,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--studies-dir", default="studies")
     p.add_argument("--gpu-hour", type=named_price, action="append", default=[],
                    metavar="NAME=PRICE", help="price of one GPU-hour in the study NAME "
-                   "(default: its scenario's cost.gpu_hour; repeatable)")
+                   "(of one hour of the machine for a study on vLLM's CPU build; default: "
+                   "its scenario's cost.gpu_hour; repeatable)")
     p.add_argument("--load", type=positive, metavar="REQ/S",
                    help="also the replicas each needs for this load, and their cost an hour")
     p.add_argument("--any-model", action="store_true",
@@ -53,8 +55,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from rich.console import Console
 
     from autotune.results.compare import compare
     from autotune.results.show import open_existing
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(json_data(result), indent=2, default=str))
     else:
-        show(result, Console())
+        show(result, options.console())
     return 0
 
 
@@ -103,6 +103,10 @@ def show(c: Comparison, console: Console) -> None:
     for e in [*c.priced, *c.unpriced]:
         if e.missing and e.missing != NO_PRICE:
             console.print(Text(f"{e.study}: {e.missing}"))
+        if e.winner is not None and e.winner.cpu:  # no GPU: the price is the machine's
+            console.print(Text(f"{e.study}: measured on vLLM's CPU build: a replica is one "
+                               "CPU machine, no GPU" + (f"; {e.price.text(cpu=True)}"
+                                                        if e.price.known else "")))
     for note in c.notes:
         console.print(Text(f"note: {note}"))
 

@@ -13,6 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
+from autotune.cli import options
 from autotune.cli.options import whole
 
 HELP = "which of the winner's flags carry its gain: each taken away on a fresh engine; " \
@@ -31,7 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from autotune.results import show
     from autotune.tuning import ablation
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
-    console = Console(stderr=args.json)
+    console = options.console(stderr=args.json)
     console.print(f"explaining trial #{winner.number} of study {st.study_name}: " + (
         f"{len(real)} real override(s), each taken away on a fresh engine after the winner "
         "again (Ctrl-C stops; runs finished so far stay in the study)" if real else

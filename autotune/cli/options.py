@@ -20,6 +20,7 @@ from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
     import optuna
+    from rich.console import Console
 
     from autotune.slo import Slo
 
@@ -90,9 +91,11 @@ def cost_arguments(p: argparse.ArgumentParser) -> None:
                    "replicas it needs at the capacity at SLO, and their cost (show, report: "
                    "the winner beside the defaults)")
     p.add_argument("--gpu-hour", type=positive, metavar="PRICE",
-                   help="price of one GPU for an hour (default: the scenario's cost.gpu_hour)")
+                   help="price of one GPU for an hour, or of the machine for a study on "
+                   "vLLM's CPU build (default: the scenario's cost.gpu_hour)")
     p.add_argument("--gpus", type=whole(1), metavar="N", help="GPUs one replica holds "
-                   "(default: cost.gpus, else tensor x pipeline x data parallel size)")
+                   "(default: cost.gpus, else tensor x pipeline x data parallel size; none "
+                   "on vLLM's CPU build)")
 
 
 def open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study:
@@ -121,3 +124,17 @@ def what_if(specs: list[str], command: str) -> list[Slo]:
         return [slo.parse(s) for s in specs]
     except ValueError as err:
         raise ConfigError(f"{command}: --slo: {err}") from None
+
+
+def console(stderr: bool = False) -> Console:
+    """What a command prints to: stdout (stderr where stdout carries `--json`). On a terminal
+    rich wraps lines at its width; piped or redirected, a line is never wrapped, so that
+    `show | grep 'x vLLM defaults'` finds a sentence whole (rich would cut it at 80
+    columns). The layout (stacked trials or the full table, each table's width) still
+    follows the width rich reads: `COLUMNS` where it is set, else the terminal's, else 80."""
+    from rich.console import Console
+
+    out = Console(stderr=stderr)
+    if not out.is_terminal:
+        out.soft_wrap = True
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from autotune.cli import options
 from autotune.cli.options import cost_arguments, open_study, study_arguments, what_if, whole
 from autotune.errors import ConfigError
 
@@ -39,12 +40,12 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(trials[args.trial].as_dict(), indent=2, default=str))
         else:
-            views.print_trial(trials[args.trial])
+            views.print_trial(trials[args.trial], options.console())
         return 0
     data = Summary.of(st, what_if(args.slo, "show"), load=args.load, gpu_hour=args.gpu_hour,
                       gpus=args.gpus)
     if args.json:
         print(json.dumps(data.as_json(), indent=2, default=str))
     else:
-        views.print_summary(data)
+        views.print_summary(data, options.console())
     return 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.cli import init
+from autotune.cli import init, options
 from autotune.cli.options import duration, study_name, whole
 from autotune.errors import ConfigError
 
@@ -94,8 +94,6 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     shared trial counter and its parent's pid."""
     import logging
 
-    from rich.console import Console
-
     from autotune import config
     from autotune.engine.info import engine_info
     from autotune.tuning.policy import space
@@ -143,7 +141,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     handler.setFormatter(logging.Formatter(f"%(asctime)s{tag} %(levelname)s %(message)s"))
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
-    console = Console(stderr=cmd.json)  # --json: stdout carries the summary alone
+    console = options.console(stderr=cmd.json)  # --json: stdout carries the summary alone
     console.print(f"tuning {scenario.name}: results in {storage.masked(url)}")
 
     def on_progress(p: study.Progress) -> None:

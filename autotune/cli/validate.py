@@ -8,6 +8,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from autotune.cli import options
 from autotune.cli.options import open_study, positive, study_arguments, whole
 from autotune.errors import ConfigError
 
@@ -46,13 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
-
     from autotune.results import views
     from autotune.tuning.sharing import storage
     from autotune.verify import validate
 
-    console = Console(stderr=args.json)  # --json: stdout carries the result alone
+    console = options.console(stderr=args.json)  # --json: stdout carries the result alone
     if args.step_seconds is not None and args.client != "vllm":
         raise ConfigError("validate: --step-seconds sets the steps of --client vllm")
     if args.gpus is not None and args.client != "vllm":

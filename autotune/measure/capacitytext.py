@@ -1,6 +1,7 @@
 """A capacity in words and tables for a terminal: the one line every view prints
-(`describe`), what the capacity was offered and achieved (`achieved_text`), a step's rates
-for a log line, and the table of a search's steps.
+(`describe`) and its one range (`span`), what the capacity was offered and achieved
+(`achieved_text`), a step's name and rates for a log line, and the table of a search's
+steps.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ def describe(cap: CapacityRecord) -> str:
             rate, passed, runs = moved[0]
             text += f"; unrepeatable: {rate:.3g} req/s met them in {passed} of {runs} steps"
         return text
-    lo, hi = bounds(cap)  # a floor's is open above
-    span = f"at least {lo:.3g}" if hi is None else f"{lo:.3g}-{hi:.3g}"
-    text = f"{cap.request_throughput:.3g} req/s ({span}"
+    text = f"{cap.request_throughput:.3g} req/s ({span(*bounds(cap))}"
     text += f", ±{cap.uncertainty:.1%})" if cap.uncertainty else ")"
     if cap.time_scale:
         text += f", {cap.time_scale:.3g}x the trace's recorded pace"
@@ -36,6 +35,12 @@ def describe(cap: CapacityRecord) -> str:
         text += f", measured again in {steps(cap.remeasured)}" + (
             ": still too uncertain to rank by" if cap.too_uncertain else "")
     return text
+
+
+def span(low: float, high: float | None) -> str:
+    """A capacity's interval (`capacityrecord.bounds`), the one range every view gives a
+    capacity: `2.9-3.4`, or `at least 2.9` for a floor (open above)."""
+    return f"at least {low:.3g}" if high is None else f"{low:.3g}-{high:.3g}"
 
 
 def steps(n: int) -> str:
@@ -56,6 +61,12 @@ def achieved_text(cap: CapacityRecord) -> str | None:
                 "steps kept no steady window to measure what the engine achieved")
     return (f"achieved {cap.request_throughput:.3g} req/s of {cap.offered_rps:.3g} offered in "
             f"the steady windows of {where} (the search's rate {cap.rate:.3g} req/s)")
+
+
+def step_name(index: int, kind: str, rate: float | None) -> str:
+    """A step as a log line or a Ctrl-C names it: `capacity step 4 (bisect) at 5.1 req/s`,
+    `capacity step 0 (burst)`."""
+    return f"capacity step {index} ({kind})" + ("" if rate is None else f" at {rate:.3g} req/s")
 
 
 def rates(step: StepRecord) -> str:

@@ -15,14 +15,14 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import aiohttp
 
 from autotune.engine import prometheus
 from autotune.measure import bench, searchplan, searchresult, steady, stepverdict, watch, workloads
 from autotune.measure.bench import Load
-from autotune.measure.capacitytext import rates
+from autotune.measure.capacitytext import rates, step_name
 from autotune.measure.searchplan import Anchor
 from autotune.measure.searchresult import Step
 from autotune.measure.summary import Summary
@@ -34,6 +34,19 @@ log = logging.getLogger("autotune")
 # requests are slow, and a cold burst would cap the whole search below the engine's
 # capacity (the first search on a CPU engine gave 14.1 req/s against 24 for the next).
 WARMUP = 8
+# The attribute of a log record about one capacity step (its value a `StepNote`), so that a
+# live view can name the step under way, e.g. when a Ctrl-C stops it mid-step.
+STEP = "autotune_step"
+
+
+@dataclass(frozen=True)
+class StepNote:
+    """The capacity step a log record is about, by name (`capacitytext.step_name`), and
+    whether the record announces it (`starts`: before anything waits or is sent; a live
+    view shows it in its status line, not as a line of its own) or gives its verdict."""
+
+    name: str
+    starts: bool
 
 
 async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
@@ -75,13 +88,16 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
     least = steady.least_sent(cap.backlog_limit, cap.ramp_fraction, cap.tail_fraction)
 
     def measure(kind: str, rate: float | None, index: int, seconds: float | None) -> Step:
-        waited = watch.run(wait_idle(load.target.url, cap.idle_timeout_s), load.alive)
         n = base_n
         if seconds is not None and rate is not None:  # a step the search asked longer
             n = max(base_n, least, math.ceil(rate * seconds))
         elif rate is not None:  # long enough to be measured, short enough at low rates
             n = max(base_n, math.ceil(rate * cap.min_step_s))
             n = max(least, min(n, math.floor(rate * cap.max_step_s)))
+        name = step_name(index, kind, rate)
+        log.info("starting %s: %d %s", name, n, count.replace("num_", ""),
+                 extra={STEP: StepNote(name, starts=True)})
+        waited = watch.run(wait_idle(load.target.url, cap.idle_timeout_s), load.alive)
         step_spec = spec.model_copy(update={
             "request_rate": math.inf if rate is None else rate, count: n,
             "warmup_requests": (spec.warmup_requests or WARMUP) if index == 0 else 0,
@@ -96,7 +112,8 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
                  "burst" if rate is None else f"{rate:.3g} req/s", rates(step),
                  "pass" if step.passed else "fail: " + ", ".join(step.violations),
                  step.bottleneck.text if step.bottleneck else "",
-                 f"; {step.replayed.text()}" if step.replayed else "")
+                 f"; {step.replayed.text()}" if step.replayed else "",
+                 extra={STEP: StepNote(name, starts=False)})
         return step
 
     result = searchplan.plan(measure, cap, anchor)

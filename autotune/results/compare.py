@@ -40,10 +40,11 @@ class Entry:
 
     @property
     def capacity_rps_per_gpu(self) -> float | None:
-        """Capacity at SLO per GPU, req/s: how the studies without a price are ranked."""
+        """Capacity at SLO per GPU, req/s: how the studies without a price are ranked;
+        None on vLLM's CPU build, which holds no GPU."""
         w = self.winner
         return w.capacity_rps / w.gpus if w is not None and w.capacity_rps is not None \
-            else None
+            and w.gpus else None
 
     @property
     def missing(self) -> str:

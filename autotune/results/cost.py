@@ -3,10 +3,11 @@
 A capacity-mode trial's capacity at SLO (`CapacityRecord.low`) is the rate one replica can
 be trusted with; its `output_throughput` is that rate times the mean output tokens per
 request of the passing step at `low` (the step's own figure includes ramp and drain). Hence:
-one replica costs the GPU-hour price times its GPUs and makes output_throughput x 3600
-tokens an hour, a cost per million output tokens comparable across configurations, GPUs
-and clouds; a load of R req/s needs ceil(R / capacity) replicas. It is not the export's
-"safe request rate" (`autotune.results.limits`), which moves with the search's step grid.
+one replica costs the GPU-hour price times its GPUs (on vLLM's CPU build, which holds no
+GPU, the price of one hour of the machine) and makes output_throughput x 3600 tokens an
+hour, a cost per million output tokens comparable across configurations, GPUs and clouds;
+a load of R req/s needs ceil(R / capacity) replicas. It is not the export's "safe request
+rate" (`autotune.results.limits`), which moves with the search's step grid.
 Prices: the study's (`cost:`) or the command line's. A trial without a capacity cannot
 serve at its SLO: it is said, never divided by.
 """
@@ -41,11 +42,18 @@ class Price:
     def known(self) -> bool:
         return self.gpu_hour is not None
 
-    def text(self) -> str:
-        """`3.5 USD per GPU-hour (--gpu-hour)` or the missing price's hint."""
+    def text(self, cpu: bool = False) -> str:
+        """`3.5 USD per GPU-hour (--gpu-hour)`, or for a study on vLLM's CPU build `... per
+        hour of one CPU machine (--gpu-hour)`; the missing price's hint."""
         if self.gpu_hour is None:
             return NO_PRICE
-        return f"{self.gpu_hour:g} {self.currency} per GPU-hour ({self.source})"
+        return f"{self.gpu_hour:g} {self.currency} {per_hour(cpu)} ({self.source})"
+
+
+def per_hour(cpu: bool) -> str:
+    """What a price is for: `per GPU-hour`, or on vLLM's CPU build `per hour of one CPU
+    machine` (a replica there is a machine, with no GPU to price)."""
+    return "per hour of one CPU machine" if cpu else "per GPU-hour"
 
 
 def price_of(scenario: Scenario | None, gpu_hour: float | None = None,
@@ -65,8 +73,10 @@ def price_of(scenario: Scenario | None, gpu_hour: float | None = None,
 
 
 def replica_gpus(rec: TrialRecord, price: Price) -> int:
-    """GPUs one replica of `rec` holds: the price's, else tensor x pipeline x data parallel
-    size; vLLM's CPU build counts as one device, so that it has a cost too."""
+    """GPUs one replica of `rec` holds: none on vLLM's CPU build, else the price's, else
+    tensor x pipeline x data parallel size."""
+    if on_cpu(rec):
+        return 0
     return price.gpus if price.gpus is not None else gpu_count(rec.flags)
 
 
@@ -105,8 +115,8 @@ class TrialCost:
     cost an hour. `missing` says why a figure is absent ("" when none is)."""
 
     number: int
-    device: str
-    gpus: int
+    device: str  # `cpu` on vLLM's CPU build
+    gpus: int  # 0 on vLLM's CPU build
     capacity_rps: float | None
     output_tps: float | None
     floor: bool  # every rate tried passed: the capacity is a lower bound
@@ -119,10 +129,14 @@ class TrialCost:
     missing: str = ""
 
     @property
+    def cpu(self) -> bool:
+        """Measured on vLLM's CPU build: a replica is one machine, priced by the hour."""
+        return self.device == "cpu"
+
+    @property
     def holds(self) -> str:
-        """What one replica holds: `2 GPUs`, or `one CPU machine` on vLLM's CPU build (which
-        counts as one device so that it has a cost, but holds no GPU)."""
-        if self.device == "cpu":
+        """What one replica holds: `2 GPUs`, or `one CPU machine` on vLLM's CPU build."""
+        if self.cpu:
             return "one CPU machine"
         return f"{self.gpus} GPU" + ("s" if self.gpus != 1 else "")
 
@@ -149,14 +163,16 @@ def trial_cost(rec: TrialRecord, price: Price, load: float | None = None) -> Tri
         check_load(load)
     cap, rate = rec.capacity, capacity_rate(rec)
     gpus = replica_gpus(rec, price)
-    device = rec.device_name or ("cpu" if on_cpu(rec) else "-")
+    device = "cpu" if on_cpu(rec) else rec.device_name or "-"
     if cap is None or rate is None:
         why = "no capacity search: it cannot be sized (the scenario needs SLOs)" \
             if cap is None else "no rate met the SLOs: it cannot serve at them"
         return TrialCost(rec.number, device, gpus, None, None, False, price.currency,
                          None, None, load, None, None, why)
     out_tps = cap.output_throughput or None
-    hour = price.gpu_hour * gpus if price.gpu_hour is not None else None
+    # A CPU replica is one machine at the price of its hour; a GPU replica, its GPUs'.
+    hour = price.gpu_hour * (1 if device == "cpu" else gpus) if price.gpu_hour is not None \
+        else None
     count = replicas(load, rate) if load is not None else None
     missing = NO_PRICE if hour is None else "" if out_tps else "no output tokens recorded"
     return TrialCost(
@@ -196,6 +212,12 @@ class SideBySide:
         """The share of the cost per million output tokens the winner saves."""
         w, d = self.winner.per_million, self.reference.per_million if self.reference else None
         return 1 - w / d if w is not None and d else None
+
+    @property
+    def price_text(self) -> str:
+        """The price in words, per GPU-hour or (the winner on vLLM's CPU build) per hour of
+        one CPU machine (`Price.text`)."""
+        return self.price.text(self.winner.cpu)
 
     @property
     def rows(self) -> list[tuple[str, str, str]]:

@@ -68,8 +68,10 @@ def recheck(study: StudyOrSnapshot, r: TrialRecord, lim: Limits) -> dict[str, st
         name = reference_name(study)
         broken = f"{broken} (an A/A run of {name}: it measures the noise)" if broken else \
             f"no ratio can show it: it is {name} itself (an A/A run measures the noise)"
+    machine = "a machine like the measured one, with vLLM's CPU build" if on_cpu(r) \
+        else "one GPU like the measured one"
     return {"command": command, "no_longer_holds_if": broken,
-            "needs": "the study database and the model; one GPU like the measured one"}
+            "needs": f"the study database and the model; {machine}"}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from autotune.measure import capacityrecord
+from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.steprecord import StepRecord
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -75,9 +75,10 @@ class Limits:
         assert self.interval is not None and self.capacity_rps is not None
         lo, hi = self.interval
         fail = "-" if self.first_failing_rps is None else f"{self.first_failing_rps:.3g}"
+        span = capacitytext.span(lo, None if self.first_failing_rps is None else hi)
         out = [f"operating limits: capacity {self.capacity_rps:.3g} req/s at "
                + ", ".join(f"{k}<={v:g}" for k, v in self.slos.items())
-               + f" (interval {lo:.3g}-{hi:.3g}); first failing rate {fail} req/s"
+               + f" (interval {span}); first failing rate {fail} req/s"
                + (f"; limited by {self.bottleneck}" if self.bottleneck else ""),
                f"safe request rate {self.safe_rps:.3g} req/s ({self.safe_source})"]
         if self.max_concurrency is not None:

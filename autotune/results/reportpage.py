@@ -12,6 +12,7 @@ from typing import Any
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from autotune.config import Scenario
 from autotune.errors import ConfigError
 from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
@@ -77,18 +78,13 @@ def _validation(v: Validation | None) -> str:
 
 
 def _capacity(r: TrialRecord) -> tuple[str, str]:
-    """Capacity at SLO (req/s with its bracket, and why not to quote it where that holds)
-    and the output tok/s at that rate."""
+    """Capacity at SLO in the words of every view (`capacitytext.describe`: its one range
+    is the interval, as the page's header gives it), why not to quote it where that
+    holds, and the output tok/s at that rate."""
     cap = r.capacity
     if not cap:
         return "", ""
-    rate, low, high = cap.request_throughput, cap.low, cap.high
-    if low is None:
-        text = "no rate met the SLOs"
-    elif high is None:  # the SLOs held at every rate tried: a floor
-        text = f"{fmt(rate, '.3g')} (a floor: SLOs met at every rate tried)"
-    else:
-        text = f"{fmt(rate, '.3g')} ({low:.3g}-{high:.3g})"
+    text = capacitytext.describe(cap)
     if caveat := show.capacity_caveat(cap):
         text += f"; {caveat}"
     return text, fmt(cap.output_throughput)
@@ -106,9 +102,11 @@ def _gain(r: TrialRecord, tied: set[int], best: int | None) -> str:
     return fmt(r.gain, "+.1%")
 
 
-def _beyond(r: TrialRecord, fixed: Mapping[str, Any]) -> Flags:
-    """The trial's flags less the scenario's fixed ones (those hold for every trial)."""
-    return {k: v for k, v in r.flags.items() if fixed.get(k) != v}
+def _beyond(r: TrialRecord, fixed: Mapping[str, Any], scenario: Scenario | None = None
+            ) -> Flags:
+    """The trial's flags (`summary.shown_flags`: a waiting trial's queued ones) less the
+    scenario's fixed ones (those hold for every trial)."""
+    return {k: v for k, v in summary.shown_flags(r, scenario).items() if fixed.get(k) != v}
 
 
 Column = tuple[str, Callable[[TrialRecord], str], bool]  # header, cell, numeric
@@ -134,11 +132,12 @@ def columns(study: StudyOrSnapshot, price: cost.Price | None = None) -> list[Col
     trials = records(study)
     tied = summary.tied_with_best(study)
     top = ranking.feasible_best(study)
+    scenario = ranking.stored_scenario(study)
 
     cols: list[Column] = [
         ("#", lambda r: str(r.number), True),
         ("tried because", lambda r: r.tried_because.text, False),
-        ("flags beyond the fixed ones", lambda r: _flags(_beyond(r, fixed)), False),
+        ("flags beyond the fixed ones", lambda r: _flags(_beyond(r, fixed, scenario)), False),
         ("outcome", outcome, False),
         ("reason", lambda r: reason(r) + (f": {r.detail[:160]}" if r.detail else ""), False),
         (ax.throughput_label, lambda r: fmt(_m(r).throughput), True),
@@ -155,7 +154,7 @@ def columns(study: StudyOrSnapshot, price: cost.Price | None = None) -> list[Col
         cols.append(("speculation: acceptance (tokens a step)",
                      lambda r: show.speculation_text(r).removeprefix("acceptance "), False))
     if any(r.capacity for r in trials):
-        cols += [("capacity req/s (bracket)", lambda r: _capacity(r)[0], False),
+        cols += [("capacity at SLO (interval)", lambda r: _capacity(r)[0], False),
                  ("capacity out tok/s", lambda r: _capacity(r)[1], True),
                  ("limited by", lambda r: _limit(r.capacity), False)]
         if price is not None and price.known:
@@ -337,7 +336,7 @@ def cost_section(study: StudyOrSnapshot, price: cost.Price, load: float) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in ("", "winner", side.reference_name))
     rows = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
                    for row in side.rows)
-    return (f"<p>Price: {_e(price.text())}. Each replica is sized at its capacity at SLO, "
+    return (f"<p>Price: {_e(side.price_text)}. Each replica is sized at its capacity at SLO, "
             "the highest sustained request rate at which every SLO held: a load of R req/s "
             "needs R / capacity replicas, rounded up, and a million output tokens cost what a "
             "replica costs while it makes them at that rate.</p>"

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.config import Scenario
 from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.speculation import Speculation
@@ -61,6 +62,12 @@ class CapacityRow:
     offered_rps: float | None = None
     too_uncertain: bool = False
     remeasured: int = 0
+
+    @property
+    def span(self) -> str:
+        """The interval in words, as `text` gives it (`capacitytext.span`)."""
+        lo, hi = self.interval
+        return capacitytext.span(lo, None if self.low and self.high is None else hi)
 
     @classmethod
     def of(cls, r: TrialRecord) -> CapacityRow | None:
@@ -119,10 +126,13 @@ class TrialRow:
     tied_with_best: int | None = None  # the best's number, where the gain is within noise
 
     @classmethod
-    def of(cls, r: TrialRecord, fixed: Mapping[str, FlagValue] | None = None) -> TrialRow:
+    def of(cls, r: TrialRecord, fixed: Mapping[str, FlagValue] | None = None,
+           scenario: Scenario | None = None) -> TrialRow:
+        """The row of `r` (its flags as `shown_flags` gives them)."""
         m = r.measures
+        flags = shown_flags(r, scenario)
         return cls(r.number, r.name, r.tried_because.text, r.tried_because.short, outcome(r),
-                   reason(r), {k: v for k, v in r.flags.items() if k not in (fixed or {})},
+                   reason(r), {k: v for k, v in flags.items() if k not in (fixed or {})},
                    m.throughput if m else None, m.latency_ms if m else None,
                    m.memory_mib if m else None,
                    list(r.values) if r.values is not None else None, r.gain, r.startup_s,
@@ -130,6 +140,15 @@ class TrialRow:
                    QualityCell.of(r.quality), _whole(r.speculation),
                    r.validation.headline() if r.validation else None,
                    r.validation_vllm.headline() if r.validation_vllm else None)
+
+
+def shown_flags(r: TrialRecord, scenario: Scenario | None) -> Flags:
+    """The flags trial `r` ran with or, while it waits, those it is queued with (read
+    through `scenario` where they are Optuna parameters): a queued relief move is not
+    vLLM's defaults, whatever its empty record says."""
+    if r.state != TrialState.WAITING:
+        return r.flags
+    return relief.planned_flags(r, scenario) or {}
 
 
 def _whole(spec: Speculation | None) -> Speculation | None:
@@ -259,10 +278,11 @@ class Summary:
         with `load` (req/s), `cost` sets the winner beside the defaults: replicas for that
         load and what they cost."""
         snap = Snapshot.of(study)  # read once, ranked several ways below
-        price = cost.price_of(ranked.stored_scenario(snap), gpu_hour, gpus)
+        scenario = ranked.stored_scenario(snap)
+        price = cost.price_of(scenario, gpu_hour, gpus)
         trials = records(snap)
         fixed = ranked.fixed_flags(snap)
-        rows = [TrialRow.of(r, fixed) for r in trials]
+        rows = [TrialRow.of(r, fixed, scenario) for r in trials]
         effective = ranked.effective_defaults(snap)
         defaults = {**effective.values, **fixed}  # `ranked.not_overrides`, read once
         tied = tied_with_best(snap)

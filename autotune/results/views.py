@@ -22,7 +22,7 @@ from rich.text import Text
 from autotune import reasons, traces
 from autotune.engine import compilecache
 from autotune.flags import FlagValue, to_args
-from autotune.measure import capacityrecord, capacitytext
+from autotune.measure import capacityrecord, capacitytext, serversearch
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.remeasurements import PairRun, Recheck, Validation
 from autotune.results import cost, whatif
@@ -203,11 +203,11 @@ def print_cost(side: cost.SideBySide | None, console: Console) -> None:
         console.print("money and machines: no single winner to size (no feasible trial yet, or "
                       "a Pareto study: export --trial N --load R sizes one trial)")
         return
-    price = side.price
-    # Names and the currency are user data: Text, so that no `[...]` reads as markup.
-    table = Table(title=Text(f"money and machines at {side.load:g} req/s; " + (
-        f"{price.gpu_hour:g} {price.currency} per GPU-hour ({price.source})"
-        if price.gpu_hour is not None else cost.NO_PRICE)))
+    # Names and the currency are user data: no `[...]` may read as markup. The heading is a
+    # line of its own, not the table's title, which rich wraps to the table's width.
+    console.print(f"money and machines at {side.load:g} req/s; {side.price_text}",
+                  markup=False, highlight=False)
+    table = Table()
     for col in ("", "winner", side.reference_name):
         table.add_column(Text(col), overflow="fold")
     for row in side.rows:
@@ -244,7 +244,10 @@ def print_stacked(data: Summary, console: Console, weighted: bool = True) -> Non
             about += f"; speculation {_spec_cell(r)}"
         if r.reason:
             about += f"; {r.reason}"
-        console.print(Padding(about, (0, 0, 0, 5)), highlight=False)
+        if console.soft_wrap:  # never wrapped (piped): a Padding would crop it at the width
+            console.print(" " * 5 + about, highlight=False)
+        else:
+            console.print(Padding(about, (0, 0, 0, 5)), highlight=False)
 
 
 def print_ranking(ranking: list[RankRow], console: Console) -> None:
@@ -261,10 +264,9 @@ def print_ranking(ranking: list[RankRow], console: Console) -> None:
     for col in cols:
         table.add_column(Text(col), no_wrap=True)  # the currency is user data, not markup
     for i, r in enumerate(ranking, 1):
-        lo, hi = r.interval
         cells = {"rank": f"{i}{' =' if r.tied and i > 1 else ''}", "#": str(r.number),
                  "baseline": r.name, "req/s": fmt(r.request_throughput, ".3g"),
-                 "interval": f"{lo:.3g}-{hi:.3g}", "±": fmt(r.uncertainty, ".1%"),
+                 "interval": r.span, "±": fmt(r.uncertainty, ".1%"),
                  "out tok/s": fmt(r.output_throughput), "overrides": str(r.overrides),
                  "steps": str(r.steps)}
         if priced:
@@ -503,30 +505,55 @@ def _print_fixed_vllm(v: Recheck, console: Console) -> None:
 PRINTED = "autotune_printed"
 
 
+# A line that launches an engine: what runs it ("trial 3", "ablation of #6: without x").
+_LAUNCH = re.compile(r"^(.+?): (?:vllm serve|python) ")
+
+
+def _cut(text: str, most: int = 100) -> str:
+    """`text` in at most about `most` characters, cut between words and marked as cut, so
+    that no figure is quoted in part (`6932.5>25` of `6932.5>2500`)."""
+    return text if len(text) <= most else text[:most].rsplit(" ", 1)[0] + " ..."
+
+
 class _Narrator(logging.Handler):
     """Says on the terminal what the run is doing, from the `autotune` logger's records:
     the status line names the current phase (building the model, starting trial k's
-    engine, capacity step k at R req/s), and each of those events is printed as a line."""
+    engine, capacity step k at R req/s), and each of those events is printed as a line
+    (a step as it starts is the status alone: its verdict line follows)."""
 
     def __init__(self, console: Console, status: Any, what: str):
         super().__init__(logging.INFO)
         self.console, self.status, self.what = console, status, what
         self.doing = "preparing the study"  # the phase a Ctrl-C interrupts
+        self.running = ""  # what runs the current engine ("trial 3")
 
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, PRINTED, False):  # the command's own lines: printed already
             return
         try:
             text = record.getMessage()
+            note = getattr(record, serversearch.STEP, None)
+            if isinstance(note, serversearch.StepNote):
+                # the step under way, or the last one judged: never the one before it
+                self.doing = ", ".join(filter(None, (
+                    self.running, note.name if note.starts else f"after {note.name}")))
+                if note.starts:
+                    self._status(self.doing)
+                    return
             self.console.print(f"  {text}" if text.startswith("capacity") else text,
                                soft_wrap=True, highlight=False, markup=False)
-            now = time.strftime("%H:%M:%S")
+            if launch := _LAUNCH.match(text):
+                self.running = launch.group(1)
             phase = re.sub(r"^(trial \d+): (vllm serve|python) .*",
                            r"\1: starting the engine and waiting for it to serve", text)
-            self.doing = phase[:100]
-            self.status.update(f"{phase[:100]} (since {now}; {self.what})")
+            if not isinstance(note, serversearch.StepNote):
+                self.doing = _cut(phase)
+            self._status(_cut(phase))
         except Exception:  # noqa: BLE001 - the narration must never stop a run
             self.handleError(record)
+
+    def _status(self, phase: str) -> None:
+        self.status.update(f"{phase} (since {time.strftime('%H:%M:%S')}; {self.what})")
 
 
 @contextlib.contextmanager

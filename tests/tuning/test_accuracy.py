@@ -77,3 +77,38 @@ def test_items_for_an_interval():
     assert accuracy.items_for(1.0, 212 / 2000, 4.0) == pytest.approx(4011, abs=2)
     with pytest.raises(ValueError):
         accuracy.items_for(0.0, 0.1)
+
+
+def test_nothing_right_on_either_side_is_said_not_measurable():
+    """A random-weight model answers no item right: 0 % against 0 % measures nothing, and
+    the line says so in task terms instead of `+0.0 (+0.0 to +0.0)`; the verdict then
+    rests on the log-probs, and says that too."""
+    none = accuracy.score([False] * 1000, [False] * 1000, changed=120)
+    assert not none.measurable
+    said = accuracy.in_words(accuracy.UNCHANGED, none, 1.0)
+    assert said == ("12 % of answers changed; accuracy not measurable: neither configuration "
+                    "answered any of the 1,000 task items right (a random-weight model "
+                    "answers none): unchanged (log-probs within the noise floor)")
+    assert "+0.0" not in said and "0.0 %" not in said
+    changed = accuracy.in_words(accuracy.CHANGED, none, 1.0)
+    assert changed.endswith("changed (log-probs beyond the noise floor; no accuracy to hold "
+                            "to the 1-point budget)")
+    assert "within the 1-point budget" not in changed  # a budget nothing could test
+
+
+def test_no_scored_item_is_not_measurable_either():
+    empty = accuracy.score([], [], changed=0)
+    assert (empty.items, empty.measurable) == (0, False)
+    assert accuracy.in_words(accuracy.UNCHANGED, empty, 1.0) == (
+        "accuracy not measurable: no task item was scored: unchanged (log-probs within "
+        "the noise floor)")
+
+
+@pytest.mark.parametrize(("reference", "trial"), [(1, 0), (0, 1), (5, 5)])
+def test_one_right_answer_on_either_side_is_measurable(reference, trial):
+    ref = [True] * reference + [False] * (100 - reference)
+    got = [True] * trial + [False] * (100 - trial)
+    score = accuracy.score(ref, got, changed=0)
+    assert score.measurable
+    assert score.words().startswith(f"0 % of answers changed; accuracy {trial:.1f} % vs "
+                                    f"{reference:.1f} %")

@@ -400,16 +400,25 @@ class TakenConfigurations:
     def _flags_of(self, rec: TrialRecord) -> Flags | None:
         if rec.state == TrialState.FAIL and rec.outcome != "error":
             return None  # interrupted: its configuration is queued again
-        if rec.flags:
-            return rec.flags
-        if rec.baseline_flags is not None:
-            return {**self.scenario.engine.flags, **rec.baseline_flags}
-        if rec.params:
-            return flags_of(rec.params, self.scenario)
-        return None
+        return planned_flags(rec, self.scenario)
 
     def __contains__(self, flags: Mapping[str, Any]) -> bool:
         return self.key(flags) in self.keys or any(same_engine(flags, r) for r in self.finished)
+
+
+def planned_flags(rec: TrialRecord, scenario: Scenario | None) -> Flags | None:
+    """The flags trial `rec` runs with: those it ran, else (still waiting) those it was
+    queued with, a baseline's or a relief move's flags over the scenario's fixed ones, or
+    its queued parameters as the space turns them into flags; None where nothing says
+    (parameters without the scenario that reads them)."""
+    if rec.flags:
+        return rec.flags
+    fixed = scenario.engine.flags if scenario is not None else {}
+    if rec.baseline_flags is not None:
+        return {**fixed, **rec.baseline_flags}
+    if rec.params and scenario is not None:
+        return flags_of(rec.params, scenario)
+    return None
 
 
 def flags_of(params: Mapping[str, Any], scenario: Scenario) -> Flags | None:

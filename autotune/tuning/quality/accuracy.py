@@ -89,10 +89,24 @@ class TaskScore(Stored):
     def changed_share(self) -> float:
         return self.changed / self.items if self.items else 0.0
 
+    @property
+    def measurable(self) -> bool:
+        """Whether accuracy can tell anything: some item was scored and one of the two
+        configurations answered one right. On a random-weight model neither does, and
+        0 % against 0 % is no evidence that the answers kept their quality."""
+        return self.items > 0 and (self.accuracy > 0 or self.reference_accuracy > 0)
+
     def words(self) -> str:
-        """E.g. "18 % of answers changed; accuracy 52.0 % vs 53.0 % (-1.0, -2.9 to +0.9)"."""
-        return (f"{100 * self.changed_share:.0f} % of answers changed; accuracy "
-                f"{self.accuracy:.1f} % vs {self.reference_accuracy:.1f} % "
+        """E.g. "18 % of answers changed; accuracy 52.0 % vs 53.0 % (-1.0, -2.9 to +0.9)",
+        or why accuracy cannot be measured."""
+        if not self.items:
+            return "accuracy not measurable: no task item was scored"
+        changed = f"{100 * self.changed_share:.0f} % of answers changed; "
+        if not self.measurable:
+            return (changed + "accuracy not measurable: neither configuration answered "
+                    f"any of the {self.items:,} task items right (a random-weight model "
+                    "answers none)")
+        return (changed + f"accuracy {self.accuracy:.1f} % vs {self.reference_accuracy:.1f} % "
                 f"({self.difference:+.1f}, {self.difference_low:+.1f} to "
                 f"{self.difference_high:+.1f})")
 
@@ -139,6 +153,11 @@ def in_words(verdict_: str | None, tasks: TaskScore | None, budget: float | None
                 WORSE: "worse: answers changed beyond the noise floor, no task check "
                        "to judge by"}.get(verdict_, VERDICT_WORDS.get(verdict_, verdict_))
     points = f"{budget:g}-point budget" if budget is not None else "budget"
+    if not tasks.measurable:  # the verdict rests on the log-probs alone: say so
+        said = {UNCHANGED: "unchanged (log-probs within the noise floor)",
+                CHANGED: "changed (log-probs beyond the noise floor; no accuracy to hold "
+                         f"to the {points})"}
+        return f"{tasks.words()}: {said.get(verdict_, VERDICT_WORDS.get(verdict_, verdict_))}"
     tail = {UNCHANGED: "unchanged",
             CHANGED: f"within the {points}",
             WORSE: f"worse: beyond the {points}"}.get(verdict_, verdict_)

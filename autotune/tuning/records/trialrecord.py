@@ -121,7 +121,7 @@ class TrialRecord:
             constraints = {str(i): float(c) for i, c in enumerate(a["constraints"])}
         return cls(number=t.number, state=t.state,
                    values=tuple(t.values) if t.values is not None else None,
-                   params=dict(t.params), datetime_start=t.datetime_start,
+                   params=_params(t), datetime_start=t.datetime_start,
                    datetime_complete=t.datetime_complete, constraints=constraints,
                    version=int(a.get("record_version") or 1), **fields_)
 
@@ -206,6 +206,16 @@ class TrialRecord:
         return {"feasible": self.feasible, "outcome": self.outcome, "reason": self.reason,
                 "gain": self.gain, **short(self.metrics, self.quality, self.speculation),
                 "tried_because": self.tried_because.text}
+
+
+def _params(t: FrozenTrial) -> Params:
+    """The trial's parameters; a trial still waiting has none yet, and reads as the ones it
+    was queued with (`Study.enqueue_trial` keeps them as the system attribute
+    `fixed_params` until the trial is asked), so a queued configuration can be shown."""
+    if t.params or t.state != TrialState.WAITING:
+        return dict(t.params)
+    queued = t.system_attrs.get("fixed_params")
+    return dict(queued) if isinstance(queued, Mapping) else {}
 
 
 # Fields stored as JSON objects that the record reads as typed values.
