@@ -16,7 +16,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--trial", type=whole(0), help="this trial (must be feasible)")
     which.add_argument("--policy", default="balanced",
-                       choices=["max-throughput", "min-latency", "balanced"])
+                       choices=["max-throughput", "min-latency", "balanced"],
+                       help="balanced (default): the decision; max-throughput: the same where "
+                       "the study measures capacity, else the highest throughput; "
+                       "min-latency: the lowest latency")
     p.add_argument("--slo", action="append", default=[], metavar="KEY=MS",
                    help="only trials meeting it, e.g. ttft_p95_ms=500 (repeatable)")
     p.add_argument("--format", default="cli",

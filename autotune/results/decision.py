@@ -1,5 +1,7 @@
 """The decision a study gives, in the words a user acts on: which configuration to launch
-(the smallest one tied with the winner, as `export` picks it), its real overrides of vLLM's
+(the winner by the study's one ranking rule, `ranking.standing`, as `export` picks it; a
+fixed workload's line says it was ranked by the weighted score), the trials it cannot be
+told apart from where a capacity is too uncertain to rank by, its real overrides of vLLM's
 effective defaults, its capacity at the SLO as a ratio to vLLM's defaults with an interval,
 its quality verdict, and with a price or a load its cost and replicas. The weighted score
 comes last, as "score": it mixes throughput, latency and memory, so it is never the headline.
@@ -12,13 +14,13 @@ change. `show`, the end of `tune`, the report's header and `--json` all read one
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optuna.trial import TrialState
 
 from autotune import reasons
 from autotune.config import Scenario
-from autotune.errors import ConfigError
 from autotune.flags import Flags, to_args
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import Ratio
@@ -38,6 +40,10 @@ def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> Ratio | 
     return capacityrecord.ratio(best.capacity, reference.capacity)
 
 
+# How a fixed workload's decision says what ranked it: its trials measured no capacity.
+SCORED = "ranked by the weighted score (a fixed workload measures no capacity at SLO)"
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to launch and what it is worth; `lines` is how every view words it."""
@@ -46,7 +52,7 @@ class Decision:
     tried: str
     overrides: Flags  # what it changes from vLLM's effective defaults ({}: the defaults)
     left_out: str  # flags it sets to what vLLM uses anyway, in words ("" if none)
-    winner: int | None  # the best by score, where `explain` found this smaller one tied
+    winner: int | None  # the trial whose `explain` found this one as its smallest tie
     slos: str
     capacity: str | None  # `capacitytext.describe`: the one capacity text of every view
     capacity_rps: float | None
@@ -59,6 +65,8 @@ class Decision:
     score: float | None
     score_gain: float | None
     is_reference: bool = False  # the decision is the trial every gain is relative to
+    by: str = ranked.CAPACITY  # what ranked it (`ranking.basis`): capacity or the score
+    apart: str | None = None  # the trials it cannot be told apart from, in words
 
     @property
     def command_flags(self) -> str:
@@ -71,9 +79,12 @@ class Decision:
         head = f"decision: trial #{self.trial} ({self.tried}): {self.command_flags}"
         if not self.overrides:
             head = (f"decision: keep vLLM's defaults (trial #{self.trial}, {self.tried}): no "
-                    "configuration tried beat them beyond the noise")
+                    + ("configuration tried beat them beyond the noise" if self.by != ranked.SCORE
+                       else "configuration tried scored higher"))
         if self.winner is not None:
             head += f" (the smallest configuration tied with the best, #{self.winner})"
+        if self.by == ranked.SCORE:
+            head += f"; {SCORED}"
         out = [head]
         if self.capacity is not None:
             text = f"  capacity at SLO ({self.slos}): {self.capacity}"
@@ -82,6 +93,8 @@ class Decision:
             elif self.is_reference:
                 text += f"; 1.00x {self.reference}: it is their own"
             out.append(text)
+            if self.apart:
+                out.append(f"  {self.apart}")
             if self.caveat:
                 out.append(f"  not a figure to quote: {self.caveat}")
         elif self.throughput_ratio is not None:
@@ -167,13 +180,12 @@ def no_answer(trials: list[TrialRecord]) -> NoAnswer:
 
 
 def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | None:
-    """The decision of a one-objective study (`export`'s default choice), None without a
-    feasible trial."""
-    try:
-        rec = ranked.choose(snap, policy="balanced", what="decision")
-    except ConfigError:
+    """The decision of a one-objective study: the winner by the study's one rule
+    (`ranking.standing`, `export`'s default choice), None without a feasible trial."""
+    found = ranked.standing(snap)
+    rec = found.winner
+    if rec is None:
         return None
-    best = ranked.feasible_best(snap)
     effective = ranked.effective_defaults(snap)
     fixed = ranked.fixed_flags(snap)
     own = {k: v for k, v in rec.flags.items() if k not in fixed}
@@ -186,8 +198,7 @@ def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | 
         throughput_ratio = rec.measures.throughput / reference.measures.throughput
     return Decision(
         trial=rec.number, tried=rec.tried_because.short, overrides=effective.overrides(own),
-        left_out=effective.words(own),
-        winner=best.number if best is not None and best.number != rec.number else None,
+        left_out=effective.words(own), winner=found.found_by,
         slos=slo_text(slos), capacity=capacitytext.describe(rec.capacity) if rec.capacity else None,
         capacity_rps=rec.capacity.request_throughput if rec.capacity else None,
         ratio=capacity_ratio(rec, reference),
@@ -196,7 +207,25 @@ def decide(snap: Snapshot, price: cost.Price, load: float | None) -> Decision | 
         cost=_cost(rec, reference, ranked.reference_name(snap), price, load),
         score=rec.values[0] if rec.values else None,
         score_gain=rec.gain,
-        is_reference=reference is not None and reference.number == rec.number)
+        is_reference=reference is not None and reference.number == rec.number,
+        by=found.by, apart=apart_text(rec, found.apart))
+
+
+def apart_text(winner: TrialRecord, apart: Sequence[TrialRecord]) -> str | None:
+    """`cannot be told apart from #0 (baseline vllm-defaults): its capacity is too
+    uncertain to rank by (±31.0 %)`, where the winner's interval overlaps others' and a
+    capacity, theirs or its own, is still too uncertain to rank by; None otherwise."""
+    if not apart:
+        return None
+    unsure = [r for r in (winner, *apart) if r.capacity is not None and r.capacity.too_uncertain]
+    whose = "; ".join(
+        ("this capacity" if r is winner else f"#{r.number}'s")
+        + f" ±{r.capacity.uncertainty or 0.0:.1%}" for r in unsure if r.capacity is not None)
+    return ("cannot be told apart from "
+            + ", ".join(f"#{r.number} ({r.tried_because.short})" for r in apart)
+            + f": their intervals overlap, and a capacity is still too uncertain to rank by "
+            f"({whose}; wider than ±{capacityrecord.TOO_UNCERTAIN:.0%} after "
+            "the steps spent measuring it again)")
 
 
 def _quality(rec: TrialRecord, scenario: Scenario | None) -> str:

@@ -34,10 +34,8 @@ from autotune.tuning.policy import objective as obj
 from autotune.tuning.ranking import (
     choose,
     fixed_flags,
-    not_overrides,
-    objective_value,
-    pick,
     reference_name,
+    standing,
     stored_scenario,
 )
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
@@ -327,10 +325,12 @@ def baseline_point(pts: Sequence[Point]) -> Point | None:
 def history_figure(study: StudyOrSnapshot) -> go.Figure:
     """Gain over vLLM's defaults per trial, with the best feasible trial so far as a line.
 
-    The best is chosen as `autotune show` chooses it: among trials whose capacities cannot
-    be told apart, the one with the fewest overrides of vLLM's defaults. Trials tied with
-    the study's best are drawn as ties (hollow), not read as the losses or gains their own
-    figures suggest."""
+    The best is chosen as `autotune show` chooses it, by the study's one rule
+    (`ranking.standing`: capacity at SLO where the study measures it, ties broken towards
+    the fewest overrides of vLLM's defaults), among the trials so far; the line is drawn at
+    its gain. Trials tied with the study's best are drawn as ties (hollow), not read as the
+    losses or gains their own figures suggest."""
+    study = Snapshot.of(study)  # read once: ranked again at every trial
     ax = axes(study)
     pts, unplaced = points(study)
     ref = baseline_point(pts)
@@ -339,13 +339,12 @@ def history_figure(study: StudyOrSnapshot) -> go.Figure:
     what = "weighted gain" if ax.mode == "weighted" else "throughput gain"
     recs = {r.number: r for r in records(study)}
     gains = {p.number: g for p, g in done}
-    defaults = not_overrides(study)
     fig = go.Figure()
     xs, ys = [], []
     for p, _ in done:
         so_far = [recs[q.number] for q, _ in done if q.number <= p.number and q.kind == FEASIBLE]
         if ax.mode == "weighted":
-            top = pick([r for r in so_far if r.values], objective_value, defaults)
+            top = standing(study, [r for r in so_far if r.values]).winner
         else:
             top = max(so_far, key=lambda r: gains[r.number], default=None)
         if top is not None:

@@ -211,7 +211,7 @@ def _about(study: StudyOrSnapshot) -> str:
     device = f"{first.engine_version} on {first.device_name}" if first else "-"
     if first and first.device_name == "cpu":
         device = f"{first.engine_version} on the CPU (vLLM's CPU build)"
-    ranked = summary.ranking(trials, ranking.not_overrides(study))
+    ranked = summary.ranking(ranking.standing(study), ranking.not_overrides(study))
     tied = [r for r in ranked if r.tied]
     explained = ablation.latest(study)  # which of the winner's flags carry its gain
     guided = [r for r in trials if r.origin_kind == RELIEF]

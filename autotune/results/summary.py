@@ -159,9 +159,10 @@ def _whole(spec: Speculation | None) -> Speculation | None:
 
 @dataclass(frozen=True)
 class RankRow(CapacityRow):
-    """A feasible capacity-mode trial in the ranking: its capacity, whether it is tied with
-    the leader, how many flags it overrides and, with a known price, its cost per million
-    output tokens."""
+    """A feasible capacity-mode trial in the ranking: its capacity, whether it is among the
+    trials the winner was chosen from (`tied`: the study cannot separate them; the winner
+    too, where it has such ties), how many flags it overrides and, with a known price, its
+    cost per million output tokens."""
 
     number: int = 0
     name: str = ""
@@ -171,23 +172,25 @@ class RankRow(CapacityRow):
     currency: str | None = None
 
 
-def ranking(trials: Sequence[TrialRecord], defaults: Mapping[str, FlagValue],
+def ranking(standing: ranked.Standing, defaults: Mapping[str, FlagValue],
             price: cost.Price | None = None) -> list[RankRow]:
-    """Feasible capacity-mode trials by capacity, highest first; `tied` marks those within
-    the leader's noise, and `overrides` counts flags set to other than `defaults` (vLLM's
-    parser defaults and the scenario's fixed flags)."""
-    done = [(r, cap) for r in trials
-            if r.feasible and (cap := r.capacity) and r.duplicate_of is None]
-    done.sort(key=lambda rc: -rc[1].request_throughput)
+    """Feasible capacity-mode trials in the order of the study's rule (`ranked.standing`:
+    the winner first, the decision's trial); `tied` marks the winner and the trials it
+    was chosen from, and `overrides` counts flags set to other than `defaults` (vLLM's
+    effective defaults and the scenario's fixed flags). A copy of a trial (`same as #N`)
+    is its twin's row."""
+    group = standing.tied_numbers
+    if group and standing.order:
+        group |= {standing.order[0].number}
     priced = price is not None and price.known
     out = []
-    for r, cap in done:
+    for r in standing.order:
         row = CapacityRow.of(r)
-        assert row is not None  # `done` holds trials with a capacity
+        if row is None or not row.low or r.duplicate_of is not None:
+            continue
         out.append(RankRow(**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)},
                            number=r.number, name=r.name,
-                           overrides=ranked.overrides(r, defaults),
-                           tied=capacityrecord.tied(cap, done[0][1]),
+                           overrides=ranked.overrides(r, defaults), tied=r.number in group,
                            per_million=cost.trial_cost(r, price).per_million
                            if priced and price else None,
                            currency=price.currency if priced and price else None))
@@ -285,20 +288,20 @@ class Summary:
         rows = [TrialRow.of(r, fixed, scenario) for r in trials]
         effective = ranked.effective_defaults(snap)
         defaults = {**effective.values, **fixed}  # `ranked.not_overrides`, read once
-        tied = tied_with_best(snap)
-        top = ranked.feasible_best(snap) if tied else None
+        standing = ranked.standing(snap)  # the one rule: the decision, the table, the ties
+        best = standing.winner  # None in a Pareto study: no ties with a best either
+        tied = standing.tied_numbers if best is not None else frozenset()
         for row in rows:  # a gain within noise of the best's is a tie, not a loss or a win
-            row.tied_with_best = top.number if top and row.number in tied else None
+            row.tied_with_best = best.number if best and row.number in tied else None
         explained = ablation.latest(snap)  # which of the winner's flags carry its gain
         out = cls(study.study_name, [d.name.lower() for d in study.directions], rows,
                   next((r for r in rows if r.name == DEFAULTS and r.outcome != "pruned"), None),
-                  MemoryModel.of(trials), ranking(trials, defaults, price), price, fixed,
+                  MemoryModel.of(trials), ranking(standing, defaults, price), price, fixed,
                   legend(trials), explanation=explained,
                   explanation_lines=explained.lines() if explained else [], load=load,
                   gpu_time=GpuTime.of(trials))
         feasible = [r for r in trials if r.feasible]
         if out.weighted:
-            best = ranked.pick(feasible, ranked.objective_value, defaults)
             if best is not None:  # what the winner changes, against vLLM's effective defaults
                 out.best = next(r for r in rows if r.number == best.number)
                 own = {k: v for k, v in best.flags.items() if k not in fixed}
@@ -318,22 +321,17 @@ class Summary:
         out.interactivity = Interactivity.of(trials, out.decision.trial if out.decision else None,
                                              reference.number if reference else None)
         if load is not None:
-            winner = ranked.feasible_best(snap)
-            out.cost = cost.side_by_side(winner, ranked.reference_trial(snap),
+            out.cost = cost.side_by_side(best, ranked.reference_trial(snap),
                                          ranked.reference_name(snap), price, load) \
-                if winner else None
+                if best else None
         if what_if:
             out.what_if = whatif.rerank(trials, what_if)
         return out
 
 
 def tied_with_best(study: optuna.Study | Snapshot) -> set[int]:
-    """Trials whose capacity the study cannot tell apart from its best trial's (the `=` of
-    the ranking), the best itself left out: their gains over the defaults differ by noise,
-    not by configuration."""
-    best = ranked.feasible_best(study)
-    if best is None or best.capacity is None:
-        return set()
-    return {r.number for r in records(study, (TrialState.COMPLETE,))
-            if r.feasible and r.capacity and r.number != best.number
-            and capacityrecord.tied(r.capacity, best.capacity)}
+    """Trials the study cannot tell apart from its best (`ranked.standing`: those the
+    winner was chosen from), the best itself left out: their gains over the defaults differ
+    by noise, not by configuration."""
+    found = ranked.standing(study)
+    return set(found.tied_numbers) if found.winner is not None else set()

@@ -251,8 +251,9 @@ def print_stacked(data: Summary, console: Console, weighted: bool = True) -> Non
 
 
 def print_ranking(ranking: list[RankRow], console: Console) -> None:
-    """Feasible trials by capacity at SLO; `=` marks capacities within the leader's noise.
-    A narrow terminal gets the essential columns only."""
+    """Feasible trials by the study's rule, the decision first (`ranking.standing`); `=`
+    marks those the winner was chosen from, `?` capacities too uncertain to rank by. A
+    narrow terminal gets the essential columns only."""
     wide = console.width >= WIDE
     table = Table(title="capacity at SLO (feasible trials)")
     cols: tuple[str, ...] = ("rank", "#", "baseline", "req/s", "interval", "±", "out tok/s",
@@ -264,7 +265,8 @@ def print_ranking(ranking: list[RankRow], console: Console) -> None:
     for col in cols:
         table.add_column(Text(col), no_wrap=True)  # the currency is user data, not markup
     for i, r in enumerate(ranking, 1):
-        cells = {"rank": f"{i}{' =' if r.tied and i > 1 else ''}", "#": str(r.number),
+        mark = (" =" if r.tied and i > 1 else "") + (" ?" if r.too_uncertain else "")
+        cells = {"rank": f"{i}{mark}", "#": str(r.number),
                  "baseline": r.name, "req/s": fmt(r.request_throughput, ".3g"),
                  "interval": r.span, "±": fmt(r.uncertainty, ".1%"),
                  "out tok/s": fmt(r.output_throughput), "overrides": str(r.overrides),
@@ -279,6 +281,12 @@ def print_ranking(ranking: list[RankRow], console: Console) -> None:
                       + ", ".join(f"#{r.number}" for r in tied) + "): their capacity "
                       "intervals overlap. = marks them; among ties the configuration with "
                       "the fewest overrides of vLLM's defaults is preferred")
+    unsure = [r for r in ranking if r.too_uncertain]
+    if unsure:
+        console.print("? marks a capacity still too uncertain to rank by (wider than "
+                      f"±{capacityrecord.TOO_UNCERTAIN:.0%}: "
+                      + ", ".join(f"#{r.number}" for r in unsure) + "): it ties with none "
+                      "and ranks above only the trials its interval lies wholly above")
     if ranking and ranking[0].bottleneck:
         console.print(f"#{ranking[0].number} is limited by: {ranking[0].bottleneck}")
 

@@ -3,7 +3,8 @@
 Public API: `study.tune` (the ask -> run -> tell loop), `trial.run_trial` (one configuration,
 start to finish), `records` (what the study stores: `trialrecord.TrialRecord`, what a trial
 measured, and the study's own `studyrecord.StudyRecord`, the only readers and writers of
-Optuna's user attributes), `ranking` (the best feasible trial, ties within noise),
+Optuna's user attributes), `ranking` (the study's winner by the one rule of `standing`:
+capacity at SLO, ties within noise, then the fewest overrides),
 `space`, `memory` and `prune` (what to try and what not to launch), `objective` (scores and
 constraints), `quality` (the guardrail: quality against reference outputs). Re-measuring a winner
 against vLLM's defaults is `autotune.verify`, above this layer.

@@ -18,8 +18,9 @@ capacity stays tied.
 Every run is a trial of the study, recorded with its origin ("ablation of #N") and added as
 it finished (`writers.append`), so that trials already queued keep their turn; a
 configuration some trial already ran is not run again. The explanation is kept with the
-study (`explain:N`): `show` prints it, and `export` and `validate` choose its smallest tied
-configuration by default (`ranking.smallest_tied`).
+study (`explain:N`): `show` prints it, and the ranking rule counts its smallest tied
+configuration as a tie of the winner (`autotune.tuning.standing`), so the decision,
+`export` and `validate` choose it by default.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from autotune.tuning.quality.guard import make_guard
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.origin import ABLATION, Origin
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
-from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.sharing import heartbeat
 
@@ -438,17 +438,16 @@ def _explainable(winner: TrialRecord) -> tuple[capacityrecord.CapacityRecord, fl
     return cap, cap.low
 
 
-def _to_explain(study: optuna.Study) -> TrialRecord | None:
-    """The best feasible trial, or the winner whose explanation found it (the smallest
-    configuration tied with a winner is the best by the tie-break: explaining it again
-    would start over)."""
+def _to_explain(study: StudyOrSnapshot) -> TrialRecord | None:
+    """The study's winner (`ranking.feasible_best`, the one rule), or the trial whose
+    explanation found it as its smallest tied configuration (explaining that again would
+    start over)."""
     best = ranking.feasible_best(study)
     if best is None:
         return None
-    for number, data in StudyRecord.of(study).explanations.items():
-        if isinstance(data, Mapping) and data.get("minimal") == best.number:
-            return records(study)[number]
-    return best
+    source = next((n for n, small in ranking.explained(study).items()
+                   if small == best.number), best.number)
+    return records(study)[source]
 
 
 def stored(study: StudyOrSnapshot, number: int) -> Explanation | None:
@@ -458,9 +457,10 @@ def stored(study: StudyOrSnapshot, number: int) -> Explanation | None:
 
 
 def latest(study: StudyOrSnapshot) -> Explanation | None:
-    """The explanation of the study's best feasible trial, or else the last one made."""
+    """The explanation of the trial `explain` would explain now (the winner, or the trial
+    whose explanation found it), or else the last one made."""
     found = Snapshot.of(study).attrs.explanations
-    best = ranking.feasible_best(study)
-    number = best.number if best is not None and best.number in found else \
+    target = _to_explain(study)
+    number = target.number if target is not None and target.number in found else \
         max(found, default=None)
     return stored(study, number) if number is not None else None

@@ -1,32 +1,40 @@
-"""Where trials stand: the reference every score is relative to, and the best feasible trial.
+"""Where trials stand: the reference every score is relative to, what counts as an override,
+and the study's winner.
 
-Capacities whose uncertainty intervals overlap cannot be told apart, so among trials tied
-with the leader the one that overrides fewest of vLLM's defaults wins: a user should not
-deploy five extra flags for a gain inside the noise. The study loop, `show`, `report`,
-`export` and `validate` all rank through here, on `TrialRecord`s; each function takes the
-study or a `records.snapshot.Snapshot` of it (read once, for a caller that ranks it several ways).
+The ranking rule itself is `autotune.tuning.standing` (capacity at SLO where the study
+measures it, ties only where intervals overlap, then the fewest overrides; the weighted
+score for a fixed workload); `standing` reads a study into it. The study loop, `show`,
+`report`, `export`, `validate` and `explain` all rank through here, on `TrialRecord`s; each
+function takes the study or a `records.snapshot.Snapshot` of it (read once, for a caller
+that ranks it several ways).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
 from autotune.engine import defaults as defaults_mod
-from autotune.engine.defaults import Effective, Machine, same
+from autotune.engine.defaults import Effective, Machine
 from autotune.errors import ConfigError
 from autotune.flags import Flags, integer
-from autotune.measure import capacityrecord
 from autotune.slo import Slo
+from autotune.tuning import standing as rule
 from autotune.tuning.policy.objective import Measures
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
+from autotune.tuning.standing import (  # noqa: F401 (`overrides` re-exported: ranking's API)
+    CAPACITY,
+    PARETO,
+    SCORE,
+    Standing,
+    overrides,
+)
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 _NEVER = dt.datetime.max  # sorts a trial without a completion time last
@@ -34,12 +42,6 @@ _NEVER = dt.datetime.max  # sorts a trial without a completion time last
 
 def _attrs(study: StudyOrSnapshot) -> StudyRecord:
     return study.attrs if isinstance(study, Snapshot) else StudyRecord.of(study)
-
-
-def overrides(rec: TrialRecord, defaults: Mapping[str, Any]) -> int:
-    """How many flags the trial sets to other than `defaults` (vLLM's effective defaults
-    and the scenario's fixed flags): 0 for vLLM's defaults."""
-    return sum(1 for k, v in rec.flags.items() if k not in defaults or not same(defaults[k], v))
 
 
 def objective_value(rec: TrialRecord) -> float:
@@ -52,18 +54,6 @@ def measures_of(rec: TrialRecord) -> Measures:
     """A trial's measures; only for trials that carry them (`feasible` keeps those)."""
     assert rec.measures is not None, f"trial {rec.number} has no measures"
     return rec.measures
-
-
-def pick(candidates: Sequence[TrialRecord], score: Callable[[TrialRecord], float],
-         defaults: Mapping[str, Any]) -> TrialRecord | None:
-    """The best by `score`, except that among trials whose capacity is tied with the best's,
-    the one with the fewest overrides of vLLM's defaults wins (then the higher score)."""
-    best = max(candidates, key=score, default=None)
-    if best is None or best.capacity is None:
-        return best
-    ties = [r for r in candidates if r.capacity is not None
-            and capacityrecord.tied(r.capacity, best.capacity)]
-    return min(ties, key=lambda r: (overrides(r, defaults), -score(r)))
 
 
 def reference_trial(study: StudyOrSnapshot) -> TrialRecord | None:
@@ -151,16 +141,64 @@ def feasible(study: StudyOrSnapshot) -> list[TrialRecord]:
     return [r for r in records(study, (TrialState.COMPLETE,)) if r.feasible and r.measures]
 
 
+def basis(study: StudyOrSnapshot) -> str:
+    """What ranks the study's trials: `CAPACITY` where it measures capacity at SLO (its
+    stored scenario's workload mode is capacity; without a stored scenario, its trials
+    carry capacity records), `SCORE` (the weighted score) for a fixed workload, `PARETO`
+    for several objectives."""
+    if len(study.directions) != 1:
+        return PARETO
+    scenario = stored_scenario(study)
+    if scenario is not None:
+        return CAPACITY if scenario.workload.mode == "capacity" else SCORE
+    measured = any(r.capacity is not None and r.capacity.low for r in records(study))
+    return CAPACITY if measured else SCORE
+
+
+def explained(study: StudyOrSnapshot) -> dict[int, int]:
+    """Each trial `explain` ran on, to the smallest configuration it found tied with it
+    (kept with the study as `explain:N`, `autotune.tuning.ablation`)."""
+    out = {}
+    for number, data in _attrs(study).explanations.items():
+        minimal = data.get("minimal") if isinstance(data, Mapping) else None
+        if isinstance(minimal, int):
+            out[number] = minimal
+    return out
+
+
+def standing(study: StudyOrSnapshot, candidates: Sequence[TrialRecord] | None = None
+             ) -> Standing:
+    """The study's feasible trials (or `candidates`) ranked by the one rule
+    (`autotune.tuning.standing.rank`), as the study measured them: by capacity at SLO, or
+    by the weighted score for a fixed workload; a Pareto study's by capacity, for its
+    table alone (it has no single winner)."""
+    snap = Snapshot.of(study)  # read once: the basis, the defaults, the explanations
+    by = basis(snap)
+    pool = feasible(snap) if candidates is None else list(candidates)
+    if by == SCORE:
+        pool = [r for r in pool if len(r.values or ()) == 1]
+    return rule.rank(pool, not_overrides(snap), by, score=objective_value,
+                     explained=explained(snap))
+
+
 def feasible_best(study: StudyOrSnapshot) -> TrialRecord | None:
-    """The best feasible completed trial (weighted mode); None if there is none."""
-    done = [r for r in feasible(study) if len(r.values or ()) == 1]
-    return pick(done, objective_value, not_overrides(study))
+    """The study's winner by the one rule (`standing`): what `show` decides, `export` and
+    `validate` choose and `explain` explains; None without a feasible trial, and in a
+    Pareto study."""
+    return standing(study).winner
 
 
 def choose(study: StudyOrSnapshot, *, trial: int | None = None, policy: str = "balanced",
            slos: Mapping[str, float] | None = None, what: str = "export") -> TrialRecord:
     """A given trial number, or the best feasible trial under a policy (`export`'s and
-    `validate`'s choice); ConfigError, prefixed with `what`, when there is none."""
+    `validate`'s choice); ConfigError, prefixed with `what`, when there is none.
+
+    `balanced` is the study's own rule (`standing`: the decision). Where the study
+    measures capacity, `max-throughput` is that rule too (capacity at SLO is its
+    throughput; a gain inside the noise is not worth extra flags); for a fixed workload it
+    ranks by throughput alone. `min-latency` is the lowest latency each trial measured
+    (at its own capacity, in a capacity study). A Pareto study's `balanced` is the best
+    throughput per unit of latency."""
     if trial is not None:
         rows = records(study)
         if not 0 <= trial < len(rows):
@@ -178,31 +216,19 @@ def choose(study: StudyOrSnapshot, *, trial: int | None = None, policy: str = "b
         raise ConfigError(f"{what}: no feasible completed trial meets "
                           + (", ".join(f"{k}<={v:g}" for k, v in (slos or {}).items())
                              or "the study's constraints"))
-    fixed = not_overrides(study)
-    best: TrialRecord | None
-    if policy == "max-throughput":
-        best = pick(candidates, lambda r: measures_of(r).throughput, fixed)
-    elif policy == "min-latency":
-        best = min(candidates, key=lambda r: measures_of(r).latency_ms)
-    elif len(study.directions) == 1:
-        best = pick(candidates, objective_value, fixed)
-    else:  # Pareto studies: the best throughput per unit of latency.
-        best = max(candidates, key=lambda r: math.log(measures_of(r).throughput)
+    by = basis(study)
+    if policy == "min-latency":
+        return min(candidates, key=lambda r: measures_of(r).latency_ms)
+    if by == PARETO:  # the best throughput per unit of latency
+        return max(candidates, key=lambda r: math.log(measures_of(r).throughput)
                    - math.log(measures_of(r).latency_ms))
-    assert best is not None  # pick answers None only when there are no candidates
-    if policy == "min-latency" or len(study.directions) != 1:
-        return best
-    return smallest_tied(study, best, candidates)
-
-
-def smallest_tied(study: StudyOrSnapshot, best: TrialRecord, candidates: Sequence[TrialRecord]
-                  ) -> TrialRecord:
-    """The smallest configuration that `explain` found tied with `best` (kept with the
-    study as `explain:N`, `autotune.tuning.ablation`), when it is one of the candidates;
-    else `best`."""
-    found = _attrs(study).explanations.get(best.number)
-    minimal = found.get("minimal") if isinstance(found, Mapping) else None
-    return next((r for r in candidates if r.number == minimal), best)
+    if policy == "max-throughput" and by == SCORE:
+        found = rule.rank(candidates, not_overrides(study), SCORE,
+                          score=lambda r: measures_of(r).throughput).winner
+    else:
+        found = standing(study, candidates).winner
+    assert found is not None  # there are candidates
+    return found
 
 
 def state_text(rec: TrialRecord) -> str:

@@ -423,15 +423,16 @@ def _relieve(run: RunContext, number: int, attrs: StudyRecord) -> None:
 
 
 def best_interval(study: StudyOrSnapshot, scenario: Scenario) -> tuple[float, float] | None:
-    """The interval (requests/s) of the feasible trial with the highest capacity lower
-    bound, which a capacity search can stop below or be tied inside: only where the
-    objective is weighted and throughput counts."""
+    """The interval (requests/s) of the leader the study's winner was chosen against
+    (`ranking.standing`: the highest capacity sure enough to rank by), which a capacity
+    search can stop below or be tied inside; not in a Pareto study, which has no single
+    winner."""
     if scenario.workload.mode != "capacity" or not scenario.prune.enabled \
-            or not scenario.prune.capacity_early_stop or scenario.objective.mode != "weighted" \
-            or not scenario.objective.weights.get("throughput"):
+            or not scenario.prune.capacity_early_stop or scenario.objective.mode != "weighted":
         return None
-    found = [capacityrecord.interval(r.capacity) for r in ranking.feasible(study) if r.capacity]
-    best = max(found, key=lambda bounds: bounds[0], default=None)
+    leader = ranking.standing(study).leader
+    best = capacityrecord.interval(leader.capacity) \
+        if leader is not None and leader.capacity is not None else None
     return best if best is not None and best[0] > 0 else None
 
 

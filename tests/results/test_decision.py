@@ -198,3 +198,95 @@ def test_a_record_of_the_defaults_reads_as_such():
     snap = Snapshot.of(_study(_cap(10.0, 11.0)))
     rec: TrialRecord = snap.trials[0]
     assert decision.capacity_ratio(rec, rec) is None  # itself: no ratio, "its own"
+
+
+def _held_back(tmp_path, defaults_high: float = 11.8) -> str:
+    """The held-back case's shape (issue 62), as a study database: vLLM's defaults at 8.87
+    req/s (8.87-`defaults_high`), #1 (max-num-seqs 8, block-size 32) at 14.8 (14.8-18.5).
+    #1's weighted score is the worse (-11.5 %: its TTFT p95 at its own, higher, capacity is
+    longer), so the score would keep the defaults; capacity at SLO ranks #1 first."""
+    url = f"sqlite:///{tmp_path / 'held.db'}"
+    st = optuna.create_study(study_name="held", storage=url, direction="maximize")
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"},
+                                  "objective": {"slos": {"ttft_p95_ms": 500}}})
+    for flags, (low, high), ttft, score in (
+            ({}, (8.87, defaults_high), 120.0, 0.0),
+            ({"max-num-seqs": 8, "block-size": 32}, (14.8, 18.5), 290.0, math.log(0.885))):
+        cap = {"request_throughput": low, "output_throughput": low * 128, "low": low,
+               "high": high, "spread": 0.0, "uncertainty": (high - low) / high, "rate": low}
+        trials.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
+                   metrics=Measured.of({"capacity": cap, "output_throughput": low * 128,
+                                        "p95_ttft_ms": ttft}),
+                   measures={"throughput": low * 128, "latency_ms": ttft,
+                             "memory_mib": 1000.0}, gain=math.exp(score) - 1,
+                   command=["vllm", "serve", "/models/q"], engine_version="vllm-0.26.0",
+                   device={"name": "NVIDIA H200"}, quality={"drift": 0.0, "passed": True},
+                   **({} if flags else {"baseline": DEFAULTS}))
+    return str(tmp_path / "held.db")
+
+
+def test_the_faster_capacity_is_the_one_winner_of_every_view(tmp_path, capsys, monkeypatch):
+    """Capacity at SLO decides, not the weighted score: the decision, `show`'s capacity
+    table (first, no `=` and not `tied`), `show --json`, `export`, `validate` and
+    `explain` all name #1, whose interval lies wholly above the defaults'."""
+    from autotune.results import export
+    from autotune.tuning import ablation
+    from autotune.verify import validate
+
+    db = _held_back(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")  # the whole table, the decision on unwrapped lines
+    assert main(["show", db]) == 0
+    out = capsys.readouterr().out
+    head = out.splitlines()[0]
+    assert head.startswith("decision: trial #1 (") and "--max-num-seqs 8 --block-size 32" in head
+    assert "keep vLLM's defaults" not in out and "cannot separate" not in out
+    assert "1.67x vLLM defaults at 8.87 req/s (1.25-2.09x: gain)" in out
+    table = [line for line in out.splitlines() if "req/s" not in line and "│" in line]
+    rows = [[cell.strip() for cell in line.split("│")[1:4]] for line in table
+            if line.split("│")[2].strip() in ("0", "1")]
+    assert rows == [["1", "1", ""], ["2", "0", "vllm-defaults"]]  # no `=` on either
+    assert main(["show", db, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["decision"]["trial"] == 1 and data["decision"]["by"] == "capacity"
+    assert [(r["number"], r["tied"]) for r in data["ranking"]] == [(1, False), (0, False)]
+    assert all(t["tied_with_best"] is None for t in data["trials"])
+    assert main(["export", db, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trial"] == 1
+    st = optuna.load_study(study_name="held", storage=f"sqlite:///{db}")
+    for policy in ("balanced", "max-throughput"):  # both are the capacity rule here
+        assert export.choose(st, policy=policy).number == 1
+    assert export.choose(st, policy="min-latency").number == 0
+    assert validate.pick(st)[0].number == 1
+    assert ablation.target(st).number == 1
+
+
+def test_a_capacity_still_too_uncertain_cannot_be_told_apart_in_words(tmp_path):
+    """The defaults' interval at ±40 % (8.87-14.8 req/s) after the search measured it
+    again: it overlaps #1's, yet does not tie with it (which would keep the defaults);
+    #1 is chosen, and the decision says the two cannot be told apart."""
+    st = optuna.load_study(study_name="held", storage=f"sqlite:///{_held_back(tmp_path, 14.8)}")
+    found, _ = decision.of_study(st, cost.Price(), None)
+    assert found is not None and found.trial == 1
+    assert found.ratio is not None and found.ratio.verdict == "within noise"
+    said = found.lines()[2]
+    assert said.startswith("  cannot be told apart from #0 (baseline vllm-defaults): their "
+                           "intervals overlap, and a capacity is still too uncertain to "
+                           "rank by (#0's ±40.1%")
+    summary = Summary.of(st)
+    assert [(r.number, r.tied, r.too_uncertain) for r in summary.ranking] == \
+        [(1, False, False), (0, False, True)]
+
+
+def test_a_fixed_workload_says_it_was_ranked_by_the_weighted_score():
+    st = optuna.create_study(study_name="s", directions=["maximize"])
+    st.set_user_attr("scenario", {"model": {"tiny": "tiny"}})  # no SLO: a fixed workload
+    for score, flags in ((0.0, {}), (0.2, {"max-num-seqs": 16})):
+        trials.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
+                   measures={"throughput": 100.0 + score, "latency_ms": 100.0,
+                             "memory_mib": 1000.0}, gain=math.exp(score) - 1,
+                   **({} if flags else {"baseline": DEFAULTS}))
+    found, _ = decision.of_study(st, cost.Price(), None)
+    assert found is not None and found.trial == 1 and found.by == "score"
+    assert found.lines()[0] == ("decision: trial #1 (sampler): --max-num-seqs 16; ranked by "
+                                "the weighted score (a fixed workload measures no capacity "
+                                "at SLO)")

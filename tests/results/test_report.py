@@ -156,7 +156,7 @@ def test_a_tie_is_shown_as_a_tie(tmp_path):
     """Three capacities whose intervals overlap: the best is the one with the fewest
     overrides (vLLM's defaults), and a tied trial's gain reads as a tie, not a loss."""
     st = optuna.create_study(direction="maximize")
-    st.set_user_attr("scenario", SCENARIO)
+    st.set_user_attr("scenario", {**SCENARIO, "workload": {"mode": "capacity"}})
     for i, (rate, gain) in enumerate(((9.7, 0.0), (10.7, 0.347), (7.0, -0.53))):
         cap = {"request_throughput": rate, "output_throughput": rate * 128, "low": rate,
                "high": rate * 1.6, "uncertainty": 0.5, "spread": 0.0, "steps": []}
