@@ -62,7 +62,8 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     assert plots["guardrail"]["bars"] == 2 * len(checked)
     imp = report.importances(st)
     if isinstance(imp, str):  # one searched trial: a note instead of a plot, not a crash
-        assert set(plots) == {"pareto", "history", "parallel", "guardrail", "startup"}
+        assert set(plots) == {"pareto", "history", "parallel", "guardrail", "startup",
+                              "gputime", "interactivity"}
         assert imp in run.probe["notes"]
     else:
         assert plots["importances"]["bars"] == len(imp)
