@@ -1,12 +1,11 @@
 """Warm restarts: one compile cache per study, and the environment that lets a trial use it.
 
 vLLM keeps what torch.compile made under `VLLM_CACHE_ROOT/torch_compile_cache/<key>`, the
-key a hash of the whole configuration as the engine derived it: a flag search changes it at
-nearly every trial, so on the H200 every trial compiled afresh (28-44 s) where a hit loads
-in 2-6 s. The study therefore keeps its own cache folder (kept across trials, time boxes
-and resumed runs; one per engine version and device, since compiled kernels are both's),
-and `autotune.tuning.policy.compilekey` holds the searched flags that change the key
-without changing what a trial measures.
+key a hash of the whole configuration as the engine derived it (and, in vLLM 0.26, of the
+API key: `api_key`): on the H200 every trial compiled afresh (28-44 s) where a hit loads in
+2-6 s. The study therefore keeps its own cache folder (kept across trials, time boxes and
+resumed runs; one per engine version and device, since compiled kernels are both's), and
+`autotune.tuning.policy.compilekey` may hold the token budget out of the key.
 
 The CPU build compiles with the stock Inductor backend: its ahead-of-time artifacts never
 load (vLLM 0.32: "Compiling model again due to a load failure"), and each of them keeps its
@@ -105,13 +104,13 @@ def api_key(cache: str | None) -> str:
     vLLM 0.26 hashes every `VLLM_*` variable it knows into its compile cache's key, the API
     key autotune passes as `VLLM_API_KEY` included (`envs.compile_factors`; 0.32 leaves it
     out): a new key per engine gave every H200 and H100 trial a key of its own and a full
-    compile. The
-    key still keeps other users of the machine off a trial's server: it is read and made
-    with the folder and the file closed to them (0700, 0600), and never on a command line;
-    vLLM writes its hash factors, the key among them, inside that folder."""
+    compile. The key still keeps other users of the machine off a trial's server: its file
+    is the user's alone (0600), a folder autotune makes for it too (0700; vLLM writes its
+    hash factors, the key among them, inside the cache folder), and it is never on a
+    command line. A folder that exists keeps its permissions (a team's shared cache)."""
     base = Path(cache) if cache else _autotune_cache()
-    base.mkdir(parents=True, exist_ok=True)
-    base.chmod(0o700)
+    if not base.exists():
+        base.mkdir(parents=True, mode=0o700)
     path = base / "api-key"
     try:
         return path.read_text().strip() or _new_key(path)

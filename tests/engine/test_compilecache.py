@@ -68,8 +68,14 @@ def test_one_api_key_per_cache_kept_from_other_users(tmp_path, monkeypatch):
     cache = str(tmp_path / "cache")
     key = cc.api_key(cache)
     assert len(key) == 32 and cc.api_key(cache) == key
-    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700  # made for it: closed
     assert (tmp_path / "cache" / "api-key").stat().st_mode & 0o777 == 0o600
+    shared = tmp_path / "team"
+    shared.mkdir(mode=0o775)
+    shared.chmod(0o775)
+    assert len(cc.api_key(str(shared))) == 32
+    assert shared.stat().st_mode & 0o777 == 0o775  # a folder that exists keeps its mode
+    assert (shared / "api-key").stat().st_mode & 0o777 == 0o600
     assert cc.api_key(str(tmp_path / "other")) != key
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "mine"))
     assert cc.api_key(None) == (tmp_path / "mine" / "api-key").read_text().strip()
