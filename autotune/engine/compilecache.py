@@ -109,8 +109,10 @@ def api_key(cache: str | None) -> str:
     hash factors, the key among them, inside the cache folder), and it is never on a
     command line. A folder that exists keeps its permissions (a team's shared cache)."""
     base = Path(cache) if cache else _autotune_cache()
-    if not base.exists():
+    try:
         base.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        pass                        # made before, or by an engine launched beside this one
     path = base / "api-key"
     try:
         return path.read_text().strip() or _new_key(path)
@@ -119,10 +121,25 @@ def api_key(cache: str | None) -> str:
 
 
 def _new_key(path: Path) -> str:
+    """Writes a new key where none is, or reads the one an engine launched at the same
+    moment wrote first: the key is written whole to a file of this process's own and
+    linked into place, which fails where a key already is, so two launches side by side
+    (validate's pairs) end up with one key and never read a half-written file."""
     key = secrets.token_hex(16)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
+    own = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        try:
+            os.link(own, path)
+        except FileExistsError:
+            first = path.read_text().strip()
+            if first:
+                return first
+            os.replace(own, path)   # an empty file holds no key: this one takes its place
+    finally:
+        own.unlink(missing_ok=True)
     return key
 
 

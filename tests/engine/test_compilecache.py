@@ -79,3 +79,31 @@ def test_one_api_key_per_cache_kept_from_other_users(tmp_path, monkeypatch):
     assert cc.api_key(str(tmp_path / "other")) != key
     monkeypatch.setenv("AUTOTUNE_CACHE", str(tmp_path / "mine"))
     assert cc.api_key(None) == (tmp_path / "mine" / "api-key").read_text().strip()
+
+
+def test_engines_launched_side_by_side_get_one_key(tmp_path):
+    """validate launches its pair at once: every launch on a new cache folder must get
+    the folder (made once, never 'File exists') and the same whole key, and leave no
+    file of its own behind."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    for n in range(20):
+        cache = tmp_path / f"c{n}" / "compile-cache" / "vllm-cpu"
+        start = threading.Barrier(8)
+
+        def launch() -> str:
+            start.wait()
+            return cc.api_key(str(cache))
+
+        with ThreadPoolExecutor(8) as pool:
+            keys = list(pool.map(lambda _: launch(), range(8)))
+        assert len(set(keys)) == 1 and len(keys[0]) == 32
+        assert [p.name for p in cache.iterdir()] == ["api-key"]
+        assert (cache / "api-key").read_text().strip() == keys[0]
+
+
+def test_an_empty_key_file_is_replaced(tmp_path):
+    (tmp_path / "api-key").write_text("")
+    key = cc.api_key(str(tmp_path))
+    assert len(key) == 32 and (tmp_path / "api-key").read_text().strip() == key
