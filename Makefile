@@ -53,10 +53,12 @@ else
 endif
 	touch $@
 
-$(VENV)/.stamp-deps: pyproject.toml $(VENV)/.stamp-engine
+# tests/golden/versions.txt pins the libraries that shape the outputs the suite compares
+# byte for byte (optuna, plotly, rich, PyYAML).
+$(VENV)/.stamp-deps: pyproject.toml tests/golden/versions.txt $(VENV)/.stamp-engine
 	@# The distribution was called `autotune` before it became `vllm-autotune`.
 	$(BIN)/pip uninstall --quiet --yes autotune 2>/dev/null || true
-	$(BIN)/pip install --quiet --no-compile -e '.[dev]'
+	$(BIN)/pip install --quiet --no-compile -e '.[dev]' -c tests/golden/versions.txt
 	@# Byte-compiled on every core at once: pip compiles each file it installs on one core
 	@# (45 s of the engine's 80-s install on 2 cores; compileall -j 0 took 23 s). As with
 	@# pip, a file that does not compile (a package's deliberately broken test data) is left
