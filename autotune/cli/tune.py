@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from autotune.config import Scenario
     from autotune.results.summary import Summary
     from autotune.tuning.sharing.storage import StudyLocation
+    from autotune.tuning.sharing.workers import SharedRun
 
 HELP = "run (or resume) the study of a scenario"
 
@@ -170,8 +171,9 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
                                                highlight=False))
 
     if gpus is not None:
-        code, shared_study = _tune_on_gpus(cmd.scenario, scenario, url, root, trials, timeout,
-                                           gpus, console, on_progress)
+        code, shared_study = _tune_on_gpus(
+            workers.SharedRun(cmd.scenario, url, root, trials, timeout), scenario, gpus,
+            console, on_progress)
         if code == 0:
             last_phases(shared_study)
         summary = Summary.of(shared_study)
@@ -203,8 +205,7 @@ def _answered(data: Summary) -> int:
     return 0 if found else NO_ANSWER
 
 
-def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, trials: int,
-                  timeout: float | None, gpus: list[str], console: Console,
+def _tune_on_gpus(run: SharedRun, scenario: Scenario, gpus: list[str], console: Console,
                   on_progress: Callable) -> tuple[int, optuna.Study]:
     """`tune --gpus`: one worker process per GPU on the study, one progress line for all."""
     import logging
@@ -212,9 +213,9 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
     from autotune.tuning import study
     from autotune.tuning.sharing import workers
 
-    st = study.open_study(scenario, url, register=False).study  # created here, once
-    console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's {trials} "
-                  "trials")
+    st = study.open_study(scenario, run.url, register=False).study  # created here, once
+    console.print(f"{len(gpus)} workers (GPUs {','.join(gpus)}) share the study's "
+                  f"{run.trials} trials")
 
     def on_event(text: str) -> None:
         console.print(text, soft_wrap=True)
@@ -222,7 +223,6 @@ def _tune_on_gpus(scenario_path: str, scenario: Scenario, url: str, root: Path, 
 
     with console.status("running trials on every GPU (Ctrl-C stops all of them cleanly; "
                         "run again to resume)"):
-        run = workers.SharedRun(scenario_path, url, root, trials, timeout)
         result = workers.run_workers(st, scenario, run, gpus, on_progress=on_progress,
                                      on_event=on_event)
     return result.code, st

@@ -94,19 +94,18 @@ def _with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecor
                                      f"capacity at SLO in {step_s:g}-s Poisson steps"))
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
         result = crosscheck.run_crosscheck(
-            st, candidate, against, args.repeats,
+            st, candidate, against, crosscheck.Plan(args.repeats, step_s, _gpus(args.gpus)),
             storage.folder(args.study_or_db, st.study_name, Path(args.studies_dir)),
-            step_s=step_s, gpus=_gpus(args.gpus),
             on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
     views.print_validation_vllm(result, console)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
     return 0
 
-def _gpus(text: str | None) -> list[int] | None:
+def _gpus(text: str | None) -> tuple[int, ...] | None:
     """`validate --gpus 0,1` as device indices (None when not given), parsed as `tune
     --gpus` is, without `all`."""
     from autotune.tuning.sharing.workers import parse_gpus
 
-    return None if text is None else [int(g) for g in parse_gpus(text, "validate",
-                                                                 allow_all=False)]
+    return None if text is None else tuple(int(g) for g in parse_gpus(text, "validate",
+                                                                      allow_all=False))

@@ -76,12 +76,18 @@ def cpu_memory_default(flags: Mapping[str, Any], env: Mapping[str, str]) -> dict
 
 
 class Server:
-    """One vLLM server process group; use as `with Server(model, flags) as srv:`."""
+    """One vLLM server process group; use as `with Server(model, flags) as srv:`.
+
+    `stop_grace` (seconds a stop waits for the group after SIGTERM before SIGKILL) and
+    `port_retries` (starts tried again on a port another process took first) are class
+    defaults an instance may change before it starts."""
+
+    stop_grace: float = 20.0
+    port_retries: int = 3
 
     def __init__(self, model: str, flags: Mapping[str, Any] | None = None, *,
                  env: Mapping[str, str] | None = None, log_path: str | Path | None = None,
-                 startup_timeout: float = 600.0, stop_grace: float = 20.0,
-                 port_retries: int = 3, extra_args: list[str] | None = None,
+                 startup_timeout: float = 600.0, extra_args: list[str] | None = None,
                  fallback_env: Mapping[str, str] | None = None):
         self.model = str(model)
         self.flags = flagmod.normalize(flags or {})
@@ -98,8 +104,6 @@ class Server:
             raise ConfigError(f"argument {clash[0]} is set by autotune itself; remove it")
         self.log_path = Path(log_path) if log_path else Path(f"vllm-{os.getpid()}.log")
         self.startup_timeout = startup_timeout
-        self.stop_grace = stop_grace
-        self.port_retries = port_retries
         # Kept with the compile cache (`compilecache.api_key`): vLLM hashes it into the
         # cache's key, so a key per engine would compile every engine afresh.
         self.api_key = compilecache.api_key(self.env.get(compilecache.ROOT))

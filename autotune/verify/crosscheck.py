@@ -17,7 +17,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -96,13 +96,22 @@ def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = Fals
     return cap_c.request_throughput / cap_b.request_throughput
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a re-check runs: `repeats` pairs, capacity steps of `step_s` seconds, on `gpus`
+    (two or more: each pair side by side on the first two; None: the only device)."""
+
+    repeats: int
+    step_s: float = vllmbench.STEP_S
+    gpus: tuple[int, ...] | None = None
+
+
 def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
-                   repeats: int, out_dir: Path, *, step_s: float = vllmbench.STEP_S,
-                   gpus: list[int] | None = None,
-                   on_run: Callable[[int, int, PairRun], None] | None = None
-                   ) -> Recheck:
-    """Measure both capacities with vLLM's client `repeats` times each on fresh engines;
-    store and return the re-check. Nothing is stored unless every run measured a capacity.
+                   plan: Plan, out_dir: Path, *,
+                   on_run: Callable[[int, int, PairRun], None] | None = None) -> Recheck:
+    """Measure both capacities with vLLM's client `plan.repeats` times each on fresh
+    engines; store and return the re-check. Nothing is stored unless every run measured a
+    capacity.
 
     On one device the runs alternate (baseline, candidate, ...). With two `gpus` each pair
     runs side by side, one configuration per GPU, swapped every pair, so a difference
@@ -110,6 +119,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     Each run's search starts at the capacity the study reported for that trial and moves
     by 1.25x from there: its steps are spent around the figure being re-checked.
     """
+    repeats, step_s, gpus = plan.repeats, plan.step_s, plan.gpus
     if repeats < 1:
         raise ConfigError(f"validate: --repeats must be at least 1 (got {repeats})")
     if not step_s > 0:
@@ -128,6 +138,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     devices: list[int | None] = list(gpus[:2]) if gpus and side_by_side else \
         [gpus[0] if gpus else None]
     idle = {d: gpu.Monitor(d).used_mib() for d in devices}  # None without a GPU
+    bench = _Bench(scenario, model, step_s)
     with contextlib.ExitStack() as stack:
         # One vLLM client helper per device: its imports are paid once for all its runs.
         helpers = {d: stack.enter_context(vllmbench.Helper(
@@ -138,9 +149,9 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
             on = f"-gpu{run.device}" if side_by_side else ""
             what = (f"run {run.index} ({run.role}, trial #{run.trial.number}"
                     + (f", GPU {run.device})" if side_by_side else ")"))
-            return replace(_measure(helpers[run.device], scenario, model, run.trial,
-                                    where / f"{run.index:02d}-{run.role}{on}", step_s, what,
-                                    run.device, run.slot), gpu=run.device)
+            return replace(_measure(helpers[run.device], bench, run,
+                                    where / f"{run.index:02d}-{run.role}{on}", what),
+                           gpu=run.device)
 
         runs = pairloop.run_pairs(
             order, candidate, against, measure, devices=devices, on_run=on_run,
@@ -194,16 +205,26 @@ def _fixed(helper: vllmbench.Helper, scenario: Scenario, model: str, srv: Server
                    median_ttft_ms=result.value("median_ttft_ms"))
 
 
-def _measure(helper: vllmbench.Helper, scenario: Scenario, model: str, t: TrialRecord,
-             run_dir: Path, step_s: float, what: str, device: int | None = None,
-             slot: tuple[int, int] = (0, 1)) -> PairRun:
-    """One fresh engine with the trial's flags, launched as `trial.run_trial` launches it
-    (the scenario's env, hardware emulation with its ballast), on `device` when given,
-    and its capacity by vLLM's client, searched from the capacity the study reported.
-    `slot` (index, count) places it among engines side by side: on the CPU build each
-    gets cores of its own (`engine.cpuplace`)."""
-    env = {} if device is None else {"CUDA_VISIBLE_DEVICES": str(device)}
-    env.update(cpuplace.placement(*slot, {**scenario.engine.env, **env}))
+@dataclass(frozen=True)
+class _Bench:
+    """What every run of a re-check shares: the study's scenario, the model it serves and
+    the length of a capacity step."""
+
+    scenario: Scenario
+    model: str
+    step_s: float
+
+
+def _measure(helper: vllmbench.Helper, bench: _Bench, run: pairloop.Run, run_dir: Path,
+             what: str) -> PairRun:
+    """One fresh engine with the run's trial's flags, launched as `trial.run_trial` launches
+    it (the scenario's env, hardware emulation with its ballast), on the run's device when
+    given, and its capacity by vLLM's client, searched from the capacity the study
+    reported. The run's slot (index, count) places it among engines side by side: on the
+    CPU build each gets cores of its own (`engine.cpuplace`)."""
+    scenario, model, step_s, t = bench.scenario, bench.model, bench.step_s, run.trial
+    env = {} if run.device is None else {"CUDA_VISIBLE_DEVICES": str(run.device)}
+    env.update(cpuplace.placement(*run.slot, {**scenario.engine.env, **env}))
     eng = trial_mod.engine(scenario, model, dict(t.flags), run_dir / "engine.log", env=env)
     launch = eng.flags
     reported = (t.capacity.request_throughput or None) if t.capacity else None

@@ -96,8 +96,9 @@ def explain_and_recheck(study: optuna.Study, scenario: Scenario, study_dir: Path
         try:
             if spec.client == "vllm":
                 done.recheck = crosscheck.run_crosscheck(
-                    study, candidate, against, spec.repeats, study_dir,
-                    step_s=spec.step_seconds or vllmbench.STEP_S)
+                    study, candidate, against,
+                    crosscheck.Plan(spec.repeats, spec.step_seconds or vllmbench.STEP_S),
+                    study_dir)
                 note(f"re-check: {done.recheck.line()}")
             else:
                 done.recheck = validate.run_validation(study, candidate, against,

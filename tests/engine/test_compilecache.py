@@ -88,16 +88,15 @@ def test_engines_launched_side_by_side_get_one_key(tmp_path):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    def launch(cache: Path, start: threading.Barrier) -> str:
+        start.wait()
+        return cc.api_key(str(cache))
+
     for n in range(20):
         cache = tmp_path / f"c{n}" / "compile-cache" / "vllm-cpu"
         start = threading.Barrier(8)
-
-        def launch() -> str:
-            start.wait()
-            return cc.api_key(str(cache))
-
         with ThreadPoolExecutor(8) as pool:
-            keys = list(pool.map(lambda _: launch(), range(8)))
+            keys = list(pool.map(launch, [cache] * 8, [start] * 8))
         assert len(set(keys)) == 1 and len(keys[0]) == 32
         assert [p.name for p in cache.iterdir()] == ["api-key"]
         assert (cache / "api-key").read_text().strip() == keys[0]

@@ -147,7 +147,9 @@ from autotune.engine.server import Server
 signal.signal(signal.SIGTERM, _raise_interrupt)
 # a short grace: an API server that misses the SIGTERM while its engine core starts is
 # killed after it, and the test is about what is left, not how long the grace is
-with Server(sys.argv[1], {"enforce-eager": True}, log_path=sys.argv[2], stop_grace=5):
+server = Server(sys.argv[1], {"enforce-eager": True}, log_path=sys.argv[2])
+server.stop_grace = 5
+with server:
     time.sleep(600)
 """
 
