@@ -4,8 +4,7 @@ groups that name a study or a price, and opening the study a read command names.
 argparse reports a type's ArgumentTypeError as `argument --x: <message>`, which the CLI
 prints as its one-line error (exit 2). Checking here, rather than where a value is used,
 means a bad option stops the command before it opens a study or starts an engine: a
-`--trials -1` used to be accepted silently, and a `--timeout 5x` raised a traceback only
-after the scenario was read.
+`--trials -1` or a `--timeout 5x` is refused in one line before the scenario is read.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What may end a trial early while its engine runs: a crash, or its time budget.
 
 `budget.trial_timeout` bounds the whole trial (start-up, load steps, guardrail,
-teardown), not only a workload step: a trial with `trial_timeout: 5m` once ran 11 min
-(issue 16). The start-up is bounded by giving the launcher at most the time left; every
+teardown), not only a workload step: bounding each step alone lets a trial with
+`trial_timeout: 5m` run for as long as its steps, start-up and guardrail add up to. The
+start-up is bounded by giving the launcher at most the time left; every
 wait after it is watched (`autotune.measure.watch`) by one `TrialWatch`, which says why
 the trial must stop (the engine died, or the time is spent) and remembers which of the
 two it was, so the trial is recorded as `crashed` or `timeout`; the teardown's grace
