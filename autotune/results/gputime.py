@@ -10,6 +10,7 @@ another machine), not GPU time of the study. A trial's own time ends where Optun
 completed and lasts its recorded span, or its timed parts where those are longer (a trial
 stored after it ran, as `autotune explain` stores its runs, has no span of its own).
 Every second of the clock falls in one activity (`Spent`), so the shares add up to 1.
+A study of vLLM's CPU build has no GPU: its lines speak of machine time.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from optuna.trial import TrialState
 
 from autotune.engine.compilecache import HIT, MISS
 from autotune.engine.phases import FAILED, PHASES
+from autotune.results.replica import on_cpu
 from autotune.results.show import outcome, reason
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -183,6 +185,9 @@ class GpuTime:
     later: StartupSplit | None  # the launched trials after it
     compile: CompileCount
     rows: tuple[TrialCost, ...]
+    # "GPU", or "machine" for a study of vLLM's CPU build: its lines then speak of machine
+    # time and trials per machine-hour (the keys of the stored figures stay the same).
+    machine: str = "GPU"
     EXTRA = ("per_gpu_hour", "launched_per_gpu_hour")
 
     @property
@@ -210,20 +215,24 @@ class GpuTime:
         return cls(seconds, sessions, len(rows) - n[STOPPED], n[LAUNCHED], n[NOT_LAUNCHED],
                    n[COPY], n[STOPPED], spent, _activities(spent),
                    StartupSplit.of(started[:1]), StartupSplit.of(started[1:]),
-                   CompileCount.of(started[1:]), rows)
+                   CompileCount.of(started[1:]), rows,
+                   "machine" if done and all(on_cpu(r) for r in done) else "GPU")
 
     def lines(self) -> list[str]:
         """`GPU time 951 s for 8 trials: 30.3 per GPU-hour (...)`, where it went, and the
         start-up after the first trial; one line, "no trial has finished", without trials."""
         if not self.rows:
-            return ["GPU time: no trial has finished"]
+            return [f"{self.machine} time: no trial has finished"]
         others = "".join(f", {n} {what}" for n, what in (
             (self.not_launched, "pruned before launch"), (self.copies, "copied"),
             (self.stopped, "stopped, not counted")) if n)
         sessions = f" in {self.sessions} sessions" if self.sessions > 1 else ""
-        head = (f"GPU time {_s(self.seconds)} s{sessions} for {_n(self.trials, 'trial')}: "
-                f"{_rate(self.per_gpu_hour)} per GPU-hour; {self.launched} launched "
-                f"({_rate(self.launched_per_gpu_hour)} per GPU-hour){others}")
+        hour = f"per {self.machine}-hour"
+        build = " on vLLM's CPU build" if self.machine != "GPU" else ""
+        head = (f"{self.machine} time {_s(self.seconds)} s{sessions} for "
+                f"{_n(self.trials, 'trial')}{build}: {_rate(self.per_gpu_hour)} {hour}; "
+                f"{self.launched} launched ({_rate(self.launched_per_gpu_hour)} {hour})"
+                f"{others}")
         went = "where it went: " + ", ".join(
             f"{a.words} {_s(a.seconds)} s ({a.percent:.1f} %)" for a in self.activities
             if round(a.seconds, 1))

