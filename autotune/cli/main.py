@@ -1,16 +1,32 @@
 """The `autotune` command: parse arguments, call one subcommand's function, map errors to
-exit codes. Each subcommand is a module of this package (`COMMANDS`)."""
+exit codes. Each subcommand is a module of this package (`COMMANDS`), imported here by name
+so that the package's import checks see every command (each defers its heavy imports to
+the function it runs)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 from autotune import __version__
+from autotune.cli import (
+    bench,
+    compare,
+    dashboard,
+    engineinfo,
+    explain,
+    export,
+    init,
+    report,
+    show,
+    tinymodel,
+    tune,
+    validate,
+)
 from autotune.cli.options import Parser
 from autotune.errors import AutotuneError
 from autotune.tuning import interrupts
@@ -23,10 +39,10 @@ EXTRAS = {"transformers": "bench", "tokenizers": "bench", "torch": "model",
 
 # The subcommands in `--help`'s order, each a module of this package with `HELP`,
 # `add_arguments(parser)` (which sets `func`) and, where it needs one, `DESCRIPTION`.
-COMMANDS = {"tiny-model": "tinymodel", "engine": "engineinfo", "bench": "bench",
-            "tune": "tune", "show": "show", "report": "report", "dashboard": "dashboard",
-            "export": "export", "init": "init", "compare": "compare", "explain": "explain",
-            "validate": "validate"}
+COMMANDS: dict[str, ModuleType] = {
+    "tiny-model": tinymodel, "engine": engineinfo, "bench": bench, "tune": tune,
+    "show": show, "report": report, "dashboard": dashboard, "export": export, "init": init,
+    "compare": compare, "explain": explain, "validate": validate}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,8 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Find the fastest safe vLLM launch configuration for a model, a GPU and a workload."))
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name, module_name in COMMANDS.items():
-        module = importlib.import_module(f"autotune.cli.{module_name}")
+    for name, module in COMMANDS.items():
         module.add_arguments(sub.add_parser(name, help=module.HELP,
                                             description=getattr(module, "DESCRIPTION", None)))
     return parser
