@@ -44,7 +44,7 @@ WINDOWS = 4
 
 
 @dataclass(frozen=True)
-class Request:
+class TraceRequest:
     """One recorded request: when it arrived (s after the trace's first), how long its
     prompt and reply were (a recorded empty reply is replayed as one token: vLLM asks for
     at least one), and the ids of its prompt's blocks (shared id: shared text)."""
@@ -60,7 +60,7 @@ class Trace:
     """A trace file's requests in arrival order, with blocks of `block_tokens` tokens."""
 
     path: str
-    requests: tuple[Request, ...]
+    requests: tuple[TraceRequest, ...]
     block_tokens: int
 
     @property
@@ -72,7 +72,7 @@ class Trace:
         """Requests per second at the recorded pace (time scale 1)."""
         return len(self.requests) / self.duration_s
 
-    def sample(self, n: int, windows: int = WINDOWS) -> list[tuple[float, Request]]:
+    def sample(self, n: int, windows: int = WINDOWS) -> list[tuple[float, TraceRequest]]:
         """About `n` requests with their send offsets at the recorded pace (s from the start).
 
         Fewer than the trace holds: `windows` stretches of recorded time, one centred in
@@ -91,7 +91,7 @@ class Trace:
                     for r in self.requests][:n]
         width, starts = self._stretches(n, windows)
         times = [r.at_s for r in self.requests]
-        out: list[tuple[float, Request]] = []
+        out: list[tuple[float, TraceRequest]] = []
         for i, start in enumerate(starts):
             first, end = bisect.bisect_left(times, start), bisect.bisect_left(times, start + width)
             out += [(i * width + times[j] - start, self.requests[j]) for j in range(first, end)]
@@ -246,7 +246,7 @@ def _load(name: str, _mtime: int, _size: int, block_tokens: int) -> Trace:
         extra = need - len(blocks)  # the rest of the prompt is this request's own
         blocks += tuple(range(fresh, fresh + extra))
         fresh += extra
-        requests.append(Request(at - rows[0][0], inp, out, blocks))
+        requests.append(TraceRequest(at - rows[0][0], inp, out, blocks))
     return Trace(name, tuple(requests), block_tokens)
 
 

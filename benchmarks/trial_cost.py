@@ -27,7 +27,7 @@ import optuna
 
 from autotune.errors import ConfigError
 from autotune.results import show
-from autotune.results.gputime import GpuTime, TrialCost
+from autotune.results.gputime import GpuTime, TrialTime
 from autotune.stored import json_data
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.sharing import storage
@@ -49,7 +49,7 @@ def _secs(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def row(t: TrialCost) -> list[str]:
+def row(t: TrialTime) -> list[str]:
     """One trial as the table prints it (`COLUMNS`)."""
     ended = " ".join(x for x in (t.outcome, t.reason) if x)
     compiled = "-" if t.compile_cache is None else t.compile_cache + (

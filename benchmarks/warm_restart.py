@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="warm-restart-"))
     print(f"logs and caches in {out}", file=sys.stderr)
 
-    def show(run: warmcheck.Run) -> None:
+    def show(run: warmcheck.WarmRun) -> None:
         cap = f"{run.capacity:.3g} req/s ({run.low:.3g}-{run.high or run.low:.3g})" \
             if run.capacity and run.low else "no capacity"
         print(f"pair {run.pair} {run.side:4s}: {cap}, KV {run.kv_cache_tokens} tokens, "

@@ -12,7 +12,7 @@ import numpy as np
 from autotune.measure import stepverdict
 from autotune.measure.bench import StepRun
 from autotune.measure.loadgen import RunResult
-from autotune.measure.probes import Sample, Sampler
+from autotune.measure.probes import ProbeSample, Sampler
 from autotune.measure.request import RequestResult
 from autotune.measure.searchresult import Step
 from autotune.measure.summary import Summary
@@ -57,7 +57,7 @@ def judged(results: list[RequestResult], running: list[tuple[float, float]], rat
              "completed": len(results), "failed": 0, "total_output_tokens": 16 * len(results),
              "total_input_tokens": 32 * len(results)}
     sampler = Sampler("http://127.0.0.1:9")  # never started: its samples are set here
-    sampler.samples = [Sample(t, {"vllm:num_requests_running": n}) for t, n in running]
+    sampler.samples = [ProbeSample(t, {"vllm:num_requests_running": n}) for t, n in running]
     return stepverdict.judge(kind, rate, index, StepRun(Summary.of(whole), run, sampler),
                              cap or CapacitySpec(), SLOS)
 

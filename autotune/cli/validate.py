@@ -94,7 +94,7 @@ def _with_vllm(args: argparse.Namespace, st: optuna.Study, candidate: TrialRecor
                                      f"capacity at SLO in {step_s:g}-s Poisson steps"))
     with console.status("running (Ctrl-C stops cleanly; nothing is stored until the end)"):
         result = crosscheck.run_crosscheck(
-            st, candidate, against, crosscheck.Plan(args.repeats, step_s, _gpus(args.gpus)),
+            st, candidate, against, crosscheck.RecheckPlan(args.repeats, step_s, _gpus(args.gpus)),
             storage.folder(args.study_or_db, st.study_name, Path(args.studies_dir)),
             on_run=lambda i, n, r: console.print(views.validation_vllm_run(i, n, r)))
     views.print_validation_vllm(result, console)

@@ -3,7 +3,7 @@
 vLLM serves from several processes (the API server or its supervisor, `VLLM::EngineCore`,
 its `VLLM::Worker`s); any one can die alone and the rest does not follow at once, so
 waiting for the launched command or an HTTP timeout would turn a crash into a stall.
-`Watch` remembers a running engine's processes (by pid and start time, which a recycled
+`ProcessWatch` remembers a running engine's processes (by pid and start time, which a recycled
 pid cannot match) and says which of them are gone.
 """
 
@@ -30,7 +30,7 @@ class Member:
         return f"{self.name} (pid {self.pid})"
 
 
-class Watch:
+class ProcessWatch:
     """The engine's processes that must all live while it serves."""
 
     def __init__(self) -> None:

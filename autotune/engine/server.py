@@ -115,10 +115,10 @@ class Server:
         self.phases: dict[str, float] = {}  # where start-up went (engine/phases.py)
         self._clock, self._clock_offset = PhaseClock(0.0), 0
         self.cache_info: dict[str, str] = {}
-        self._watch = liveness.Watch()
+        self._watch = liveness.ProcessWatch()
         self._launcher: liveness.Member | None = None
         self._death: str | None = None
-        self._entry: warm.Entry | None = None
+        self._entry: warm.EntryPoint | None = None
         self._spare_env: dict[str, str] = {}
         self._spare: warm.Spare | None = None  # the one this server's stop prepared
         # How the engine was started (warm.WARM: a spare reaper's fork; warm.COLD), and
@@ -190,7 +190,7 @@ class Server:
         return True
 
     def _launch(self) -> None:
-        self._watch, self._launcher, self._death = liveness.Watch(), None, None
+        self._watch, self._launcher, self._death = liveness.ProcessWatch(), None, None
         self.port = free_port()
         servers = integer(self.flags, "api-server-count", 1)
         self.command = [*base_command(api_servers=servers), self.model, "--host", "127.0.0.1",

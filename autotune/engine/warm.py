@@ -49,7 +49,7 @@ def enabled() -> bool:
 
 
 @dataclass(frozen=True)
-class Entry:
+class EntryPoint:
     """How a command runs as a module: `module` with `sys.argv` = `argv`."""
 
     module: str
@@ -57,16 +57,16 @@ class Entry:
     title: str
 
 
-def entry(command: Sequence[str]) -> Entry | None:
+def entry(command: Sequence[str]) -> EntryPoint | None:
     """The module form of an engine command, when it has one in this interpreter:
     `python -m M ARGS` (this Python) or vLLM's `vllm serve ARGS` script."""
     cmd = list(command)
     if len(cmd) >= 3 and cmd[1] == "-m" and os.path.realpath(cmd[0]) == \
             os.path.realpath(sys.executable):
-        return Entry(cmd[2], [cmd[2], *cmd[3:]], " ".join(cmd))
+        return EntryPoint(cmd[2], [cmd[2], *cmd[3:]], " ".join(cmd))
     if len(cmd) >= 2 and os.path.basename(cmd[0]) == "vllm" and cmd[1] == "serve":
         module = "vllm.entrypoints.cli.main"
-        return Entry(module, [cmd[0], *cmd[1:]],
+        return EntryPoint(module, [cmd[0], *cmd[1:]],
                      " ".join([sys.executable, "-m", module, *cmd[1:]]))
     return None
 
@@ -111,7 +111,7 @@ class Spare:
                 self.state = "ready" if line == "ready" else "failed"
         return self.state == "ready"
 
-    def start(self, entry_: Entry, env: Mapping[str, str], log_path: str) -> None:
+    def start(self, entry_: EntryPoint, env: Mapping[str, str], log_path: str) -> None:
         """Hand it the command: from here on it is the engine's reaper."""
         assert self.proc.stdin is not None
         job = {"module": entry_.module, "argv": entry_.argv, "title": entry_.title,

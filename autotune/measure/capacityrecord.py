@@ -215,7 +215,7 @@ def tied(a: CapacityRecord, b: CapacityRecord) -> bool:
 
 
 @dataclass(frozen=True)
-class Ratio:
+class CapacityRatio:
     """One capacity over another (a configuration's over vLLM's defaults'): the ratio of the
     two and the interval their intervals allow (low over high, high over low; `high` None
     where the configuration's capacity is a floor, `low` 0 where the reference's is); its
@@ -250,7 +250,7 @@ class Ratio:
                 f"({self.span()}: {self.verdict})")
 
 
-def ratio(cap: CapacityRecord, reference: CapacityRecord) -> Ratio | None:
+def ratio(cap: CapacityRecord, reference: CapacityRecord) -> CapacityRatio | None:
     """`cap` over `reference`, None where either found no capacity; a floor leaves its
     side of the interval open (`bounds`)."""
     if not cap.low or not reference.low:
@@ -259,7 +259,7 @@ def ratio(cap: CapacityRecord, reference: CapacityRecord) -> Ratio | None:
     rlo, rhi = bounds(reference)
     if rlo <= 0 or (rhi is not None and rhi <= 0):
         return None
-    return Ratio(cap.request_throughput / reference.request_throughput,
+    return CapacityRatio(cap.request_throughput / reference.request_throughput,
                  0.0 if rhi is None else blo / rhi, None if bhi is None else bhi / rlo,
                  reference.request_throughput)
 

@@ -57,7 +57,7 @@ def role(cmdline: list[str]) -> str | None:
 
 
 @dataclass
-class Sample:
+class ProbeSample:
     """One reading: engine metrics, CPU per role (percent of one core), GPU, memory."""
 
     t: float  # perf_counter
@@ -177,7 +177,7 @@ class Sampler:
         self.pids = pids or (lambda: [])
         self.interval = interval
         self.headers = headers or {}
-        self.samples: list[Sample] = []
+        self.samples: list[ProbeSample] = []
         self.gpu = gpu.Monitor()
         self._cpu = _CpuMeter()
         self._cores_meter = _CoresMeter()
@@ -268,7 +268,7 @@ class Sampler:
         if busy is not None:
             cpu["cores_busy"], cpu["cores"] = busy, float(len(self._cores))
         used, engine = self.gpu.memory_mib(pids)
-        self.samples.append(Sample(now, values, cpu, self.gpu.utilization(), used, engine,
+        self.samples.append(ProbeSample(now, values, cpu, self.gpu.utilization(), used, engine,
                                    _rss_mib(pids)))
 
     def series(self, name: str) -> list[tuple[float, float]]:
@@ -282,7 +282,7 @@ class Sampler:
         return summarize(inside)
 
 
-def summarize(samples: list[Sample]) -> ProbeSummary:
+def summarize(samples: list[ProbeSample]) -> ProbeSummary:
     """A ProbeSummary of consecutive samples (pure)."""
     engine = [s.values for s in samples if s.values]
     first, last = (engine[0], engine[-1]) if engine else ({}, {})

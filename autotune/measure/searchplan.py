@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from autotune import reasons
 from autotune.measure.capacityrecord import TOO_UNCERTAIN, measured
-from autotune.measure.searchresult import Result, Step
+from autotune.measure.searchresult import SearchResult, Step
 from autotune.measure.steprecord import spread_at
 from autotune.traffic import CapacitySpec
 
@@ -103,7 +103,7 @@ def next_rate(burst: float, low: float | None, high: float | None,
     return "bisect", high / factor if low is None else (low + high) / 2
 
 
-def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> Result:
+def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> SearchResult:
     """Burst, then sustained steps from the burst's rate: up by `expand_factor` while they
     pass, halving while they fail, then bisect; then repeat the capacity; at most
     `spec.max_steps` steps, and `spec.extra_steps` more on a capacity too uncertain to
@@ -136,7 +136,7 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
     if start is None or burst:
         steps.append(measure("burst", None, 0, None))
         if steps[0].achieved_rps <= 0:
-            return Result(0.0, None, None, steps, None, reasons.NO_SUCCESSFUL_REQUESTS)
+            return SearchResult(0.0, None, None, steps, None, reasons.NO_SUCCESSFUL_REQUESTS)
     base = start if start is not None else steps[0].achieved_rps
     burst_rate = steps[0].achieved_rps if steps else None
     best: Step | None = None
@@ -191,7 +191,7 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
     if best is not None and stopped is None:
         best, high, remeasured = remeasure(take, spec, steps, best, high)
     low = best.load if best else None
-    return Result(low or 0.0, low, high, steps, best, stopped, spread_at(steps, low),
+    return SearchResult(low or 0.0, low, high, steps, best, stopped, spread_at(steps, low),
                   remeasured)
 
 

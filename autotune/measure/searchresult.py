@@ -1,7 +1,7 @@
 """What a capacity search found, and the record a trial keeps of it.
 
 `Step` is a step as the search measured it (a `StepRecord` with the step's full summary),
-`Result` the search's own view (`searchplan.plan`: the rates it offered); `record` turns it
+`SearchResult` the search's own view (`searchplan.plan`: the rates it offered); `record` turns it
 into the `CapacityRecord` a trial keeps (the rate the engine achieved at capacity, the
 bracket, what limited it), `knee` and `limiting` read what limited it, `summary_of` gives
 the figures the trial is scored on.
@@ -34,7 +34,7 @@ class Step(StepRecord):
 
 
 @dataclass
-class Result:
+class SearchResult:
     """The search's own view of what it found: the highest passing rate it offered (0 if
     no step passed) and its bracket of offered rates; `record` turns it into the rates the
     engine achieved."""
@@ -65,7 +65,7 @@ class Result:
         return max(self.bracket, self.spread or 0.0)
 
 
-def record(result: Result, spec: WorkloadSpec) -> CapacityRecord:
+def record(result: SearchResult, spec: WorkloadSpec) -> CapacityRecord:
     """The capacity as a trial keeps it: the rate achieved at capacity and the bracket
     (`capacityrecord.measured`), throughputs at capacity, what limited it, steps.
 
@@ -95,7 +95,7 @@ def record(result: Result, spec: WorkloadSpec) -> CapacityRecord:
         remeasured=result.remeasured, steps=tuple(s.record() for s in result.steps))
 
 
-def limiting(result: Result) -> Step:
+def limiting(result: SearchResult) -> Step:
     """The step that shows what limits capacity: the gentlest failing step above it (the
     limit bites there), else the step at capacity, else the burst."""
     above = [s for s in result.steps if not s.passed and s.invalid is None
@@ -117,7 +117,7 @@ def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
     return limit.bottleneck
 
 
-def summary_of(result: Result) -> Summary:
+def summary_of(result: SearchResult) -> Summary:
     """The figures the trial is scored on: the step at capacity, else the gentlest failure."""
     if result.best is not None:
         return result.best.summary

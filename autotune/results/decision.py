@@ -23,7 +23,7 @@ from autotune import reasons
 from autotune.config import Scenario
 from autotune.flags import Flags, to_args
 from autotune.measure import capacityrecord, capacitytext
-from autotune.measure.capacityrecord import Ratio
+from autotune.measure.capacityrecord import CapacityRatio
 from autotune.results import cost
 from autotune.results.show import capacity_caveat, slo_text
 from autotune.tuning import ranking as ranked
@@ -31,7 +31,7 @@ from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import TrialRecord
 
 
-def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> Ratio | None:
+def capacity_ratio(best: TrialRecord, reference: TrialRecord | None) -> CapacityRatio | None:
     """`best`'s capacity over `reference`'s (`capacityrecord.ratio`), None where either has none
     or they are the same trial."""
     if reference is None or reference.number == best.number or best.capacity is None \
@@ -56,7 +56,7 @@ class Decision:
     slos: str
     capacity: str | None  # `capacitytext.describe`: the one capacity text of every view
     capacity_rps: float | None
-    ratio: Ratio | None
+    ratio: CapacityRatio | None
     throughput_ratio: float | None  # a fixed workload's throughput against the reference's
     reference: str
     quality: str

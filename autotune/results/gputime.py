@@ -97,7 +97,7 @@ class Activity:
 
 
 @dataclass(frozen=True)
-class TrialCost:
+class TrialTime:
     """One trial's part of the GPU time: how it counts (`LAUNCHED`, `NOT_LAUNCHED`, `COPY`,
     `STOPPED`), how it ended, its own seconds and what they went to, its start-up's launch
     path and compile cache outcome ("hit", "miss"; None where not recorded)."""
@@ -114,7 +114,7 @@ class TrialCost:
     compile_s: float | None = None
 
     @classmethod
-    def of(cls, r: TrialRecord) -> TrialCost:
+    def of(cls, r: TrialRecord) -> TrialTime:
         counts = _counts(r)
         spent = _spent(r) if counts in (LAUNCHED, STOPPED) else Spent()
         timed = spent.total
@@ -184,7 +184,7 @@ class GpuTime:
     first: StartupSplit | None  # the first launched trial's start-up
     later: StartupSplit | None  # the launched trials after it
     compile: CompileCount
-    rows: tuple[TrialCost, ...]
+    rows: tuple[TrialTime, ...]
     # "GPU", or "machine" for a study of vLLM's CPU build: its lines then speak of machine
     # time and trials per machine-hour (the keys of the stored figures stay the same).
     machine: str = "GPU"
@@ -204,7 +204,7 @@ class GpuTime:
         running have no end yet and are left out."""
         done = sorted((r for r in records if r.datetime_complete is not None
                        and r.state != TrialState.RUNNING), key=lambda r: r.number)
-        rows = tuple(TrialCost.of(r) for r in done)
+        rows = tuple(TrialTime.of(r) for r in done)
         seconds, sessions = _clock(done, rows)
         spent = Spent()
         for row in rows:
@@ -288,7 +288,7 @@ def _spent(r: TrialRecord) -> Spent:
                  teardown=t.get("teardown_s", 0.0))
 
 
-def _clock(done: Sequence[TrialRecord], rows: Sequence[TrialCost]) -> tuple[float, int]:
+def _clock(done: Sequence[TrialRecord], rows: Sequence[TrialTime]) -> tuple[float, int]:
     """The study's GPU seconds and sessions: each worker's trials, split where one starts
     more than `SESSION_GAP_S` after the last ended; a session lasts from its first trial's
     start to its last one's end, or its trials' own time where that is longer."""

@@ -63,7 +63,7 @@ def per_user(tpot_ms: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class Point:
+class LoadPoint:
     """One capacity step placed on the chart: its load, verdict, TPOT statistics and
     throughputs per GPU; `total_from` says where the total came from (`step`: stored with
     it; `workload`: its output times the fixed tokens per request; None: not known)."""
@@ -102,7 +102,7 @@ class Curve:
     role: str
     name: str  # `#6`, `vLLM defaults #0`
     gpus: int
-    points: tuple[Point, ...]
+    points: tuple[LoadPoint, ...]
     missing: tuple[str, ...] = ()
 
     @property
@@ -187,7 +187,7 @@ def tokens_ratio(r: TrialRecord) -> float | None:
     return (m.total_input_tokens + m.total_output_tokens) / m.total_output_tokens
 
 
-def point(s: StepRecord, gpus: int, ratio: float | None) -> Point | None:
+def point(s: StepRecord, gpus: int, ratio: float | None) -> LoadPoint | None:
     """Step `s` per GPU; None where it keeps no TPOT figure to place it by."""
     median = s.latencies.get(MEDIAN)
     p95 = s.latencies.get(P95, s.figures.get(P95))
@@ -199,7 +199,7 @@ def point(s: StepRecord, gpus: int, ratio: float | None) -> Point | None:
         total, source = s.output_throughput * ratio / gpus, "workload"
     else:
         total, source = None, None
-    return Point(s.index, s.kind, s.rate, s.load, s.passed, median, p95,
+    return LoadPoint(s.index, s.kind, s.rate, s.load, s.passed, median, p95,
                  s.output_throughput / gpus, total, source)
 
 
@@ -213,7 +213,7 @@ def of_study(study: StudyOrSnapshot) -> Interactivity:
                             reference.number if reference else None)
 
 
-def hover(c: Curve, p: Point, per: str) -> str:
+def hover(c: Curve, p: LoadPoint, per: str) -> str:
     """A point's figures in words, for the chart's hover text."""
     rate = f"{p.rate:.3g} req/s" if p.rate is not None else f"burst ({p.load:.3g} req/s)"
     tpot = ", ".join(f"{stat} TPOT {ms:.1f} ms: {1000 / ms:.1f} tok/s/user"

@@ -97,7 +97,7 @@ def study_ratio(candidate: TrialRecord, against: TrialRecord, fixed: bool = Fals
 
 
 @dataclass(frozen=True)
-class Plan:
+class RecheckPlan:
     """How a re-check runs: `repeats` pairs, capacity steps of `step_s` seconds, on `gpus`
     (two or more: each pair side by side on the first two; None: the only device)."""
 
@@ -107,7 +107,7 @@ class Plan:
 
 
 def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRecord,
-                   plan: Plan, out_dir: Path, *,
+                   plan: RecheckPlan, out_dir: Path, *,
                    on_run: Callable[[int, int, PairRun], None] | None = None) -> Recheck:
     """Measure both capacities with vLLM's client `plan.repeats` times each on fresh
     engines; store and return the re-check. Nothing is stored unless every run measured a

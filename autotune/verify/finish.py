@@ -97,7 +97,7 @@ def explain_and_recheck(study: optuna.Study, scenario: Scenario, study_dir: Path
             if spec.client == "vllm":
                 done.recheck = crosscheck.run_crosscheck(
                     study, candidate, against,
-                    crosscheck.Plan(spec.repeats, spec.step_seconds or vllmbench.STEP_S),
+                    crosscheck.RecheckPlan(spec.repeats, spec.step_seconds or vllmbench.STEP_S),
                     study_dir)
                 note(f"re-check: {done.recheck.line()}")
             else:

@@ -34,7 +34,7 @@ Runner = Callable[[Scenario, str, Flags, Path], trial_mod.Outcome]
 
 
 @dataclass(frozen=True)
-class Run(Stored):
+class WarmRun(Stored):
     """One launch of the check and what it measured."""
 
     side: str = ""
@@ -88,7 +88,7 @@ class WarmCheck:
     """The check's runs and the figures warm over vLLM's."""
 
     flags: Flags
-    runs: tuple[Run, ...]
+    runs: tuple[WarmRun, ...]
     figures: tuple[Figure, ...]
 
     def lines(self) -> list[str]:
@@ -129,13 +129,13 @@ def sides(scenario: Scenario, folder: Path) -> dict[str, Scenario]:
 
 def run_check(scenario: Scenario, model: str, flags: Flags, pairs: int, folder: Path,
               runner: Runner | None = None,
-              on_run: Callable[[Run], None] | None = None) -> WarmCheck:
+              on_run: Callable[[WarmRun], None] | None = None) -> WarmCheck:
     """Launch `flags` both ways `pairs` times (`order`) and compare what they measured."""
     if pairs < 1:
         raise ValueError("the check needs at least one pair")
     launch = runner or (lambda sc, m, f, d: trial_mod.run_trial(sc, m, f, d))
     scenarios = sides(scenario, folder)
-    runs: list[Run] = []
+    runs: list[WarmRun] = []
     for index, (pair, side) in enumerate(order(pairs), start=1):
         out = launch(scenarios[side], model, dict(flags), folder / f"{index:02d}-{side}")
         runs.append(_run(side, pair, out))
@@ -144,12 +144,12 @@ def run_check(scenario: Scenario, model: str, flags: Flags, pairs: int, folder: 
     return WarmCheck(dict(flags), tuple(runs), _figures(runs, pairs))
 
 
-def _run(side: str, pair: int, out: trial_mod.Outcome) -> Run:
+def _run(side: str, pair: int, out: trial_mod.Outcome) -> WarmRun:
     facts = out.facts
     up = facts.startup
     cap = out.summary.capacity
     step = _at_capacity(out)
-    return Run(side=side, pair=pair,
+    return WarmRun(side=side, pair=pair,
                capacity=cap.request_throughput if cap is not None and cap.low else None,
                low=cap.low if cap is not None else None,
                high=cap.high if cap is not None else None,
@@ -174,7 +174,7 @@ def _at_capacity(out: trial_mod.Outcome) -> dict[str, float]:
     return dict(best.latencies) if best is not None else {}
 
 
-def _figures(runs: Sequence[Run], pairs: int) -> tuple[Figure, ...]:
+def _figures(runs: Sequence[WarmRun], pairs: int) -> tuple[Figure, ...]:
     names = {"capacity": lambda r: r.capacity, "KV cache tokens": lambda r: r.kv_cache_tokens,
              "TTFT p95 at capacity": lambda r: r.ttft_p95_ms,
              "TPOT p95 at capacity": lambda r: r.tpot_p95_ms}

@@ -125,7 +125,7 @@ def test_watch_names_the_dead_process_and_ignores_others():
     a = subprocess.Popen(["sleep", "300"])
     b = subprocess.Popen(["sleep", "300"])
     try:
-        w = liveness.Watch()
+        w = liveness.ProcessWatch()
         w.add(psutil.Process(a.pid), "VLLM::EngineCore")
         w.add(psutil.Process(b.pid), "vllm serve")
         w.add_titled([psutil.Process()])  # this test's python: not titled by vLLM

@@ -119,13 +119,13 @@ def test_process_roles(cmdline, role):
 
 def test_summary_averages_cpu_and_takes_counter_deltas():
     samples = [
-        probes.Sample(0.0, {"vllm:num_preemptions_total": 3, "vllm:kv_cache_usage_perc": 0.1,
+        probes.ProbeSample(0.0, {"vllm:num_preemptions_total": 3, "vllm:kv_cache_usage_perc": 0.1,
                             "vllm:num_requests_waiting": 0}, {}),
-        probes.Sample(1.0, {"vllm:num_preemptions_total": 5, "vllm:kv_cache_usage_perc": 0.5,
+        probes.ProbeSample(1.0, {"vllm:num_preemptions_total": 5, "vllm:kv_cache_usage_perc": 0.5,
                             "vllm:num_requests_waiting": 4},
                       {"api_server_max": 90.0, "api_servers": 2.0, "engine_core": 40.0,
                        "client": 10.0}, gpu_util=80.0),
-        probes.Sample(2.0, {}, {"api_server_max": 100.0, "api_servers": 2.0, "client": 20.0},
+        probes.ProbeSample(2.0, {}, {"api_server_max": 100.0, "api_servers": 2.0, "client": 20.0},
                       gpu_util=60.0),
     ]
     s = probes.summarize(samples)
@@ -137,7 +137,7 @@ def test_summary_averages_cpu_and_takes_counter_deltas():
 
 def test_sampler_window_selects_by_time():
     sampler = probes.Sampler("http://127.0.0.1:9")
-    sampler.samples = [probes.Sample(t, {}, {"client": float(t)}) for t in range(10)]
+    sampler.samples = [probes.ProbeSample(t, {}, {"client": float(t)}) for t in range(10)]
     assert sampler.summary(2.0, 4.0).client_cpu == 3.0
     assert sampler.summary().samples == 10
 

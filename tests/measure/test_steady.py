@@ -126,9 +126,9 @@ def test_limiting_step_is_the_gentlest_failure_above_capacity():
                              bottleneck=Bottleneck(kind))
     steps = [step(0, None, False, "front_end"), step(1, 5.0, True, "none"),
              step(2, 7.5, False, "kv_cache"), step(3, 6.2, False, "gpu")]
-    result = searchresult.Result(5.0, 5.0, 6.2, steps, steps[1])
+    result = searchresult.SearchResult(5.0, 5.0, 6.2, steps, steps[1])
     assert searchresult.limiting(result).bottleneck.kind == "gpu"
-    saturated = searchresult.Result(10.0, 10.0, None, steps[:1], steps[0])
+    saturated = searchresult.SearchResult(10.0, 10.0, None, steps[:1], steps[0])
     assert searchresult.limiting(saturated) is steps[0]
     assert not math.isnan(searchresult.limiting(result).load)
 
