@@ -1,4 +1,5 @@
-"""`autotune bench`: options, launching a server when asked, printing and saving."""
+"""`autotune bench`: its options, read into one `measure.benchrun.BenchRun`; the result
+printed and saved."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import argparse
 import json
 import math
 import sys
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,6 @@ from autotune.errors import ConfigError
 from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from autotune.measure.loadgen import Target
     from autotune.measure.summary import Summary
 
 HELP = "benchmark a running server or one it launches"
@@ -178,28 +176,11 @@ def _split_slos(specs: list[str]) -> tuple[dict[str, float], dict[str, float]]:
         raise ConfigError(f"bench: --slo: {err}") from None
 
 
-def _measure(target: Target, spec: WorkloadSpec, tokenizer: str, goodput: dict[str, float],
-             percentile: dict[str, float], pids: Callable[[], list[int]] | None = None,
-             alive: Callable[[], str | None] | None = None) -> Summary:
-    """Run the benchmark; with `alive` (a launched server's watch) a dead engine ends it
-    within a second as one line (`Halted`), not after every step's timeout."""
-    from autotune.measure import serversearch
-    from autotune.measure.bench import Load, benchmark
-
-    load = Load(target, spec, tokenizer, pids=pids, alive=alive)
-    if spec.mode == "capacity":
-        return serversearch.search(load, percentile)
-    return benchmark(load, slos=goodput)
-
-
 def run(args: argparse.Namespace) -> int:
     # The measuring layers (aiohttp, numpy, the engine's launcher) are imported here, not
     # at the top: `build_parser` imports every command's module, and these tripled the
     # start-up of every other command (`autotune --help` 0.58 s against 0.19 s).
-    from autotune.engine import gpu
-    from autotune.engine.info import installed
-    from autotune.engine.server import Server
-    from autotune.measure.loadgen import Target
+    from autotune.measure import benchrun
 
     spec = _checked(_spec(args))
     if args.output is not None and not args.output.parent.is_dir():
@@ -210,34 +191,19 @@ def run(args: argparse.Namespace) -> int:
     if percentile and not args.capacity:
         raise ConfigError(f"bench: --slo {next(iter(percentile))}: percentile SLOs need "
                           "--capacity (plain runs take per-request SLOs such as ttft_ms=500)")
+    server: benchrun.Remote | benchrun.Launch
     if args.url:
         if args.engine_args:
             raise ConfigError("bench: vLLM flags after `--` need --model, not --url")
-        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-        name = args.served_model_name or _first_model(args.url, headers)
-        target = Target(args.url.rstrip("/"), name, headers)
-        result = _measure(target, spec, args.tokenizer or name, slos, percentile)
+        server = benchrun.Remote(args.url, args.api_key, args.served_model_name)
     else:
-        _check_launch(args.model, args.engine_args)
-        log = engine_log(args.log, args.output)
+        benchrun.check_launch(args.model, args.engine_args)
+        log = benchrun.engine_log(args.log, args.output)
         if args.log is None:  # a place autotune chose: say where it is
             print(f"autotune bench: engine log {log}", file=sys.stderr, flush=True)
-        extra = list(args.engine_args)
-        if args.served_model_name:
-            extra += ["--served-model-name", args.served_model_name]
-        with Server(args.model, extra_args=extra, log_path=log,
-                    startup_timeout=args.startup_timeout) as srv:
-            target = Target(srv.url, args.served_model_name or args.model, srv.headers)
-            pids = lambda: [p.pid for p in srv.processes()]  # noqa: E731
-            result = _measure(target, spec, args.tokenizer or args.model, slos, percentile,
-                              pids, srv.death)
-            result = result.with_(engine={
-                "command": ["vllm", "serve", args.model, *srv.serve_args()],
-                "startup_s": srv.startup_s, **srv.figures.as_dict(),
-                "version": "-".join(installed()), "log": str(log)})
-    device = gpu.device()
-    result = result.with_(device={"name": device.name, "memory_mib": device.memory_mib}
-                          if device else {"name": "cpu"})
+        server = benchrun.Launch(args.model, tuple(args.engine_args), args.served_model_name,
+                                 log, args.startup_timeout)
+    result = benchrun.run(benchrun.BenchRun(spec, server, slos, percentile, args.tokenizer))
     _print(result, stderr=args.json)
     text = json.dumps(result.as_dict(), indent=2, default=str)
     if args.output:
@@ -249,57 +215,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(text)
     return 0
-
-
-def engine_log(log: Path | None, output: Path | None) -> Path:
-    """Where a launched engine writes its log: `--log`, else beside `--output`
-    (`result.json` -> `result.engine.log`), else a new temporary folder; never the working
-    directory, which a benchmark run from a checkout would litter."""
-    if log is not None:
-        return log
-    if output is not None:
-        return output.with_name(f"{output.stem}.engine.log")
-    return Path(tempfile.mkdtemp(prefix="autotune-bench-")) / "engine.log"
-
-
-def _check_launch(model: str, engine_args: list[str]) -> None:
-    """What the engine would refuse only after a start-up, refused now in one line: a model
-    it cannot get, a block size its attention kernels do not take."""
-    from autotune import config
-    from autotune.engine.info import engine_info
-
-    if problem := config.model_problem(model, download_dir=_engine_arg(engine_args,
-                                                                          "download-dir"),
-                                       revision=_engine_arg(engine_args, "revision")):
-        raise ConfigError(f"bench: --model {model}: {problem}")
-    block = _engine_arg(engine_args, "block-size")
-    if block is not None:
-        info = engine_info()
-        if problem := info.multiple_problem("block-size", block):
-            raise ConfigError(f"bench: --block-size {block} is not accepted by "
-                              f"{info.distribution} {info.version}; {problem}")
-
-
-def _engine_arg(args: list[str], flag: str) -> str | None:
-    """The value of `--flag V` or `--flag=V` (or `--flag_name`) among vLLM flags, the last
-    one as vLLM's parser takes it; None where it is not given."""
-    value = None
-    for i, arg in enumerate(args):
-        name, eq, given = arg.partition("=")
-        if name.startswith("--") and name[2:].replace("_", "-") == flag:
-            value = given if eq else (args[i + 1] if i + 1 < len(args) else None)
-    return value
-
-
-def _first_model(url: str, headers: dict[str, str]) -> str:
-    import urllib.request
-
-    req = urllib.request.Request(url.rstrip("/") + "/v1/models", headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())["data"][0]["id"]
-    except (OSError, ValueError, KeyError, IndexError) as err:
-        raise ConfigError(f"bench: cannot list models at {url}/v1/models: {err}") from None
 
 
 def _print(result: Summary, stderr: bool = False) -> None:

@@ -7,8 +7,10 @@ per-process CPU while a load runs), `steady` (the steady-state window of a step)
 server, a `bench.Load`), `serversearch.search` (the highest request rate that meets the
 SLOs; the search itself is `searchplan.plan`, a step's verdict `stepverdict.judge`, what a
 trial keeps `capacityrecord.CapacityRecord`, its words `capacitytext.describe`),
-`vllmbench` (the same steps through vLLM's own client) and `watch` (every wait on the engine
-ends within a poll of its death: the callers pass a plain `alive` callable).
+`vllmbench` (the same steps through vLLM's own client), `benchrun.run` (`autotune bench` as
+one call: a `BenchRun` against a running server or an engine launched for it) and `watch`
+(every wait on the engine ends within a poll of its death: the callers pass a plain `alive`
+callable).
 
 Imports the engine layer and the top-level basics, never tuning, results or the CLI.
 """

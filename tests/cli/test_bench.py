@@ -11,6 +11,7 @@ import pytest
 
 from autotune.cli import bench
 from autotune.errors import ConfigError
+from autotune.measure import benchrun
 
 
 def test_every_option_says_what_it_does():
@@ -24,10 +25,10 @@ def test_every_option_says_what_it_does():
 
 def test_the_engine_log_never_lands_in_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert bench.engine_log(Path("mine.log"), None) == Path("mine.log")  # --log wins
-    assert bench.engine_log(None, tmp_path / "out" / "result.json") == \
+    assert benchrun.engine_log(Path("mine.log"), None) == Path("mine.log")  # --log wins
+    assert benchrun.engine_log(None, tmp_path / "out" / "result.json") == \
         tmp_path / "out" / "result.engine.log"  # beside -o FILE
-    log = bench.engine_log(None, None)  # else a fresh temporary folder of its own
+    log = benchrun.engine_log(None, None)  # else a fresh temporary folder of its own
     assert log.name == "engine.log" and log.parent.is_dir()
     assert log.parent.parent == Path(tempfile.gettempdir())
     assert log.parent.name.startswith("autotune-bench-")
@@ -44,13 +45,13 @@ def test_the_engine_log_never_lands_in_the_working_directory(tmp_path, monkeypat
     (["--block-size-x", "4"], None),
 ])
 def test_a_flag_after_the_double_dash_is_read_as_vllm_reads_it(args, value):
-    assert bench._engine_arg(args, "block-size") == value
+    assert benchrun.engine_arg(args, "block-size") == value
 
 
 def test_a_block_size_the_installed_engine_takes_passes(tiny_model):
     for size in ("32", "128"):
-        bench._check_launch(str(tiny_model), ["--block-size", size])
+        benchrun.check_launch(str(tiny_model), ["--block-size", size])
     with pytest.raises(ConfigError, match=r"^bench: --block-size 129 is not accepted by"):
-        bench._check_launch(str(tiny_model), ["--block-size", "129"])
+        benchrun.check_launch(str(tiny_model), ["--block-size", "129"])
     with pytest.raises(ConfigError, match=r"^bench: --model /no/such: '/no/such' does not"):
-        bench._check_launch("/no/such", [])
+        benchrun.check_launch("/no/such", [])
