@@ -1,7 +1,9 @@
-"""Turn a mapping of vLLM launch flags into command-line arguments.
+"""Turn a mapping of vLLM launch flags into command-line arguments, and into one key.
 
-One pure function, so that the scenario file, the study database, the export
-formats and the launched command all agree on what a configuration means.
+Pure functions, so that the scenario file, the study database, the export
+formats and the launched command all agree on what a configuration means:
+`to_args` spells it for `vllm serve`, `flags_key` names it as one string (which
+trials ran the same configuration).
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def normalize(flags: Mapping[str, Any]) -> Flags:
         if value is not None:
             out[name] = value
     return out
+
+
+def flags_key(flags: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> str:
+    """One string per configuration, for finding twins; with `defaults` (vLLM's parser
+    defaults the study recorded) filled in, so that `{}` and an explicit default are one."""
+    return json.dumps({**(defaults or {}), **normalize(dict(flags))}, sort_keys=True,
+                      default=str)
 
 
 def integer(flags: Mapping[str, FlagValue], name: str, default: int) -> int:

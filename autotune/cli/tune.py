@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from autotune.config import Scenario
     from autotune.results.summary import Summary
+    from autotune.tuning.records.progress import Progress
     from autotune.tuning.sharing.storage import StudyLocation
     from autotune.tuning.sharing.workers import SharedRun
 
@@ -145,7 +146,7 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     console = options.console(stderr=cmd.json)  # --json: stdout carries the summary alone
     console.print(f"tuning {scenario.name}: results in {storage.masked(url)}")
 
-    def on_progress(p: study.Progress) -> None:
+    def on_progress(p: Progress) -> None:
         line = views.progress_line(p)
         # One line per trial, however narrow the terminal; an engine's error quoted in it
         # is text, not markup (`[Errno 111]`).

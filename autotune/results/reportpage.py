@@ -24,8 +24,8 @@ from autotune.results.show import fmt, outcome, reason
 from autotune.slo import Slo
 from autotune.tuning import ablation, ranking
 from autotune.tuning.policy import relief
-from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality.verdict import Quality
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.origin import RELIEF
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import TrialRecord

@@ -30,8 +30,8 @@ from autotune.results.decision import capacity_ratio
 from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
 from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning.policy import relief
+from autotune.tuning.records.progress import Progress
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.tuning.study import Progress
 
 
 def _clock(seconds: float) -> str:

@@ -9,5 +9,8 @@ capacity at SLO, ties within noise, then the fewest overrides),
 constraints), `quality` (the guardrail: quality against reference outputs). Re-measuring a winner
 against vLLM's defaults is `autotune.verify`, above this layer.
 
-Imports measure, engine and the top-level basics, never verify, results or the CLI.
+Imports measure, engine and the top-level basics, never verify, results or the CLI. Inside,
+its parts import down one order, lowest first: `quality`, `records`, `policy`, `standing`,
+`ranking`, `deadline` and `interrupts`, `sharing`, `starter` and `trial`, `study`,
+`ablation` (docs/architecture.md).
 """

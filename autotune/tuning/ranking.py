@@ -24,7 +24,7 @@ from autotune.errors import ConfigError
 from autotune.flags import Flags, integer
 from autotune.slo import Slo
 from autotune.tuning import standing as rule
-from autotune.tuning.policy.objective import Measures
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord

@@ -53,6 +53,9 @@ from autotune.tuning.quality import verdict
 from autotune.tuning.quality.guard import Guard, make_guard
 from autotune.tuning.quality.reference import reference_path
 from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.measures import Measures
+from autotune.tuning.records.progress import Progress
+from autotune.tuning.records.sameengine import same_engine
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import ERROR, INTERRUPTED, TrialRecord
@@ -70,19 +73,6 @@ from autotune.tuning.sharing.storage import StudyLocation
 
 log = logging.getLogger("autotune")
 Runner = Callable[..., trial_mod.Outcome]  # `trial.run_trial`'s signature
-
-
-@dataclass
-class Progress:
-    """What the live view shows after each trial."""
-
-    done: int
-    planned: int
-    elapsed_s: float
-    deadline_s: float | None
-    last: TrialRecord | None
-    best: TrialRecord | None
-    reference: TrialRecord | None = None  # what gains are over: vLLM's defaults, if run
 
 
 def resolve_model(scenario: Scenario) -> str:
@@ -122,14 +112,14 @@ class RunContext:
 
 
 def duplicate(now: Snapshot, flags: Mapping[str, FlagValue], number: int) -> TrialRecord | None:
-    """A finished trial that ran the engine these flags would start (`heartbeat.same_engine`,
+    """A finished trial that ran the engine these flags would start (`sameengine.same_engine`,
     vLLM's recorded defaults filled in: a sampled default value is the defaults' engine)."""
     defaults = now.attrs.engine_defaults
     return next((r for r in records(now, (TrialState.COMPLETE, TrialState.PRUNED))
-                 if r.number != number and heartbeat.same_engine(flags, r, defaults)), None)
+                 if r.number != number and same_engine(flags, r, defaults)), None)
 
 
-def reference(study: StudyOrSnapshot) -> obj.Measures | None:
+def reference(study: StudyOrSnapshot) -> Measures | None:
     """The reference trial's measures (see `ranking.reference_trial`)."""
     r = ranking.reference_trial(study)
     return r.measures if r else None  # r has measures

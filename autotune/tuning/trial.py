@@ -46,13 +46,13 @@ from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import compilekey, prune
 from autotune.tuning.policy.compilekey import CompileKey
-from autotune.tuning.policy.memory import Estimate
 from autotune.tuning.policy.space import relation_violation
 from autotune.tuning.quality import checking
 from autotune.tuning.quality.client import Refused
 from autotune.tuning.quality.guard import Guard
 from autotune.tuning.quality.reference import Reference
 from autotune.tuning.quality.verdict import Quality
+from autotune.tuning.records.estimate import Estimate
 from autotune.tuning.records.trialrecord import TrialRecord
 
 log = logging.getLogger("autotune")

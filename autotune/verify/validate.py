@@ -30,6 +30,7 @@ from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.policy import prune
 from autotune.tuning.records import studyrecord
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION, StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -128,8 +129,8 @@ def _mean(values: list[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def _measures(run: PairRun) -> obj.Measures:
-    return obj.Measures(run.throughput if run.throughput is not None else math.nan,
+def _measures(run: PairRun) -> Measures:
+    return Measures(run.throughput if run.throughput is not None else math.nan,
                         run.latency_ms if run.latency_ms is not None else math.nan,
                         run.memory_mib)
 

@@ -1,6 +1,6 @@
-"""The package's shape: imports point down the layers, no module imports itself through
-others, and only the record modules touch Optuna's user attributes (docs/architecture.md's
-layers, checked on the source itself)."""
+"""The package's shape: imports point down the layers, and inside `tuning/` down its own
+order of parts, no module imports itself through others, and only the record modules touch
+Optuna's user attributes (docs/architecture.md's layers, checked on the source itself)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,15 @@ from tests.paths import ROOT
 PACKAGE = ROOT / "autotune"
 # Lowest first: a module may import its own layer and those below it.
 LAYERS = ("", "engine", "measure", "tuning", "verify", "results", "cli")
+# Inside `tuning/`, the parts (a sub-package or a module), lowest first: a module may import
+# its own part and the parts of lower levels; the parts of one level import neither each
+# other. What a study stores sits just above the guardrail's measurements, which it keeps;
+# the search policy and the ranking read it, the mechanics of a shared study run over them,
+# one trial and the loop above that, and `explain`, which runs the loop, last.
+TUNING_LAYERS = (("quality",), ("records",), ("policy",), ("standing",), ("ranking",),
+                 ("deadline", "interrupts"), ("sharing",), ("starter", "trial"), ("study",),
+                 ("ablation",))
+TUNING = "autotune.tuning"
 
 
 def _layer(module: str) -> int:
@@ -79,6 +88,87 @@ def test_layer_of_names():
     assert _layer("autotune.tuning.study") < _layer("autotune.verify.validate") < \
         _layer("autotune.results.show")
 
+
+def _tuning_part(module: str) -> str | None:
+    """The part of `tuning/` a dotted module name belongs to (its sub-package or module; ""
+    for the package's own `__init__.py`), or None outside `tuning/`."""
+    if module != TUNING and not module.startswith(TUNING + "."):
+        return None
+    return module[len(TUNING) + 1:].split(".")[0]
+
+
+def _tuning_level(part: str) -> int:
+    """The level of a part in `TUNING_LAYERS` (the package itself, a docstring only, lowest)."""
+    if not part:
+        return -1
+    return next(i for i, level in enumerate(TUNING_LAYERS) if part in level)
+
+
+def upward_in_tuning(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """Every import between two modules of `tuning/` that does not point down its order: to a
+    higher level, or to another part of the same level. One line each, naming both modules,
+    their parts and levels."""
+    found = []
+    for module in sorted(graph):
+        own = _tuning_part(module)
+        if own is None:
+            continue
+        for target in sorted(set(graph[module])):
+            part = _tuning_part(target)
+            if part is None or part == own or _tuning_level(part) < _tuning_level(own):
+                continue
+            found.append(f"{module} ({own or 'tuning'}, level {_tuning_level(own)}) imports "
+                         f"{target} ({part}, level {_tuning_level(part)})")
+    return found
+
+
+def test_every_part_of_tuning_has_its_place_in_the_order():
+    """Each sub-package and module of `tuning/` is in `TUNING_LAYERS`, once."""
+    folder = PACKAGE / "tuning"
+    parts = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"} | \
+        {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+    listed = [part for level in TUNING_LAYERS for part in level]
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == parts, (sorted(parts - set(listed)), sorted(set(listed) - parts))
+
+
+def test_tuning_imports_point_down_its_order():
+    """Every module under `autotune/tuning/` imports only its own part and lower ones
+    (`TUNING_LAYERS`); imports inside functions and under `TYPE_CHECKING` count too."""
+    found = upward_in_tuning(_graph())
+    assert not found, "imports up the order of tuning/ (TUNING_LAYERS):\n" + "\n".join(found)
+
+
+def test_the_order_check_sees_an_upward_import(tmp_path):
+    graph = {"autotune.tuning.records.trialrecord": {"autotune.tuning.policy.memory",
+                                                     "autotune.tuning.records.origin",
+                                                     "autotune.tuning.quality.verdict",
+                                                     "autotune.flags"},
+             "autotune.tuning.policy.relief": {"autotune.tuning.records.trialrecord",
+                                               "autotune.tuning.sharing.heartbeat"},
+             "autotune.tuning.deadline": {"autotune.tuning.interrupts"},
+             "autotune.tuning.study": {"autotune.tuning.trial", "autotune.tuning"},
+             "autotune.results.views": {"autotune.tuning.study"}}
+    assert upward_in_tuning(graph) == [
+        "autotune.tuning.deadline (deadline, level 5) imports autotune.tuning.interrupts "
+        "(interrupts, level 5)",
+        "autotune.tuning.policy.relief (policy, level 2) imports "
+        "autotune.tuning.sharing.heartbeat (sharing, level 6)",
+        "autotune.tuning.records.trialrecord (records, level 1) imports "
+        "autotune.tuning.policy.memory (policy, level 2)"]
+    assert upward_in_tuning({"autotune.tuning.ablation": {"autotune.tuning.study"}}) == []
+    # A made-up module of records/ that reaches up only inside a function and under
+    # TYPE_CHECKING is caught, as the source is read for the test above.
+    path = tmp_path / "progress.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from autotune.tuning.sharing.heartbeat import SharedStudy\n"
+        "def later():\n    from autotune.tuning import study\n    from . import origin\n")
+    name = "autotune.tuning.records.progress"
+    assert [line.split(" imports ")[1] for line in
+            upward_in_tuning({name: set(_imports(name, path))})] == [
+        "autotune.tuning.sharing.heartbeat (sharing, level 6)",
+        "autotune.tuning.study (study, level 8)"]
 
 
 def _graph() -> dict[str, set[str]]:

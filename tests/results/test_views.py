@@ -1,6 +1,6 @@
 from autotune.measure.summary import Summary
 from autotune.results.views import progress_line
-from autotune.tuning.study import Progress
+from autotune.tuning.records.progress import Progress
 
 
 def test_progress_line_estimates_what_is_left():

@@ -9,7 +9,6 @@ import pytest
 from autotune.config import Objective
 from autotune.measure.summary import Summary
 from autotune.tuning.policy.objective import (
-    Measures,
     constraint_names,
     constraints,
     directions,
@@ -19,6 +18,7 @@ from autotune.tuning.policy.objective import (
     values,
     weighted_score,
 )
+from autotune.tuning.records.measures import Measures
 
 BASE = Measures(throughput=100.0, latency_ms=200.0, memory_mib=1000.0)
 EQUAL = {"throughput": 1.0, "latency": 1.0}

@@ -20,10 +20,10 @@ from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.speculation import Speculation
 from autotune.measure.steprecord import StepRecord
 from autotune.tuning import trial as trial_mod
-from autotune.tuning.policy.memory import Estimate
-from autotune.tuning.policy.objective import Measures
 from autotune.tuning.quality.verdict import Quality, constraints
 from autotune.tuning.records import writers
+from autotune.tuning.records.estimate import Estimate
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.origin import BASELINE, RELIEF, SAMPLER, Origin
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import TrialRecord

@@ -20,6 +20,7 @@ from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy import relief
 from autotune.tuning.records.origin import RELIEF, SAMPLER, Origin
+from autotune.tuning.records.progress import Progress
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
@@ -284,10 +285,10 @@ def test_the_live_progress_says_when_the_best_is_gpu_bound():
     from autotune.results.views import progress_line
 
     best = dataclasses.replace(measured(bn.GPU, gpu=97.0), gain=0.1)
-    line = progress_line(study_mod.Progress(3, 10, 600.0, None, best, best))
+    line = progress_line(Progress(3, 10, 600.0, None, best, best))
     assert "its GPU is near full use: further flags will not help much" in line
     calm = dataclasses.replace(measured(bn.FRONT_END), gain=0.1)
-    assert "near full use" not in progress_line(study_mod.Progress(3, 10, 600.0, None, calm,
+    assert "near full use" not in progress_line(Progress(3, 10, 600.0, None, calm,
                                                                    calm))
 
 

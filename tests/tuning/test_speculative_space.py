@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from autotune.config import Scenario
 from autotune.engine.log import Startup
 from autotune.tuning.policy.space import relation_violation, suggest
+from autotune.tuning.records.sameengine import same_engine
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.tuning.sharing import heartbeat
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
@@ -66,16 +66,16 @@ def _ran(flags: dict, async_logged: bool | None) -> TrialRecord:
 def test_a_trial_differing_only_in_async_scheduling_from_one_the_engine_forced_off_is_a_twin():
     forced = _ran({"speculative-config": NGRAM}, False)  # asked default, engine said off
     for asked in (True, False):
-        assert heartbeat.same_engine({"speculative-config": NGRAM, "async-scheduling": asked},
+        assert same_engine({"speculative-config": NGRAM, "async-scheduling": asked},
                                   forced)
     # the engine did not force it: async on and off are two engines
     honoured = _ran({"async-scheduling": True}, True)
-    assert not heartbeat.same_engine({"async-scheduling": False}, honoured)
+    assert not same_engine({"async-scheduling": False}, honoured)
     # asked off and got off: whether "on" would be forced is not known
     asked_off = _ran({"speculative-config": NGRAM, "async-scheduling": False}, False)
-    assert not heartbeat.same_engine({"speculative-config": NGRAM, "async-scheduling": True},
+    assert not same_engine({"speculative-config": NGRAM, "async-scheduling": True},
                                   asked_off)
     # anything else that differs is another engine
-    assert not heartbeat.same_engine({"speculative-config": {**NGRAM, "num_speculative_tokens": 4},
+    assert not same_engine({"speculative-config": {**NGRAM, "num_speculative_tokens": 4},
                                    "async-scheduling": True}, forced)
-    assert heartbeat.same_engine({"speculative_config": NGRAM}, forced)  # spelling aside
+    assert same_engine({"speculative_config": NGRAM}, forced)  # spelling aside

@@ -28,6 +28,7 @@ from autotune.stored import json_data
 from autotune.tuning import interrupts, ranking, study
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.records import studyrecord, writers
+from autotune.tuning.records.progress import Progress
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import (
     DEFAULTS,
@@ -513,7 +514,7 @@ def test_the_time_box_never_starts_a_trial_it_cannot_hold(tmp_path):
 def test_progress_reports_records(tmp_path):
     scenario = _scenario()
     shared = study.open_study(scenario, f"sqlite:///{tmp_path / 'seam.db'}")
-    seen: list[study.Progress] = []
+    seen: list[Progress] = []
     study.loop(_context(shared, scenario, Canned(), tmp_path), trials=3,
                on_progress=seen.append)
     assert [p.done for p in seen] == [1, 2, 3]

@@ -28,6 +28,7 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.engine import cpuplace
+from autotune.flags import flags_key
 from autotune.tuning import ranking, study
 from autotune.tuning.quality.guard import make_guard
 from autotune.tuning.records.snapshot import records
@@ -149,7 +150,7 @@ def test_two_workers_share_a_study_in_order_without_launching_a_twin(url, tmp_pa
     assert len(recs) == 12 and all(r.state == TrialState.COMPLETE for r in recs)
     launches = [c for c in runner.calls if c["event"] == "launch"]
     ends = {c["trial"]: c["end"] for c in runner.calls if c["event"] == "end"}
-    keys = [heartbeat.flags_key(c["flags"]) for c in launches]
+    keys = [flags_key(c["flags"]) for c in launches]
     assert len(keys) == len(set(keys)), "a configuration was launched twice"
     # The rest are copies of a finished twin, never a second engine.
     copies = [r for r in recs if r.duplicate_of is not None]
@@ -407,7 +408,7 @@ def test_a_dead_gpu_worker_leaves_its_trial_to_the_others_on_postgresql(postgres
     assert len([r for r in recs if r.is_defaults and r.state == TrialState.COMPLETE]) == 1
     assert st.user_attrs["reference"]["trial"] == next(
         r.number for r in recs if r.is_defaults and r.state == TrialState.COMPLETE)
-    launched = [heartbeat.flags_key(c["flags"]) for c in _launches(log_path)
+    launched = [flags_key(c["flags"]) for c in _launches(log_path)
                 if c["trial"] != hung["trial"]]
     assert len(launched) == len(set(launched))
 

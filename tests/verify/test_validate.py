@@ -21,6 +21,7 @@ from autotune.remeasurements import PairRun
 from autotune.stored import json_data
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.records import studyrecord
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION
 from autotune.verify import validate
@@ -84,8 +85,8 @@ def test_gains_come_from_the_pairs():
     lat = out.per_metric["latency_ms"]
     assert (lat.key, lat.better) == ("p95_ttft_ms", "lower") and lat.ratio < 1
     assert out.per_metric["memory_mib"].ratio == pytest.approx(1.0)
-    scores = [obj.weighted_score(obj.Measures(c.throughput, c.latency_ms, 900.0),
-                                 obj.Measures(b.throughput, b.latency_ms, 900.0),
+    scores = [obj.weighted_score(Measures(c.throughput, c.latency_ms, 900.0),
+                                 Measures(b.throughput, b.latency_ms, 900.0),
                                  weighted.weights)
               for b, c in zip(runs[::2], runs[1::2], strict=True)]
     assert out.metric == "weighted score"

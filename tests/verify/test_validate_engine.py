@@ -17,6 +17,7 @@ from autotune.cli import main as cli
 from autotune.config import Scenario
 from autotune.tuning import ranking
 from autotune.tuning.policy import objective as obj
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.snapshot import records
 from tests.conftest import copy_study
 
@@ -56,8 +57,8 @@ def test_validate_reruns_both_and_stores_the_interval(cpu_study, tmp_path, capsy
     assert v["engine_version"].startswith("vllm") and v["device"] == {"name": "cpu"}
     # The headline is the geometric mean of the pairs' weighted scores, inside its interval.
     scenario = Scenario.model_validate(ranking.stored_scenario(st))
-    scores = [obj.weighted_score(obj.Measures(c["throughput"], c["latency_ms"], c["memory_mib"]),
-                                 obj.Measures(b["throughput"], b["latency_ms"], b["memory_mib"]),
+    scores = [obj.weighted_score(Measures(c["throughput"], c["latency_ms"], c["memory_mib"]),
+                                 Measures(b["throughput"], b["latency_ms"], b["memory_mib"]),
                                  scenario.objective.weights)
               for b, c in zip(v["runs"][::2], v["runs"][1::2], strict=True)]
     assert v["gain"] == pytest.approx(math.expm1(sum(scores) / 2))

@@ -4,7 +4,9 @@ A launch that cannot fit the weights or one max-model-len sequence costs a whole
 start-up (minutes on a GPU) only to be pruned; the arithmetic below predicts it from the
 model's config.json and a few flags, without touching the device. It follows vLLM's own
 accounting: KV budget = device memory x gpu-memory-utilization - weights - profiled peak,
-split into whole blocks, one of which (the null block) never holds tokens.
+split into whole blocks, one of which (the null block) never holds tokens. The prediction
+(`Estimate`) is stored with the trial and defined beside its record
+(`autotune.tuning.records.estimate`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from autotune import reasons
 from autotune.engine.defaults import Machine, platform_rules
 from autotune.flags import integer
-from autotune.stored import Stored
+from autotune.tuning.records.estimate import Estimate
 
 GiB = 1 << 30
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
@@ -141,23 +143,6 @@ def default_overhead(shape: ModelShape, max_num_batched_tokens: int) -> int:
     """
     per_token = 3 * shape.intermediate_size + 4 * shape.hidden_size
     return GiB + max_num_batched_tokens * per_token * shape.dtype_bytes
-
-
-@dataclass(frozen=True)
-class Estimate(Stored):
-    """The prediction for one launch. `reason` is empty when it fits, else starts with the
-    pruning reason vLLM's failure would be classified as (`oom`, `kv_too_small`). A trial
-    record keeps it (`TrialRecord.memory_estimate`); a figure missing there reads as 0."""
-
-    weights_bytes: int = 0
-    kv_bytes_per_token: int = 0
-    kv_budget_bytes: int = 0
-    kv_capacity_tokens: int = 0  # vLLM's "KV cache size: N tokens"
-    max_model_len: int = 0
-    longest_model_len: int = 0  # vLLM's "estimated maximum model length" (null block held back)
-    fits_one_sequence: bool = False
-    fits_workload: bool | None = None
-    reason: str = ""
 
 
 @dataclass(frozen=True)

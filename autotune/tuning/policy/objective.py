@@ -10,29 +10,20 @@ the relative importance of its ratio, and exp(score) is the weighted geometric
 mean of the gains: score 0.10 reads as "about 10.5 % better overall".
 Pareto mode returns the raw (throughput up, latency down, memory down).
 SLOs become Optuna constraints (value - limit <= 0 is feasible).
+What a trial is scored on (`Measures`) is stored with it and defined beside its record
+(`autotune.tuning.records.measures`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 from autotune import slo
 from autotune.config import Objective, WeightKey, latency_key
 from autotune.measure.summary import Summary
-from autotune.stored import Stored
-
-
-@dataclass(frozen=True)
-class Measures(Stored):
-    """What a trial is scored on, kept in its record (`measures`); a figure missing from a
-    stored record reads as NaN (memory: None), not as a measured 0."""
-
-    throughput: float = math.nan
-    latency_ms: float = math.nan
-    memory_mib: float | None = None
+from autotune.tuning.records.measures import Measures
 
 
 def memory_mib(summary: Summary) -> float | None:

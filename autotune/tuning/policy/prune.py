@@ -23,6 +23,7 @@ from autotune.flags import Flags, number
 from autotune.measure.summary import Summary
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory
+from autotune.tuning.records.estimate import Estimate
 
 PREEMPTION, KV_SATURATED, FAILURES, BEHIND = \
     reasons.PREEMPTION, reasons.KV_SATURATED, reasons.FAILURES, reasons.BEHIND
@@ -66,7 +67,7 @@ def emulate(flags: Flags, hardware: Hardware, device_memory: int | None
 
 
 def predict(scenario: Scenario, model: str, flags: Mapping[str, Any],
-            env: Mapping[str, str]) -> memory.Estimate | None:
+            env: Mapping[str, str]) -> Estimate | None:
     """The memory model's estimate for this launch, or None when it cannot say."""
     shape = memory.load_shape(model)
     if shape is None:
@@ -134,7 +135,7 @@ def too_short(flags: Mapping[str, Any], workload: WorkloadSpec) -> str | None:
             f"longest request ({longest} tokens)")
 
 
-def before_launch(estimate: memory.Estimate | None, spec: PruneSpec) -> str | None:
+def before_launch(estimate: Estimate | None, spec: PruneSpec) -> str | None:
     """Why not to launch at all, or None."""
     if estimate is None or not (spec.enabled and spec.memory_model):
         return None

@@ -49,16 +49,15 @@ from optuna.trial import FixedTrial, TrialState
 from autotune.config import Param, Scenario
 from autotune.device import DeviceSeen
 from autotune.engine import defaults as defaults_mod
-from autotune.flags import Flags, normalize
+from autotune.flags import Flags, flags_key, normalize
 from autotune.measure import bottleneck as bn
 from autotune.measure import capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.tuning.policy import prune, space
-from autotune.tuning.policy.space import Params
 from autotune.tuning.records.origin import RELIEF as RELIEF_KIND
 from autotune.tuning.records.origin import Origin
-from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.tuning.sharing.heartbeat import flags_key, same_engine
+from autotune.tuning.records.sameengine import same_engine
+from autotune.tuning.records.trialrecord import Params, TrialRecord
 
 UP, DOWN = "up", "down"
 # To as many sequences as the KV cache held at the trial's request size (its reported KV

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from autotune.config import FlagSite, Param, Scenario, flag_sites
 from autotune.engine.info import EngineInfo, FlagInfo, multiples_text
@@ -20,11 +20,6 @@ from autotune.flags import Flags, FlagValue, integer
 
 if TYPE_CHECKING:  # a refused scenario is told without importing Optuna
     import optuna
-
-# An Optuna parameter's value as `suggest` draws it (a searched flag's, or a speculative
-# decoding knob's), and a trial's parameters by name: what the sampler learns from.
-ParamValue: TypeAlias = bool | int | float | str | None
-Params: TypeAlias = dict[str, ParamValue]
 
 SPEC_TOKENS = "num_speculative_tokens"
 SPEC_METHOD = "speculative_method"

@@ -5,6 +5,10 @@ measured in Optuna's user attributes: dictionaries of string keys that, read by 
 places, drift apart. Only these modules read or write them (`tests/project/test_layers.py`):
 `trialrecord` (`TrialRecord.of`), `studyrecord` (`StudyRecord` and its setters), `writers`
 (the loop's only writer of a trial's record), `snapshot` (a study with every record read
-once), `scalars` (short copies for optuna-dashboard), `origin` (why a trial was tried) and
-`worker` (who ran it). None of them imports the loop (`autotune.tuning.study`).
+once), `scalars` (short copies for optuna-dashboard), `origin` (why a trial was tried),
+`worker` (who ran it), `measures` (what it is scored on), `estimate` (the memory model's
+prediction), `sameengine` (whether flags would start the engine a trial ran) and `progress`
+(a run's progress, made of records). They sit low in `tuning/`'s order (`TUNING_LAYERS` in
+`tests/project/test_layers.py`): they import only `quality` below them, and the search
+policy, the ranking, the shared study and the loop read them.
 """

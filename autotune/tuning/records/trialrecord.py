@@ -4,9 +4,12 @@ Each trial keeps what it ran and measured in Optuna's user attributes; they are 
 in one place, `TrialRecord.of`, and written by `autotune.tuning.records.writers`; every other
 module sees a typed `TrialRecord`. Its measures, quality verdict, start-up, memory
 estimate, speculation, worker and origin are typed too (`autotune.stored`: any record
-version reads, and writes back as it was stored), each defined by the module that makes it,
-but for the worker (`records.worker`) and the origin (`records.origin`), whose makers read
-this record themselves.
+version reads, and writes back as it was stored), each defined by the module that makes it
+where that module sits below the records (the guardrail's verdict, the engine's start-up,
+the speculation counters), and otherwise beside the record in `records/`, since their makers
+(the search policy, the shared study, the loop) sit above it: the measures
+(`records.measures`), the memory estimate (`records.estimate`), the worker
+(`records.worker`) and the origin (`records.origin`).
 
 Feasible has one meaning: the trial completed and every Optuna constraint on it is met
 (<= 0). Constraints are Optuna's named constraints (`Trial.set_constraint`); studies written
@@ -20,7 +23,7 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeAlias
 
 from optuna.trial import FrozenTrial, TrialState
 
@@ -36,10 +39,9 @@ from autotune.measure.speculation import Speculation
 from autotune.measure.summary import Summary
 from autotune.remeasurements import Recheck, Validation
 from autotune.stored import Stored, json_data
-from autotune.tuning.policy.memory import Estimate
-from autotune.tuning.policy.objective import Measures
-from autotune.tuning.policy.space import Params
 from autotune.tuning.quality.verdict import Quality
+from autotune.tuning.records.estimate import Estimate
+from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.origin import BASELINE, SAMPLER, Origin
 from autotune.tuning.records.scalars import capacity_record, short
 from autotune.tuning.records.studyrecord import VALIDATION, VALIDATION_VLLM, StudyRecord
@@ -51,6 +53,11 @@ DEFAULTS = "vllm-defaults"
 # Outcomes of FAIL trials: the tuner was stopped mid-trial (the trial is queued again), or
 # autotune itself failed (its reason is the exception's type, its detail the message).
 INTERRUPTED, ERROR = reasons.INTERRUPTED, reasons.ERROR
+# An Optuna parameter's value as `space.suggest` draws it (a searched flag's, or a
+# speculative decoding knob's), and a trial's parameters by name: what the sampler learns
+# from, and what a trial is queued and stored with.
+ParamValue: TypeAlias = bool | int | float | str | None
+Params: TypeAlias = dict[str, ParamValue]
 
 
 @dataclass(frozen=True)

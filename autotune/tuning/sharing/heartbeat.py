@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import logging
 import os
 import random
@@ -44,7 +43,7 @@ import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import event
 
-from autotune.flags import normalize
+from autotune.flags import flags_key
 from autotune.stored import json_data
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.snapshot import records
@@ -73,35 +72,6 @@ ANNOUNCE_S = 120.0
 REQUEUE_S = 30.0
 
 QUEUED, RUNNING, DONE = "queued", "running", "done"
-
-
-def flags_key(flags: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> str:
-    """One string per configuration, for finding twins; with `defaults` (vLLM's parser
-    defaults the study recorded) filled in, so that `{}` and an explicit default are one."""
-    return json.dumps({**(defaults or {}), **normalize(dict(flags))}, sort_keys=True,
-                      default=str)
-
-
-ASYNC = "async-scheduling"
-
-
-def same_engine(flags: Mapping[str, Any], rec: TrialRecord,
-                defaults: Mapping[str, Any] | None = None) -> bool:
-    """Whether `flags` would start the engine that trial `rec` ran: the same flags (with
-    `defaults` filled in, as `flags_key`), or flags that differ only in `--async-scheduling`
-    from a trial whose engine turned async scheduling off by itself (vLLM does so for ngram
-    speculation and logs it; the record's start-up figures keep what it said). Then any
-    setting of the flag runs that engine."""
-    if flags_key(flags, defaults) == flags_key(rec.flags, defaults):
-        return True
-    asked, ran = normalize(dict(flags)), normalize(dict(rec.flags))
-    forced_off = rec.startup.async_scheduling is False and ran.get(ASYNC) is not False
-
-    def rest(f: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in f.items() if k != ASYNC}
-
-    return forced_off and \
-        flags_key(rest(asked), rest(defaults or {})) == flags_key(rest(ran), rest(defaults or {}))
 
 
 class Requeue:

@@ -45,9 +45,9 @@ from autotune.config import Scenario
 from autotune.engine import cpuplace
 from autotune.errors import ConfigError
 from autotune.tuning import interrupts, ranking
+from autotune.tuning.records.progress import Progress
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.tuning.study import Progress
 
 log = logging.getLogger("autotune")
 # How a worker is started: the worker's own entry point, never the user's `autotune` command
