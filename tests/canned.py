@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from autotune.config import Scenario
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.quality.guard import Guard, make_guard
 from autotune.tuning.quality.reference import Reference
@@ -120,7 +120,7 @@ class Canned:
             quality = Quality.from_dict(verdict)
         self._note({"event": "end", "trial": number, "end": time.time(),
                     "checked_against": checked_against})
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(summary), facts, quality,
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", Measurement.of(summary), facts, quality,
                                  new_reference)
 
 

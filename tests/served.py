@@ -12,10 +12,10 @@ import numpy as np
 from autotune.measure import stepverdict
 from autotune.measure.bench import StepRun
 from autotune.measure.loadgen import RunResult
+from autotune.measure.measurement import Measurement
 from autotune.measure.probes import ProbeSample, Sampler
 from autotune.measure.request import RequestResult
 from autotune.measure.searchresult import Step
-from autotune.measure.summary import Summary
 from autotune.traffic import CapacitySpec
 
 T0 = 100.0  # perf_counter of a step's start
@@ -58,7 +58,7 @@ def judged(results: list[RequestResult], running: list[tuple[float, float]], rat
              "total_input_tokens": 32 * len(results)}
     sampler = Sampler("http://127.0.0.1:9")  # never started: its samples are set here
     sampler.samples = [ProbeSample(t, {"vllm:num_requests_running": n}) for t, n in running]
-    return stepverdict.judge(kind, rate, index, StepRun(Summary.of(whole), run, sampler),
+    return stepverdict.judge(kind, rate, index, StepRun(Measurement.of(whole), run, sampler),
                              cap or CapacitySpec(), SLOS)
 
 
@@ -83,8 +83,9 @@ class Search:
                  seconds: float | None = None) -> Step:
         self.asked.append((kind, rate, seconds))
         if rate is None:
-            summary = Summary.of({"completed": 200, "failed": 0, "request_throughput": self.peak,
-                                  "total_output_tokens": 3200, "total_input_tokens": 6400})
+            summary = Measurement.of({"completed": 200, "failed": 0,
+                                      "request_throughput": self.peak,
+                                      "total_output_tokens": 3200, "total_input_tokens": 6400})
             return Step(index, "burst", None, False, self.peak, 16 * self.peak,
                         ["ttft_p95_ms 900>500"], 200, summary=summary)
         due = self.due(rate, seconds or self.cap.min_step_s, index)

@@ -16,7 +16,7 @@ from autotune.errors import ConfigError
 from autotune.traffic import DATASETS, TRACES, CapacitySpec, WorkloadSpec
 
 if TYPE_CHECKING:
-    from autotune.measure.summary import Summary
+    from autotune.measure.measurement import Measurement
 
 HELP = "benchmark a running server or one it launches"
 DESCRIPTION = ("Benchmark a vLLM server like `vllm bench serve`. Pass vLLM flags for a "
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     if percentile and not args.capacity:
         raise ConfigError(f"bench: --slo {next(iter(percentile))}: percentile SLOs need "
                           "--capacity (plain runs take per-request SLOs such as ttft_ms=500)")
-    server: benchrun.Remote | benchrun.Launch
+    server: benchrun.Remote | benchrun.EngineLaunch
     if args.url:
         if args.engine_args:
             raise ConfigError("bench: vLLM flags after `--` need --model, not --url")
@@ -201,8 +201,8 @@ def run(args: argparse.Namespace) -> int:
         log = benchrun.engine_log(args.log, args.output)
         if args.log is None:  # a place autotune chose: say where it is
             print(f"autotune bench: engine log {log}", file=sys.stderr, flush=True)
-        server = benchrun.Launch(args.model, tuple(args.engine_args), args.served_model_name,
-                                 log, args.startup_timeout)
+        server = benchrun.EngineLaunch(args.model, tuple(args.engine_args),
+                                       args.served_model_name, log, args.startup_timeout)
     result = benchrun.run(benchrun.BenchRun(spec, server, slos, percentile, args.tokenizer))
     _print(result, stderr=args.json)
     text = json.dumps(result.as_dict(), indent=2, default=str)
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(result: Summary, stderr: bool = False) -> None:
+def _print(result: Measurement, stderr: bool = False) -> None:
     from rich.table import Table
 
     from autotune.measure import capacitytext

@@ -1,6 +1,6 @@
 """One benchmark of one running server: send a workload, watch the engine, summarise.
 
-The result is a `Summary`: `vllm bench serve --save-result`'s figures plus autotune's
+The result is a `Measurement`: `vllm bench serve --save-result`'s figures plus autotune's
 extras (`probes`, `workload`, `truncated`; for a trace `replayed`, which part of it was
 sent: `autotune.traces.Replay`), stored flat as vLLM's own file is, so the two compare.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
@@ -39,7 +39,7 @@ class ProbePhase:
     summary and may return a reason to stop there (a trial's pruning)."""
 
     sessions: int
-    verdict: Callable[[Summary], str | None]
+    verdict: Callable[[Measurement], str | None]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class StepRun:
     (`run`) and the probe series (`sampler`), from which a steady window is cut and judged
     (`autotune.measure.stepverdict`)."""
 
-    whole: Summary
+    whole: Measurement
     run: loadgen.RunResult
     sampler: probes.Sampler
 
@@ -76,7 +76,7 @@ async def _phase(target: loadgen.Target, spec: WorkloadSpec, sessions: list[Sess
 
 
 def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: WorkloadSpec,
-             slos: Mapping[str, float] | None) -> Summary:
+             slos: Mapping[str, float] | None) -> Measurement:
     results = [r for run, _ in runs for r in run.results]
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
     lags = [run.lag for run, _ in runs if run.lag]
@@ -93,7 +93,7 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
 
 
 def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: int = 0,
-              probe_interval: float = 1.0, probe: ProbePhase | None = None) -> Summary:
+              probe_interval: float = 1.0, probe: ProbePhase | None = None) -> Measurement:
     """Send `load` and return the summary with probes.
 
     With `probe`, its first sessions are a probe phase: its verdict sees their summary
@@ -106,7 +106,7 @@ def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: in
     measured, warmup = prepare(spec, load.tokenizer_model, offset=offset,
                                tokenizer=load.tokenizer)
 
-    async def go() -> Summary:
+    async def go() -> Measurement:
         await _warm(target, spec, warmup)
         runs = []
         rest = measured
@@ -158,7 +158,7 @@ _ROWS = [
 ]
 
 
-def summary_rows(summary: Summary) -> list[tuple[str, str]]:
+def summary_rows(summary: Measurement) -> list[tuple[str, str]]:
     """(label, value) rows in `vllm bench serve`'s order, for a terminal table."""
     rows = [(label, fmt.format(value)) for label, key, fmt in _ROWS
             if (value := summary.value(key)) is not None]

@@ -23,7 +23,7 @@ from autotune.errors import ConfigError
 from autotune.measure import serversearch
 from autotune.measure.bench import Load, benchmark
 from autotune.measure.loadgen import Target
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.traffic import WorkloadSpec
 
 
@@ -38,7 +38,7 @@ class Remote:
 
 
 @dataclass(frozen=True)
-class Launch:
+class EngineLaunch:
     """An engine launched for the benchmark: the model, vLLM flags as `vllm serve` takes
     them, the name it serves the model under, its log and how long it may take to serve."""
 
@@ -53,18 +53,18 @@ class Launch:
 class BenchRun:
     """One `autotune bench`: the workload, vLLM's per-request goodput SLOs (plain runs), the
     percentile SLOs a capacity search holds, the tokenizer (None: the model's), and where it
-    runs (`server`: a `Remote` or a `Launch`)."""
+    runs (`server`: a `Remote` or an `EngineLaunch`)."""
 
     spec: WorkloadSpec
-    server: Remote | Launch
+    server: Remote | EngineLaunch
     goodput: Mapping[str, float]
     percentile: Mapping[str, float]
     tokenizer: str | None = None
 
 
-def run(bench: BenchRun) -> Summary:
+def run(bench: BenchRun) -> Measurement:
     """Run the benchmark where `bench.server` says and return its summary, the device it ran
-    on and (for a `Launch`) the engine's command, start-up, version and log in it."""
+    on and (for an `EngineLaunch`) the engine's command, start-up, version and log in it."""
     if isinstance(bench.server, Remote):
         remote = bench.server
         headers = {"Authorization": f"Bearer {remote.api_key}"} if remote.api_key else {}
@@ -78,7 +78,7 @@ def run(bench: BenchRun) -> Summary:
                         if device else {"name": "cpu"})
 
 
-def _launched(bench: BenchRun, launch: Launch) -> Summary:
+def _launched(bench: BenchRun, launch: EngineLaunch) -> Measurement:
     check_launch(launch.model, launch.engine_args)
     log = engine_log(launch.log, None)
     extra = list(launch.engine_args)
@@ -97,7 +97,7 @@ def _launched(bench: BenchRun, launch: Launch) -> Summary:
 
 def _measure(bench: BenchRun, target: Target, tokenizer: str,
              pids: Callable[[], list[int]] | None = None,
-             alive: Callable[[], str | None] | None = None) -> Summary:
+             alive: Callable[[], str | None] | None = None) -> Measurement:
     """The benchmark itself; with `alive` (a launched server's watch) a dead engine ends it
     within a second as one line (`Halted`), not after every step's timeout."""
     load = Load(target, bench.spec, tokenizer, pids=pids, alive=alive)

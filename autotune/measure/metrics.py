@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from autotune.measure.measurement import Measurement
 from autotune.measure.request import RequestResult
-from autotune.measure.summary import Summary
 from autotune.slo import LATENCY_METRICS
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -108,7 +108,7 @@ def summarize(
     duration_s: float,
     slos: Mapping[str, float] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-) -> Summary:
+) -> Measurement:
     """The flat summary `vllm bench serve --save-result` writes, plus autotune's extras.
 
     Only successful requests enter the latency statistics and the token totals. As in vLLM
@@ -163,4 +163,4 @@ def summarize(
         slos=slo,
         good_completed=good,
     )
-    return Summary.of(summary)
+    return Measurement.of(summary)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields
 from autotune.measure import bottleneck, workloads
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord, measured
+from autotune.measure.measurement import Measurement
 from autotune.measure.steprecord import StepRecord
-from autotune.measure.summary import Summary
 from autotune.traffic import WorkloadSpec
 
 
@@ -26,7 +26,7 @@ class Step(StepRecord):
     summary, which the search reads (the best step's becomes the trial's summary) and the
     record leaves out."""
 
-    summary: Summary = field(default_factory=Summary, repr=False, kw_only=True)
+    summary: Measurement = field(default_factory=Measurement, repr=False, kw_only=True)
 
     def record(self) -> StepRecord:
         """The step without its full summary, for the trial's record."""
@@ -73,7 +73,7 @@ def record(result: SearchResult, spec: WorkloadSpec) -> CapacityRecord:
     request, so they do not depend on how quickly a short step's last requests drained.
     A trace's time scale is the capacity over the trace's own pace.
     """
-    best = result.best.summary if result.best else Summary()
+    best = result.best.summary if result.best else Measurement()
     done = best.completed or 0
     out_per = (best.total_output_tokens or 0) / done if done else 0.0
     in_per = (best.total_input_tokens or 0) / done if done else 0.0
@@ -117,10 +117,10 @@ def knee(steps: Sequence[StepRecord], low: float | None, limit: StepRecord
     return limit.bottleneck
 
 
-def summary_of(result: SearchResult) -> Summary:
+def summary_of(result: SearchResult) -> Measurement:
     """The figures the trial is scored on: the step at capacity, else the gentlest failure."""
     if result.best is not None:
         return result.best.summary
     tried = [s for s in result.steps if s.summary.keys]
     gentlest = min(tried, key=lambda s: s.load, default=None)
-    return gentlest.summary if gentlest else Summary()
+    return gentlest.summary if gentlest else Measurement()

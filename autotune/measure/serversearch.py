@@ -23,9 +23,9 @@ from autotune.engine import prometheus
 from autotune.measure import bench, searchplan, searchresult, steady, stepverdict, watch, workloads
 from autotune.measure.bench import Load
 from autotune.measure.capacitytext import rates, step_name
+from autotune.measure.measurement import Measurement
 from autotune.measure.searchplan import Anchor
 from autotune.measure.searchresult import Step
-from autotune.measure.summary import Summary
 from autotune.measure.workloads import Tokenizer
 
 log = logging.getLogger("autotune")
@@ -68,7 +68,7 @@ async def wait_idle(url: str, timeout_s: float, poll_s: float = 0.2) -> float:
 
 
 def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
-           ) -> Summary:
+           ) -> Measurement:
     """Find the capacity of the engine behind `load.target` under `load.spec`; the result
     is a bench summary (of the step at capacity) with a `capacity` record. `anchor` ties
     the search to capacities measured before (`searchplan.plan`): where its first

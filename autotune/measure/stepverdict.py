@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from autotune import slo
 from autotune.measure import bottleneck, metrics, steady
 from autotune.measure.bench import StepRun
+from autotune.measure.measurement import Measurement
 from autotune.measure.searchresult import Step
-from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
 
@@ -81,7 +81,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
                 total_token_throughput=whole.total_token_throughput)
 
 
-def violations(summary: Summary, slos: Mapping[str, float],
+def violations(summary: Measurement, slos: Mapping[str, float],
                min_success_rate: float) -> list[str]:
     """The SLOs a step broke, e.g. `ttft_p95_ms 812>500`; an empty list is a pass."""
     out = []
@@ -99,11 +99,11 @@ def violations(summary: Summary, slos: Mapping[str, float],
     return out
 
 
-def latency_figures(summary: Summary) -> dict[str, float]:
+def latency_figures(summary: Measurement) -> dict[str, float]:
     """Every latency statistic of a summary under its SLO key: {"ttft_p95_ms": 312.5}."""
     return slo_figures(summary, dict.fromkeys(slo.KEYS, 0.0))
 
 
-def slo_figures(summary: Summary, slos: Mapping[str, float]) -> dict[str, float]:
+def slo_figures(summary: Measurement, slos: Mapping[str, float]) -> dict[str, float]:
     """The SLO metrics of a summary, rounded, e.g. {"ttft_p95_ms": 312.5}."""
     return slo.figures(summary.latencies, slos)

@@ -32,8 +32,8 @@ from autotune import slo, traces
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import searchplan, searchresult, serversearch, stepverdict, watch, workloads
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
 from autotune.measure.searchplan import Anchor
-from autotune.measure.summary import Summary
 from autotune.traffic import WorkloadSpec
 
 # A sustained step offers the rate for this long: 4-6-s steps measured the transient.
@@ -190,7 +190,7 @@ def step_args(spec: WorkloadSpec, endpoint: Endpoint, run: Invocation) -> list[s
     return args
 
 
-def judge(result: Summary, slos: Mapping[str, float],
+def judge(result: Measurement, slos: Mapping[str, float],
           min_success_rate: float = 1.0) -> list[str]:
     """The SLOs a `vllm bench serve` result broke (its keys are autotune's, e.g.
     `p95_ttft_ms`); an empty list is a pass. No completed request is never a pass."""
@@ -248,7 +248,7 @@ class Helper:
         self.import_s, self.version = ready.get("import_s"), ready.get("vllm")
 
     def step(self, argv: list[str], *, api_key: str | None = None,
-             timeout_s: float = 3600.0) -> Summary:
+             timeout_s: float = 3600.0) -> Measurement:
         """Run one `vllm bench serve` with `argv`; its result (scalars only)."""
         if self.proc is None or self.proc.stdin is None:
             raise VllmBenchError("vllm bench serve helper is not running")
@@ -261,7 +261,7 @@ class Helper:
         if not reply.get("ok"):
             raise VllmBenchError(f"vllm bench serve failed: {reply.get('error')}; "
                                  f"log {self.log_path}")
-        return Summary.of(reply["result"])
+        return Measurement.of(reply["result"])
 
     def _read(self, timeout_s: float, doing: str) -> dict[str, Any]:
         try:

@@ -26,7 +26,7 @@ from autotune.config import latency_key
 from autotune.engine import phases
 from autotune.errors import ConfigError
 from autotune.flags import Flags
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import interactivity, summary
 from autotune.results.gputime import LAUNCHED, GpuTime
 from autotune.results.show import Thresholds, outcome, reason
@@ -131,7 +131,7 @@ def points(study: StudyOrSnapshot) -> tuple[list[Point], list[TrialRecord]]:
     return placed, unplaced
 
 
-def _partial(metrics: Summary, ax: Axes) -> tuple[float, float] | None:
+def _partial(metrics: Measurement, ax: Axes) -> tuple[float, float] | None:
     """Throughput and latency of a trial stopped mid-run (the probe phase), if it has them."""
     thr, lat = metrics.value(ax.throughput), metrics.value(latency_key(ax.latency))
     if not metrics.completed or thr is None or lat is None:

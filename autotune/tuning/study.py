@@ -36,7 +36,7 @@ from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
 from autotune.flags import Flags, FlagValue, normalize
 from autotune.measure import capacityrecord, searchplan
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import trial as trial_mod
@@ -126,14 +126,14 @@ def reference(study: StudyOrSnapshot) -> Measures | None:
 
 
 def _pruner_hook(run: RunContext, trial: optuna.Trial, searched: bool
-                 ) -> Callable[[Summary], str | None] | None:
+                 ) -> Callable[[Measurement], str | None] | None:
     """Report the probe phase's score so Optuna's pruner can stop a trial that is behind
     earlier ones at the same point (weighted mode; baselines always run to the end)."""
     scenario = run.scenario
     if scenario.objective.mode != "weighted" or not searched:
         return None
 
-    def hook(partial: Summary) -> str | None:
+    def hook(partial: Measurement) -> str | None:
         ref = reference(run.study)
         if ref is None or not partial.completed:
             return None

@@ -39,8 +39,8 @@ from autotune.measure import searchplan, serversearch, speculation
 from autotune.measure.bench import Load, ProbePhase, benchmark
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.loadgen import Target
+from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
-from autotune.measure.summary import Summary
 from autotune.measure.watch import Alive
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
@@ -109,7 +109,7 @@ class Outcome:
 
     state: str
     reason: str = ""
-    summary: Summary = field(default_factory=Summary)
+    summary: Measurement = field(default_factory=Measurement)
     facts: EngineRun = field(default_factory=lambda: EngineRun({}))
     quality: Quality | None = None
     new_reference: Reference | None = None
@@ -199,7 +199,7 @@ def with_study_folder(scenario: Scenario, folder: Path) -> Scenario:
 
 def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
               guard: Guard | None = None,
-              intermediate: Callable[[Summary], str | None] | None = None,
+              intermediate: Callable[[Measurement], str | None] | None = None,
               anchor: searchplan.Anchor | None = None) -> Outcome:
     """Launch `flags`, run the workload, check quality, stop the engine; what ran and its
     timings in the outcome's `facts` (its `EngineRun`).
@@ -305,8 +305,8 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
 
 
 def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str, alive: Alive,
-             intermediate: Callable[[Summary], str | None] | None,
-             anchor: searchplan.Anchor) -> Summary:
+             intermediate: Callable[[Measurement], str | None] | None,
+             anchor: searchplan.Anchor) -> Measurement:
     """The workload against the running engine: a capacity search, or the fixed workload
     with its probe phase; every wait watched by `alive`."""
     spec = scenario.prune
@@ -328,7 +328,7 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
     probe_n = math.ceil(workload.num_requests * spec.probe_fraction) \
         if spec.enabled and workload.kind != "chat" else 0
 
-    def on_probe(partial: Summary) -> str | None:
+    def on_probe(partial: Measurement) -> str | None:
         return prune.probe_verdict(partial, spec) or (
             intermediate(partial) if intermediate else None)
 

@@ -8,9 +8,9 @@ import pytest
 
 from autotune.measure import capacityrecord, capacitytext, searchplan, searchresult, stepverdict
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
 from autotune.measure.searchresult import Step
 from autotune.measure.steady import Backlog
-from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
@@ -35,7 +35,7 @@ class Engine:
         summary = {"completed": 10, "total_output_tokens": 320, "total_input_tokens": 640,
                    "request_throughput": min(load, self.peak)}
         return Step(index, kind, rate, ok, min(load, self.peak), 32 * min(load, self.peak),
-                    [] if ok else ["ttft_p95_ms 900>500"], 10, summary=Summary.of(summary))
+                    [] if ok else ["ttft_p95_ms 900>500"], 10, summary=Measurement.of(summary))
 
 
 @pytest.mark.parametrize("cap", [1.0, 7.3, 12.9, 19.9])
@@ -124,11 +124,11 @@ def test_early_stop_below_the_best_lower_bound():
 
 def test_violations_name_each_broken_slo():
     summary = {"completed": 9, "failed": 1, "p95_ttft_ms": 812.4, "p99_tpot_ms": 20.0}
-    summary = Summary.of(summary)
+    summary = Measurement.of(summary)
     out = stepverdict.violations(summary, {"ttft_p95_ms": 500, "tpot_p99_ms": 25}, 1.0)
     assert out == ["success_rate 0.900<1", "ttft_p95_ms 812.4>500"]
     assert stepverdict.violations(summary, {"tpot_p99_ms": 25}, 0.9) == []
-    none_measured = Summary.of({"completed": 3, "failed": 0})
+    none_measured = Measurement.of({"completed": 3, "failed": 0})
     assert stepverdict.violations(none_measured, {"e2el_p90_ms": 1}, 1) == ["e2el_p90_ms None>1"]
 
 

@@ -14,9 +14,9 @@ import pytest
 from autotune.cli import main as cli
 from autotune.measure import capacityrecord, capacitytext, searchplan, searchresult, workloads
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
 from autotune.measure.searchresult import Step
 from autotune.measure.steady import Backlog
-from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traces import load
 from autotune.traffic import CapacitySpec, WorkloadSpec
@@ -102,7 +102,7 @@ class Stepper:
         short = "10 arrivals in its window" if index in self.invalid else None
         ok = rate is not None and load <= self.cap and short is None
         got = self.achieved(kind, rate, index) if rate is not None else None
-        summary = Summary.of({"completed": 10, "total_output_tokens": 320})
+        summary = Measurement.of({"completed": 10, "total_output_tokens": 320})
         return Step(index, kind, rate, ok, load, 32 * (got or load),
                     [] if ok or short else ["ttft_p95_ms 900>500"], 10, summary=summary,
                     window_offered_rps=rate if got is not None else None,

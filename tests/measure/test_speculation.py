@@ -6,7 +6,7 @@ import pytest
 
 from autotune.engine import log as enginelog
 from autotune.measure import speculation
-from autotune.measure.summary import Summary as Measured
+from autotune.measure.measurement import Measurement
 from autotune.results import dashboard, reportpage, show
 from autotune.results.summary import Summary, TrialRow
 from autotune.stored import json_data
@@ -86,10 +86,10 @@ def _study(tmp_path):
     spec = json_data(speculation.Speculation(100, 400, 250, [0.9, 0.7, 0.5, 0.4], 500))
     ngram = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     trials.add(st, values=[1.0], constraints={"completed": 0.0}, baseline=DEFAULTS,
-               flags={}, outcome="complete", metrics=Measured.of({"median_tpot_ms": 9.0}))
+               flags={}, outcome="complete", metrics=Measurement.of({"median_tpot_ms": 9.0}))
     trials.add(st, values=[1.2], constraints={"completed": 0.0}, outcome="complete",
                flags={"speculative-config": ngram}, speculation=spec,
-               metrics=Measured.of({"median_tpot_ms": 6.0}))
+               metrics=Measurement.of({"median_tpot_ms": 6.0}))
     return st
 
 

@@ -12,9 +12,9 @@ from autotune.measure import searchresult, steady, stepverdict
 from autotune.measure.bench import StepRun
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import RunResult
+from autotune.measure.measurement import Measurement
 from autotune.measure.metrics import RequestResult
 from autotune.measure.probes import Sampler
-from autotune.measure.summary import Summary
 from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
 from tests import azure, served
@@ -80,7 +80,7 @@ def _judge(reqs, rate, slos, cap=None):
     whole = {"request_throughput": rate, "output_throughput": rate * 16,
              "completed": len(reqs), "failed": 0, "p95_e2el_ms": 1.0}
     sampler = Sampler("http://127.0.0.1:9")  # never started: no samples
-    return stepverdict.judge("bisect", rate, 1, StepRun(Summary.of(whole), run, sampler),
+    return stepverdict.judge("bisect", rate, 1, StepRun(Measurement.of(whole), run, sampler),
                              cap or CapacitySpec(), slos)
 
 
@@ -109,7 +109,7 @@ def test_the_burst_is_judged_whole():
     whole = {"request_throughput": 20.0, "output_throughput": 320.0, "completed": 40,
              "failed": 0, "p95_e2el_ms": 5000.0}
     step = stepverdict.judge("burst", None, 0,
-                             StepRun(Summary.of(whole), run, Sampler("http://127.0.0.1:9")),
+                             StepRun(Measurement.of(whole), run, Sampler("http://127.0.0.1:9")),
                              CapacitySpec(), {"e2el_p95_ms": 1000})
     assert not step.passed and step.window_s is None and not step.backlog
 

@@ -16,7 +16,7 @@ from optuna.distributions import CategoricalDistribution
 from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.remeasurements import PairRun, Recheck
 from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
@@ -107,8 +107,8 @@ def test_prompts_per_step():
 
 
 def test_slos_are_judged_on_vllms_result():
-    result = Summary.of({"completed": 40, "failed": 0, "p95_ttft_ms": 420.0,
-                         "p99_tpot_ms": 31.0, "median_ttft_ms": 100.0})
+    result = Measurement.of({"completed": 40, "failed": 0, "p95_ttft_ms": 420.0,
+                             "p99_tpot_ms": 31.0, "median_ttft_ms": 100.0})
     assert vllmbench.judge(result, {"ttft_p95_ms": 500}) == []
     assert vllmbench.judge(result, {"ttft_p95_ms": 500, "tpot_p99_ms": 30}) == \
         ["tpot_p99_ms 31.0>30"]
@@ -117,7 +117,7 @@ def test_slos_are_judged_on_vllms_result():
         ["success_rate 0.952<1"]
     assert vllmbench.judge(result.with_(failed=2), {"ttft_p95_ms": 500}, 0.9) == []
     # vLLM reports 0 ms percentiles when every request failed: that is no pass
-    assert vllmbench.judge(Summary.of({"completed": 0, "failed": 0, "p95_ttft_ms": 0.0}),
+    assert vllmbench.judge(Measurement.of({"completed": 0, "failed": 0, "p95_ttft_ms": 0.0}),
                            {"ttft_p95_ms": 500}, 0.0) == ["no completed requests"]
 
 
@@ -174,7 +174,7 @@ def _trial(st, capacity: float, *, baseline: str | None = None, flags: dict | No
     trials.add(st, values=[0.0], params={"x": 1}, distributions={"x": CategoricalDistribution([1])},
                constraints={"slo": -1.0}, flags=flags or {"enforce-eager": True}, gain=0.0,
                measures={"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
-               metrics=Summary.of({"capacity": {"request_throughput": capacity, "low": capacity,
+               metrics=Measurement.of({"capacity": {"request_throughput": capacity, "low": capacity,
                                      "high": None, "steps": [{
                                          "index": 0, "kind": "burst", "rate": None,
                                          "passed": True, "achieved_rps": capacity,
@@ -280,7 +280,7 @@ class _Helper:
 
     def step(self, argv, *, api_key=None, timeout_s=0.0):
         self.argv = argv
-        return Summary.of(self.result)
+        return Measurement.of(self.result)
 
 
 class _Srv:

@@ -274,3 +274,23 @@ def test_no_private_optuna_internals():
     found = [f"{p.relative_to(PACKAGE.parent)}:{i}" for p in PACKAGE.rglob("*.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, found
+
+
+def duplicate_classes(package: Path = PACKAGE) -> dict[str, list[str]]:
+    """Each class name defined in more than one module of `package`, with those modules."""
+    where: dict[str, list[str]] = {}
+    for name, path in _modules():
+        if not path.is_relative_to(package):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    return {cls: sorted(mods) for cls, mods in where.items() if len(mods) > 1}
+
+
+def test_one_class_per_name():
+    """A name means one thing across the package: two `Summary` classes (a benchmark's and
+    a study's) had callers importing one as the other under an alias."""
+    found = duplicate_classes()
+    assert not found, "class names defined more than once:\n" + "\n".join(
+        f"{cls}: {', '.join(mods)}" for cls, mods in sorted(found.items()))

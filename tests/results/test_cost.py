@@ -20,8 +20,8 @@ from autotune.cli.main import main
 from autotune.config import Scenario
 from autotune.errors import ConfigError
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
 from autotune.measure.steprecord import StepRecord
-from autotune.measure.summary import Summary
 from autotune.results import cost, reportpage, show
 from autotune.tuning import ranking
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -226,7 +226,8 @@ def _trial(st: optuna.Study, flags: dict, capacity: dict | None, **fields) -> Tr
     value = capacity["low"] or 0.0 if capacity else 1.0
     return trials.add(st, values=[value], constraints={"slo": -1.0}, flags=flags,
                       measures={"throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0},
-                      metrics=Summary.of({"capacity": capacity} if capacity else {"completed": 4}),
+                      metrics=Measurement.of({"capacity": capacity} if capacity
+                                             else {"completed": 4}),
                       **fields)
 
 
@@ -330,7 +331,7 @@ def test_no_winner_is_said_not_sized(tmp_path, capsys):
                              storage=f"sqlite:///{path}")
     st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "engine": {"flags": {}}})
     trials.add(st, values=[0.0], constraints={"slo": 1.0}, flags={},
-               metrics=Summary.of({"capacity": _capacity(None, 0.5)}))  # nothing met the SLOs
+               metrics=Measurement.of({"capacity": _capacity(None, 0.5)}))  # nothing met the SLOs
     assert main(["show", str(path), "--load", "10", "--gpu-hour", "1"]) == 0
     assert "money and machines: no single winner to size" in capsys.readouterr().out
     assert "No single winner to size" in reportpage.build(st, load=10.0)

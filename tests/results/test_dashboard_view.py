@@ -22,7 +22,7 @@ import pytest
 from browser import load_url
 from optuna_dashboard import wsgi
 
-from autotune.measure.summary import Summary as Measured
+from autotune.measure.measurement import Measurement
 from autotune.results import dashboard, show
 from autotune.results.summary import Summary
 from autotune.tuning.records.scalars import SCALARS
@@ -108,7 +108,7 @@ def test_new_trials_store_the_scalars_themselves(tmp_path):
     cap = {"request_throughput": 12.0, "low": 12.0, "high": 13.0, "uncertainty": 0.08,
            "steps": [], "bottleneck": {"kind": "gpu", "text": "GPU 97 % busy"}}
     trials.add(st, values=[0.1], constraints={"slo:ttft_p95_ms": -10.0, "completed": 0.0},
-               metrics=Measured.of({"capacity": cap, "output_throughput": 1.0}),
+               metrics=Measurement.of({"capacity": cap, "output_throughput": 1.0}),
                quality={"drift": 0.002, "agreement": 0.9, "passed": True}, gain=0.105,
                outcome="complete", reason="")
     trials.add(st, optuna.trial.TrialState.PRUNED, constraints={"completed": 1.0},

@@ -16,7 +16,7 @@ from autotune.cli import tune as tune_cli
 from autotune.cli.main import main
 from autotune.measure import capacityrecord
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.measure.summary import Summary as Measured
+from autotune.measure.measurement import Measurement
 from autotune.results import cost, decision
 from autotune.results.summary import Summary
 from autotune.tuning.records.snapshot import Snapshot, records
@@ -47,7 +47,7 @@ def _study(*caps: dict | None, overrides: tuple[dict, ...] = ()) -> optuna.Study
             continue
         score = math.log(cap["low"] / caps[0]["low"]) if caps[0] else 0.0
         trials.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
-                   metrics=Measured.of({"capacity": cap, "output_throughput": cap["low"] * 100}),
+                   metrics=Measurement.of({"capacity": cap, "output_throughput": cap["low"] * 100}),
                    measures={"throughput": cap["low"] * 100, "latency_ms": 100.0,
                              "memory_mib": 1000.0}, gain=math.exp(score) - 1, **fields)
     return st
@@ -125,7 +125,7 @@ def test_a_complete_capacity_search_without_a_rate_is_not_an_answer():
 
     st = optuna.create_study(study_name="s", directions=["maximize"])
     trials.add(st, values=[0.0], constraints={"slo": -1.0}, flags={}, baseline=DEFAULTS,
-               metrics=Measured.of({"capacity": {**_cap(0.0, 2.0), "low": None}}),
+               metrics=Measurement.of({"capacity": {**_cap(0.0, 2.0), "low": None}}),
                measures={"throughput": 0.0, "latency_ms": 100.0, "memory_mib": 1000.0})
     rec = records(st)[0]
     assert rec.state == TrialState.COMPLETE and rec.constraints and not rec.feasible
@@ -215,7 +215,7 @@ def _held_back(tmp_path, defaults_high: float = 11.8) -> str:
         cap = {"request_throughput": low, "output_throughput": low * 128, "low": low,
                "high": high, "spread": 0.0, "uncertainty": (high - low) / high, "rate": low}
         trials.add(st, values=[score], constraints={"slo": -1.0}, flags=flags,
-                   metrics=Measured.of({"capacity": cap, "output_throughput": low * 128,
+                   metrics=Measurement.of({"capacity": cap, "output_throughput": low * 128,
                                         "p95_ttft_ms": ttft}),
                    measures={"throughput": low * 128, "latency_ms": ttft,
                              "memory_mib": 1000.0}, gain=math.exp(score) - 1,

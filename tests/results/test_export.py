@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from autotune.cli.main import build_parser
 from autotune.errors import ConfigError
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import export, limits
 from autotune.tuning import ranking
 from autotune.tuning.ranking import choose
@@ -30,8 +30,8 @@ def _trial(st, value, thr, lat, *, feasible=True, state=TrialState.COMPLETE, fla
                distributions={"max-num-seqs": CategoricalDistribution([64])},
                flags=flags or {"max-num-seqs": 64},
                measures={"throughput": thr, "latency_ms": lat, "memory_mib": 1000.0},
-               metrics=Summary.of({"output_throughput": thr, "p95_ttft_ms": ttft,
-                                   "median_ttft_ms": 50.0}),
+               metrics=Measurement.of({"output_throughput": thr, "p95_ttft_ms": ttft,
+                                       "median_ttft_ms": 50.0}),
                engine_version="vllm-0.26.0", device={"name": "NVIDIA H200"},
                command=["vllm", "serve", "/models/q", "--max-num-seqs", "64"],
                gain=value, timings={"startup_s": 90.0}, env={"A": "1"},
@@ -152,7 +152,7 @@ def test_the_flags_held_for_the_compile_cache_ship_with_the_trial():
             "max-num-batched-tokens": 32768, "max-num-scheduled-tokens": 4096}
     trials.add(st, values=[0.0], constraints={"slo": -1.0}, flags={"max-num-batched-tokens": 4096},
                measures={"throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0},
-               metrics=Summary.of({"output_throughput": 1.0}), engine_version="vllm-0.26.0",
+               metrics=Measurement.of({"output_throughput": 1.0}), engine_version="vllm-0.26.0",
                device={"name": "NVIDIA H200"},
                startup={"launch": "warm", "warm": {"flags": held, "cache": "/c",
                                                   "env": {"VLLM_WORKER_MULTIPROC_METHOD":

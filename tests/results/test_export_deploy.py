@@ -15,7 +15,7 @@ import optuna
 import pytest
 import yaml
 
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import export, show
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials
@@ -32,7 +32,7 @@ def _study(flags: dict, *, device: str = "NVIDIA H200", engine: str = "vllm-0.26
     st = optuna.create_study(study_name="deploy", direction="maximize")
     rec = trials.add(st, values=[0.1], constraints={"slo": -1.0}, flags=flags, env=dict(ENV),
                      measures={"throughput": 10.0, "latency_ms": 5.0, "memory_mib": 1.0},
-                     metrics=Summary.of({"output_throughput": 10.0, "probes": probes or
+                     metrics=Measurement.of({"output_throughput": 10.0, "probes": probes or
                               {"rss_mib_max": 20_000.0}}),
                      engine_version=engine, device={"name": device}, gain=0.1,
                      timings={"startup_s": 95.0},
@@ -219,7 +219,7 @@ def test_an_export_without_a_capacity_search_says_it_has_no_limits():
 def test_the_recheck_command_quotes_a_hostile_study_name():
     st = optuna.create_study(study_name="x; rm -rf ~ #\nnext", direction="maximize")
     rec = trials.add(st, values=[0.1], constraints={"slo": -1.0}, flags={},
-                     metrics=Summary.of({"output_throughput": 1.0}), device={"name": "cpu"})
+                     metrics=Measurement.of({"output_throughput": 1.0}), device={"name": "cpu"})
     text = export.render(st, rec, "cli", "/m")
     line = next(x for x in text.splitlines() if x.startswith("# re-check"))
     words = shlex.split(line.removeprefix("# re-check on your machine: "))

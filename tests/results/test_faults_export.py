@@ -18,7 +18,7 @@ import yaml
 from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import export
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials
@@ -42,7 +42,8 @@ def _study(name: str, baseline: str, env_value: str) -> tuple[optuna.Study, Tria
                      flags={"max-num-seqs": 4, "served-model-name": env_value},
                      env={"VLLM_TEST_VALUE": env_value},
                      measures={"throughput": 10.0, "latency_ms": 5.0, "memory_mib": 1.0},
-                     metrics=Summary.of({"output_throughput": 10.0}), engine_version="vllm-0.26.0",
+                     metrics=Measurement.of({"output_throughput": 10.0}),
+                     engine_version="vllm-0.26.0",
                      device={"name": "gpu"}, gain=0.1)
     return st, rec
 

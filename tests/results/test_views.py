@@ -1,4 +1,4 @@
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results.views import progress_line
 from autotune.tuning.records.progress import Progress
 
@@ -38,7 +38,7 @@ def test_the_live_line_gives_capacities_as_show_does():
     from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord
 
     def rec(n: int, low: float, high: float, **kw) -> TrialRecord:
-        return TrialRecord(n, TrialState.COMPLETE, metrics=Summary.of({"capacity": {
+        return TrialRecord(n, TrialState.COMPLETE, metrics=Measurement.of({"capacity": {
             "request_throughput": low, "low": low, "high": high, "spread": 0.0}}),
                            constraints={"slo": -1.0}, **kw)
 
@@ -166,7 +166,7 @@ def test_a_floor_is_open_above_in_every_view():
     from autotune.tuning.records.trialrecord import TrialRecord
 
     floor = TrialRecord(0, TrialState.COMPLETE, constraints={"slo": -1.0},
-                        metrics=Summary.of({"capacity": {
+                        metrics=Measurement.of({"capacity": {
                             "request_throughput": 20.0, "low": 20.0, "high": None,
                             "spread": 0.05, "saturated": True}}))
     assert floor.capacity is not None

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import whatif
 from autotune.slo import Slo, parse
 from autotune.tuning.records.snapshot import records
@@ -58,7 +58,8 @@ def test_every_step_passing_is_a_lower_bound():
              {"index": 1, "rate": 10.0, "violations": ["ttft_p95_ms 600>500"],
               "latencies": {"ttft_p95_ms": 600.0}},
              {"index": 2, "rate": 5.0, "violations": [], "latencies": {"ttft_p95_ms": 300.0}}]
-    rec = TrialRecord(0, TrialState.COMPLETE, metrics=Summary.of({"capacity": {"steps": steps}}))
+    rec = TrialRecord(0, TrialState.COMPLETE,
+                      metrics=Measurement.of({"capacity": {"steps": steps}}))
     got = whatif.answer(rec, [Slo("ttft_p95_ms", 1000)])
     assert got.status == whatif.AT_LEAST and got.passed == 10.0
     # A step that failed on its backlog fails under any SLO.

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from autotune.device import DeviceSeen
 from autotune.errors import ConfigError
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.results import export
 from autotune.tuning import ablation, ranking
 from autotune.tuning.records import studyrecord, writers
@@ -146,7 +146,7 @@ def test_a_budget_that_ends_early_says_so(study):
 def test_only_a_capacity_trial_is_explained():
     st = optuna.create_study(study_name="fixed", direction="maximize")
     rec = writers.append(st, TrialState.COMPLETE, [1.0], {"slo": -1.0},
-                         flags={"max-num-seqs": 8}, metrics=Summary())
+                         flags={"max-num-seqs": 8}, metrics=Measurement())
     with pytest.raises(ConfigError, match="no capacity at SLO"):
         ablation.ablate(st, rec, lambda flags, origin, again: rec)
 

@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 
 from autotune import reasons
 from autotune.measure import bottleneck as bn
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
 from autotune.tuning.policy.evidence import predicted_loser
@@ -26,7 +26,7 @@ def capacity_trial(number: int, low: float, high: float, kind: str,
            "steps": [{"index": 0, "kind": "ceiling", "rate": low, "passed": True}]}
     return TrialRecord(number, TrialState.COMPLETE, values=(0.0,), flags=flags or {},
                        constraints={"slo:ttft_p95_ms": -1.0},
-                       metrics=Summary.of({"capacity": cap}))
+                       metrics=Measurement.of({"capacity": cap}))
 
 
 DEFAULTS = capacity_trial(0, 68.0, 73.2, bn.FRONT_END)  # 1 API server: the front end, 68
@@ -81,9 +81,9 @@ def test_the_study_prunes_a_predicted_loser_without_launching_it(tmp_path):
         cap = {"request_throughput": low, "output_throughput": low * 16, "low": low,
                "high": high, "bottleneck": {"kind": kind, "text": kind, "valid": True},
                "steps": []}
-        summary = Summary.of({"completed": 16, "failed": 0, "output_throughput": low * 16,
-                              "request_throughput": low, "p95_ttft_ms": 10.0,
-                              "capacity": cap})
+        summary = Measurement.of({"completed": 16, "failed": 0, "output_throughput": low * 16,
+                                  "request_throughput": low, "p95_ttft_ms": 10.0,
+                                  "capacity": cap})
         return trial_mod.Outcome(trial_mod.COMPLETE, summary=summary,
                                  facts=trial_mod.EngineRun(flags, timings={"startup_s": 0.0}))
 

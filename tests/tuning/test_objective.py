@@ -7,7 +7,7 @@ import math
 import pytest
 
 from autotune.config import Objective
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning.policy.objective import (
     constraint_names,
     constraints,
@@ -128,20 +128,20 @@ def test_values_pareto():
 def test_constraints_are_ms_over_each_limit_then_failures():
     objective = Objective(slos={"ttft_p95_ms": 500, "tpot_mean_ms": 50})
     summary = {"p95_ttft_ms": 650.0, "mean_tpot_ms": 20.0, "failed": 0}
-    assert constraints(Summary.of(summary), objective) == {
+    assert constraints(Measurement.of(summary), objective) == {
         "slo:ttft_p95_ms": 150.0, "slo:tpot_mean_ms": -30.0, "failed_requests": 0.0}
 
 
 def test_missing_metric_is_far_over():
     objective = Objective(slos={"ttft_p95_ms": 500, "itl_p99_ms": 80})
-    found = constraints(Summary.of({"p95_ttft_ms": 100.0}), objective)
+    found = constraints(Measurement.of({"p95_ttft_ms": 100.0}), objective)
     assert list(found.values()) == [-400.0, 1e9, 0.0]
 
 
 def test_failed_requests_make_a_positive_term():
     objective = Objective(slos={"ttft_p95_ms": 500})
-    clean = constraints(Summary.of({"p95_ttft_ms": 100.0, "failed": 0}), objective)
-    failing = constraints(Summary.of({"p95_ttft_ms": 100.0, "failed": 3}), objective)
+    clean = constraints(Measurement.of({"p95_ttft_ms": 100.0, "failed": 0}), objective)
+    failing = constraints(Measurement.of({"p95_ttft_ms": 100.0, "failed": 3}), objective)
     assert clean == {"slo:ttft_p95_ms": -400.0, "failed_requests": 0.0}
     assert failing == {"slo:ttft_p95_ms": -400.0, "failed_requests": 3.0}
     # every trial has the same constraints, whatever happened (GPSampler compares them)
@@ -149,17 +149,17 @@ def test_failed_requests_make_a_positive_term():
 
 
 def test_no_slos_leaves_only_the_failure_term():
-    assert constraints(Summary.of({"failed": 2}), Objective()) == {"failed_requests": 2.0}
-    assert all(c <= 0 for c in constraints(Summary.of({}), Objective()).values())
+    assert constraints(Measurement.of({"failed": 2}), Objective()) == {"failed_requests": 2.0}
+    assert all(c <= 0 for c in constraints(Measurement.of({}), Objective()).values())
 
 
 # --- measures ------------------------------------------------------------------------------
 
 
-def summary(**probes: float) -> Summary:
-    return Summary.of({"output_throughput": 123.0, "request_throughput": 4.0,
-                       "total_token_throughput": 456.0, "p95_ttft_ms": 80.0,
-                       "mean_ttft_ms": 60.0, "p99_itl_ms": 9.0, "probes": probes})
+def summary(**probes: float) -> Measurement:
+    return Measurement.of({"output_throughput": 123.0, "request_throughput": 4.0,
+                           "total_token_throughput": 456.0, "p95_ttft_ms": 80.0,
+                           "mean_ttft_ms": 60.0, "p99_itl_ms": 9.0, "probes": probes})
 
 
 def test_measures_reads_the_configured_keys():
@@ -177,7 +177,7 @@ def test_measures_as_dict_round_trips():
 
 def test_measures_needs_its_metrics():
     with pytest.raises(KeyError):
-        measures(Summary.of({"output_throughput": 1.0}), Objective())
+        measures(Measurement.of({"output_throughput": 1.0}), Objective())
 
 
 @pytest.mark.parametrize(
@@ -193,9 +193,9 @@ def test_measures_needs_its_metrics():
     ],
 )
 def test_memory_preference(probes, expected):
-    assert memory_mib(Summary.of({"probes": probes})) == expected
+    assert memory_mib(Measurement.of({"probes": probes})) == expected
 
 
 def test_memory_without_probes():
-    assert memory_mib(Summary()) is None
-    assert memory_mib(Summary.of({"probes": None})) is None
+    assert memory_mib(Measurement()) is None
+    assert memory_mib(Measurement.of({"probes": None})) is None

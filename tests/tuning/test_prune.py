@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from autotune.config import Hardware, PruneSpec, Scenario
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning.policy import prune
 from scripts import pressure_seeds
 from tests.paths import ROOT
@@ -72,13 +72,13 @@ def test_no_estimate_for_a_hub_id():
     ({"completed": 10, "failed": 0, "probes": {"preemptions": 0}}, None),
 ])
 def test_probe_verdict(summary, reason):
-    assert prune.probe_verdict(Summary.of(summary), PruneSpec()) == reason
+    assert prune.probe_verdict(Measurement.of(summary), PruneSpec()) == reason
 
 
 def test_allowances():
     s = {"completed": 9, "failed": 1, "probes": {"preemptions": 2}}
     spec = PruneSpec(preemption_allowance=2, min_success_rate=0.9)
-    assert prune.probe_verdict(Summary.of(s), spec) is None
+    assert prune.probe_verdict(Measurement.of(s), spec) is None
 
 
 def test_gpu_release_wait_is_a_no_op_without_a_gpu():

@@ -14,7 +14,7 @@ from autotune.config import Param, Scenario
 from autotune.device import DeviceSeen
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.stored import json_data
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
@@ -61,7 +61,7 @@ def measured(kind: str, number: int = 0, flags: dict[str, Any] | None = None,
            "bottleneck": {"kind": kind, "text": f"{kind} figures", "valid": True},
            "steps": [{"index": 0, "violations": []}, step]}
     return TrialRecord(number, TrialState.COMPLETE, values=(0.0,), flags=flags or {},
-                       params=params or {}, device=H200, metrics=Summary.of({"capacity": cap}),
+                       params=params or {}, device=H200, metrics=Measurement.of({"capacity": cap}),
                        baseline=DEFAULTS if not flags and not params else None, **rec)
 
 
@@ -213,7 +213,7 @@ def canned(scenario: Scenario, model: str, flags: dict[str, Any], **_: Any) -> t
     summary = {"completed": 8, "failed": 0, "output_throughput": 100.0 * servers,
                "p95_ttft_ms": 50.0, "probes": probes,
                "bottleneck": json_data(bn.attribute(probes))}
-    return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(summary),
+    return trial_mod.Outcome(trial_mod.COMPLETE, "", Measurement.of(summary),
                              trial_mod.EngineRun(flags))
 
 
@@ -269,8 +269,8 @@ def test_preemption_fits_the_sequences_to_what_the_cache_held():
     # 183,000 KV tokens over 2,304-token requests: 79 sequences fit; 256 -> 64, not 128.
     rec = TrialRecord(2, TrialState.PRUNED, reason="preemption", params={"max-num-seqs": 256},
                       flags={"max-num-seqs": 256}, kv_capacity_reported=183_000,
-                      metrics=Summary.of({"completed": 10, "total_input_tokens": 20_480,
-                                          "total_output_tokens": 2_560}), device=H200)
+                      metrics=Measurement.of({"completed": 10, "total_input_tokens": 20_480,
+                                              "total_output_tokens": 2_560}), device=H200)
     move = first(rec, sc)
     assert move is not None and move.after == 64
     # Without the engine's KV figure: one notch down.

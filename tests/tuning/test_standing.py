@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from optuna.trial import TrialState
 
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning import ranking, standing
 from autotune.tuning.records.trialrecord import TrialRecord
 from autotune.tuning.standing import CAPACITY, PARETO, SCORE, rank
@@ -24,7 +24,7 @@ def _trial(number: int, value: float, cap: tuple[float, float | None] | None,
                                 "spread": None, "uncertainty": uncertainty or width}}
     return TrialRecord(number=number, state=TrialState.COMPLETE, values=(value,),
                        constraints={"slo": -1.0}, flags={**FIXED, **flags},
-                       metrics=Summary.of(metrics))
+                       metrics=Measurement.of(metrics))
 
 
 def _order(found: standing.Standing) -> list[int]:

@@ -23,7 +23,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.config import Scenario
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.stored import json_data
 from autotune.tuning import interrupts, ranking, study
 from autotune.tuning import trial as trial_mod
@@ -73,7 +73,7 @@ class Canned:
             return trial_mod.Outcome(trial_mod.PRUNED, "invalid_flag", facts=facts)
         summary = {"completed": 16, "failed": 0, "output_throughput": 100.0 + seqs,
                    "p95_ttft_ms": self.ttft_per_seq * seqs}
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(summary), facts)
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", Measurement.of(summary), facts)
 
 
 def _context(shared: heartbeat.SharedStudy, scenario: Scenario, runner: Any,
@@ -166,7 +166,7 @@ def test_a_searched_trial_starts_at_the_best_trials_rate(tmp_path):
                "steps": [{"index": 0, "kind": "burst", "passed": False}]}
         summary = {"completed": 16, "failed": 0, "request_throughput": rate,
                    "output_throughput": rate * 16, "p95_ttft_ms": 10.0, "capacity": cap}
-        return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(summary),
+        return trial_mod.Outcome(trial_mod.COMPLETE, "", Measurement.of(summary),
                                  trial_mod.EngineRun(flags, trial_mod.command_line(model, flags)))
 
     scenario = _scenario(baselines=[{"name": "eight", "flags": {"max-num-seqs": 8}}],

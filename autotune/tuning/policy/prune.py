@@ -20,7 +20,7 @@ from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
 from autotune.errors import AutotuneError, ConfigError
 from autotune.flags import Flags, number
-from autotune.measure.summary import Summary
+from autotune.measure.measurement import Measurement
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory
 from autotune.tuning.records.estimate import Estimate
@@ -148,7 +148,7 @@ def before_launch(estimate: Estimate | None, spec: PruneSpec) -> str | None:
     return None
 
 
-def probe_verdict(summary: Summary, spec: PruneSpec) -> str | None:
+def probe_verdict(summary: Measurement, spec: PruneSpec) -> str | None:
     """Reason to stop after the probe phase, or None to go on."""
     probes = summary.probes
     if (probes.get("preemptions") or 0) > spec.preemption_allowance:

@@ -13,8 +13,8 @@ from typing import Any
 
 from autotune.measure import capacityrecord
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
-from autotune.measure.summary import Summary
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import Origin
 
@@ -23,14 +23,14 @@ SCALARS = ("feasible", "capacity_rps", "capacity_low", "capacity_high",
            "quality_verdict", "spec_acceptance_rate", "spec_acceptance_length", "tried_because")
 
 
-def capacity_record(metrics: Summary) -> CapacityRecord | None:
+def capacity_record(metrics: Measurement) -> CapacityRecord | None:
     """The capacity search's record inside a trial's `metrics`, if it ran in capacity mode,
     as this version reads it (`capacityrecord.current`: an older record's capacity is the
     rate its steps achieved); `TrialRecord.capacity` reads it so too."""
     return capacityrecord.current(metrics.capacity) if metrics.capacity is not None else None
 
 
-def short(metrics: Summary | None, quality: Quality | None,
+def short(metrics: Measurement | None, quality: Quality | None,
           spec: Speculation | None = None, origin: Origin | None = None) -> dict[str, Any]:
     """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
     `spec` (speculative decoding's acceptance) and `origin` (why the trial was tried)."""

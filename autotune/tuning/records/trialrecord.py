@@ -35,8 +35,8 @@ from autotune.flags import Flags
 from autotune.measure import bottleneck, capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
-from autotune.measure.summary import Summary
 from autotune.remeasurements import Recheck, Validation
 from autotune.stored import Stored, json_data
 from autotune.tuning.quality.verdict import Quality
@@ -98,7 +98,7 @@ class TrialRecord:
     reason: str = ""
     detail: str | None = None
     duplicate_of: int | None = None
-    metrics: Summary = field(default_factory=Summary)
+    metrics: Measurement = field(default_factory=Measurement)
     measures: Measures | None = None
     quality: Quality | None = None
     # What speculative decoding did during the workload (`autotune.measure.speculation`).
@@ -226,7 +226,8 @@ def _params(t: FrozenTrial) -> Params:
 
 
 # Fields stored as JSON objects that the record reads as typed values.
-_TYPED: dict[str, type[Stored]] = {"metrics": Summary, "measures": Measures, "device": DeviceSeen,
+_TYPED: dict[str, type[Stored]] = {"metrics": Measurement, "measures": Measures,
+                                   "device": DeviceSeen,
                                    "quality": Quality, "startup": Startup,
                                    "memory_estimate": Estimate, "worker": Worker,
                                    "origin": Origin, "speculation": Speculation, "ballast": Held,

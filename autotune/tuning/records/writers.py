@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import optuna
 from optuna.trial import TrialState
 
+from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
-from autotune.measure.summary import Summary
 from autotune.stored import Stored, json_data
 from autotune.tuning.quality.verdict import Quality
 from autotune.tuning.records.origin import Origin
@@ -44,7 +44,7 @@ def user_attrs(**values: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"record_version": VERSION}
     out.update((k, json_data(v)) for k, v in values.items())
     quality = out.get("quality")
-    found = short(_stored(Summary, out.get("metrics")),
+    found = short(_stored(Measurement, out.get("metrics")),
                   Quality.from_dict(quality) if quality is not None else None,
                   _stored(Speculation, out.get("speculation")),
                   _stored(Origin, out.get("origin")))

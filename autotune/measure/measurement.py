@@ -1,7 +1,7 @@
-"""A benchmark's summary as one typed value (`Summary`): `vllm bench serve`'s flat result
+"""A benchmark's summary as one typed value (`Measurement`): `vllm bench serve`'s flat result
 fields, autotune's extras, and every latency statistic by its flat key (`p95_ttft_ms`).
 
-It is stored as a trial's `metrics`, a flat JSON object: `Summary.of` reads any version of
+It is stored as a trial's `metrics`, a flat JSON object: `Measurement.of` reads any version of
 it (missing keys at their defaults, unknown ones kept, such as the fields vLLM's own client
 adds), and `as_dict` writes back that very object (same keys, same order). A summary made
 in code grows key by key as a dict would (`with_`), so it is stored as it always was.
@@ -28,7 +28,7 @@ _NESTED: dict[str, type[Stored]] = {"bottleneck": Bottleneck, "replayed": Replay
 
 
 @dataclass(frozen=True)
-class Summary(Stored):
+class Measurement(Stored):
     """What one benchmark measured. vLLM's figures first (only successful requests enter
     the token totals and the latencies, `latencies` by flat key); then autotune's extras:
     the probes' figures and the client's event-loop lag over the run, what limited it,
@@ -64,15 +64,15 @@ class Summary(Stored):
     other: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, data: Mapping[str, Any]) -> Summary:
+    def of(cls, data: Mapping[str, Any]) -> Measurement:
         """The summary a stored (or vLLM-written) flat object holds."""
         return cls().with_(**data)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Summary:
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         return cls.of(data)
 
-    def with_(self, **changes: Any) -> Summary:
+    def with_(self, **changes: Any) -> Measurement:
         """This summary with `changes` (flat keys and plain stored values) set, as
         `dict.update` sets them: a key already there keeps its place, a new one goes last."""
         fields_: dict[str, Any] = {}
@@ -122,4 +122,5 @@ class Summary(Stored):
 
 
 # The flat keys that are fields of their own (the rest are latencies or `other`).
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Summary)) - {"latencies", "other", "read"}
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Measurement)) - {
+    "latencies", "other", "read"}
