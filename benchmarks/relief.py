@@ -81,8 +81,8 @@ from autotune.config import Scenario  # noqa: E402
 from autotune.measure import bottleneck as bn  # noqa: E402
 from autotune.measure import searchresult  # noqa: E402
 from autotune.measure.capacityrecord import CapacityRecord  # noqa: E402
+from autotune.measure.measurement import Measurement  # noqa: E402
 from autotune.measure.steprecord import StepRecord  # noqa: E402
-from autotune.measure.summary import Summary  # noqa: E402
 from autotune.tuning import ranking  # noqa: E402
 from autotune.tuning import study as study_mod  # noqa: E402
 from autotune.tuning import trial as trial_mod  # noqa: E402
@@ -138,7 +138,7 @@ class Surface:
     slos: dict[str, float]
     broken: str  # the SLO a failing step breaks: "ttft_p95_ms" or "tpot_p95_ms"
     # Measured trials replayed as they are, by their flags over `defaults` (`key`).
-    measured: Mapping[tuple[tuple[str, Any], ...], Summary] = field(
+    measured: Mapping[tuple[tuple[str, Any], ...], Measurement] = field(
         default_factory=dict)
 
     def key(self, flags: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -266,7 +266,7 @@ def _h200(f: Mapping[str, Any]) -> Load:
 
 
 def _replayed(db: Path, defaults: Mapping[str, Any]
-              ) -> dict[tuple[tuple[str, Any], ...], Summary]:
+              ) -> dict[tuple[tuple[str, Any], ...], Measurement]:
     """The measured records of the study in `db` that searched to the end, by their flags
     over `defaults`, each with its limit read again by today's attribution."""
     import optuna
@@ -276,7 +276,7 @@ def _replayed(db: Path, defaults: Mapping[str, Any]
     from autotune.tuning.records.snapshot import records
 
     st = optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}")
-    out: dict[tuple[tuple[str, Any], ...], Summary] = {}
+    out: dict[tuple[tuple[str, Any], ...], Measurement] = {}
     for rec in records(st, (TrialState.COMPLETE,)):
         cap = rec.capacity
         if cap is None or not cap.low or cap.limiting_step is None:
@@ -328,10 +328,10 @@ def runner(surface: Surface, rng: random.Random, replays: list[bool] | None = No
             request_throughput=cap, output_throughput=cap * 128,
             total_token_throughput=cap * 384, low=cap, high=cap * ABOVE, bracket=0.1,
             uncertainty=0.1, bottleneck=knee, bottleneck_step=1, steps=tuple(steps))
-        summary = Summary.of({"completed": 100, "failed": 0, "request_throughput": cap,
-                              "total_input_tokens": 204_800, "total_output_tokens": 25_600,
-                              "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0,
-                              "probes": steps[0].probes, "capacity": record.as_dict()})
+        summary = Measurement.of({"completed": 100, "failed": 0, "request_throughput": cap,
+                                  "total_input_tokens": 204_800, "total_output_tokens": 25_600,
+                                  "p95_ttft_ms": 100.0, "p95_tpot_ms": 10.0,
+                                  "probes": steps[0].probes, "capacity": record.as_dict()})
         facts = trial_mod.EngineRun(flags, kv_capacity_reported=int(load.kv_tokens)
                                 if load.kv_tokens is not None else None)
         return trial_mod.Outcome(trial_mod.COMPLETE, "", summary, facts)

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 from autotune.config import Scenario  # noqa: E402
-from autotune.measure.summary import Summary  # noqa: E402
+from autotune.measure.measurement import Measurement  # noqa: E402
 from autotune.tuning import trial as trial_mod  # noqa: E402
 from autotune.tuning.policy import prune  # noqa: E402
 
@@ -86,10 +86,10 @@ def _canned(scenario: Scenario, model: str, flags: dict[str, Any], trial_dir: Pa
               "p95_tpot_ms": 10.0}
     if estimate is not None and in_flight * (work.input_len + work.output_len) \
             > estimate.kv_capacity_tokens:
-        return trial_mod.Outcome(trial_mod.PRUNED, prune.PREEMPTION, Summary.of(probed), facts)
-    if intermediate is not None and (why := intermediate(Summary.of(probed))):
-        return trial_mod.Outcome(trial_mod.PRUNED, why, Summary.of(probed), facts)
-    return trial_mod.Outcome(trial_mod.COMPLETE, "", Summary.of(
+        return trial_mod.Outcome(trial_mod.PRUNED, prune.PREEMPTION, Measurement.of(probed), facts)
+    if intermediate is not None and (why := intermediate(Measurement.of(probed))):
+        return trial_mod.Outcome(trial_mod.PRUNED, why, Measurement.of(probed), facts)
+    return trial_mod.Outcome(trial_mod.COMPLETE, "", Measurement.of(
         {**probed, "completed": work.num_requests}), facts)
 
 
