@@ -76,7 +76,21 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
 
     `load.alive` watches the engine through every wait, the idle waits between steps
     included: once it names a reason the search ends with `Halted` within a poll,
-    instead of waiting `idle_timeout_s` per step for an engine that is gone."""
+    instead of waiting `idle_timeout_s` per step for an engine that is gone.
+
+    Args:
+        load: the server, the workload (its `capacity` settings), the tokenizer and the
+            engine's watch.
+        slos: the percentile SLOs a passing step meets, by key (`ttft_p95_ms`: 500.0).
+        anchor: capacities measured before (a floor to beat, a start, a factor).
+
+    Returns:
+        The `Measurement` of the step at capacity, its `capacity` the search's record
+        (the achieved rate of the highest passing step, its interval and every step).
+
+    Raises:
+        Halted: the engine died or the trial's time ran out during the search.
+    """
     spec = load.spec
     cap = spec.capacity
     tokenizer = load.tokenizer or (Tokenizer.of(load.tokenizer_model)

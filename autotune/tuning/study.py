@@ -482,7 +482,21 @@ class Request:
 def tune(request: Request, *, on_progress: Callable[[Progress], None] | None = None,
          runner: Runner | None = None) -> optuna.Study:
     """Run up to `request.trials` more trials (or until its timeout), resuming the study
-    if it exists; as its worker when several share the study."""
+    if it exists; as its worker when several share the study.
+
+    Args:
+        request: the scenario, where the study lives, how many trials, the time allowed,
+            this worker and (for `tune --gpus`) how trials are claimed.
+        on_progress: called after every trial with the study's `Progress`.
+        runner: what runs one trial (default `trial.run_trial`; tests pass their own).
+
+    Returns:
+        The Optuna study, every trial of this run stored in it.
+
+    Raises:
+        ConfigError: the scenario, the storage or the installed engine refuses the study
+            before a trial runs (one line, the CLI's exit code 2).
+    """
     scenario, where = request.scenario, request.location
     shared = open_study(scenario, where.url, worker=request.worker)
     record_engine_defaults(shared.study, scenario, engine_info())

@@ -212,6 +212,19 @@ def run_trial(scenario: Scenario, model: str, flags: Flags, trial_dir: Path,
     and its next at the best's upper bound, so that a tie is proven there and stops
     (`autotune.tuning.study`); an ablation starts at the winner's capacity with no burst
     (`autotune.tuning.ablation`). The trial's clock (`budget.trial_timeout`) starts here.
+
+    Args:
+        scenario: the study's scenario (workload, objective, budget, prune rules, engine).
+        model: the model as `vllm serve` takes it (a path or a hub name).
+        flags: the trial's `vllm serve` flags, by name without dashes.
+        trial_dir: the trial's folder (its engine log and step files).
+        guard: the quality check against the study's reference (None: none).
+        intermediate: the study's pruner, shown the probe phase's `Measurement`.
+        anchor: capacities measured before that place this trial's search.
+
+    Returns:
+        The `Outcome`: complete, pruned (with the reason), crashed or timed out, with its
+        `Measurement` and what ran. No engine process outlives the call.
     """
     deadline = Deadline(parse_duration(scenario.budget.trial_timeout),
                         scenario.budget.trial_timeout)
