@@ -2,7 +2,8 @@
 
 Public API: `show.open_existing` and `show.summary` (a study's trials as rows and figures),
 `views` (the terminal tables), `report` (plotly figures), `reportpage.write` (one offline
-HTML page), `export.render` (CLI, vLLM YAML, compose, Kubernetes or JSON for one trial).
+HTML page), `export.formats.render` (CLI, vLLM YAML, compose, Kubernetes or JSON for one
+trial; one module each under `export`).
 
 Reads trials through `autotune.tuning.records.trialrecord.TrialRecord`; never imports the CLI.
 """

@@ -308,7 +308,7 @@ def test_capacity_studies_say_where_throughput_was_measured():
 def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     """On a small card vLLM's defaults cannot start: gains are over the first baseline that
     ran, and every view says so instead of claiming "vLLM defaults"."""
-    from autotune.results import export
+    from autotune.results.export import provenance
     st = optuna.create_study(study_name="small", direction="maximize")
     st.set_user_attr("scenario", SCENARIO)
     _pruned(st, "kv_too_small", baseline="vllm-defaults")
@@ -322,7 +322,7 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     assert report.history_figure(st).layout.title.text.startswith(
         f"Optimisation history: weighted gain over {name}")
     assert f"over {name}; ship" in reportpage.build(st)
-    assert export.Provenance.of(st, records(st)[2]).gain_over == name
+    assert provenance.Provenance.of(st, records(st)[2]).gain_over == name
     # with the defaults measured, the wording stays as it was
     _done(st, 90.0, 60.0, 0.0, baseline="vllm-defaults")
     assert ranking.reference_trial(st).number == 3
