@@ -1,6 +1,7 @@
-"""No function of the measurement and tuning layers takes more than `MOST` parameters: what travels
-together (a workload against a server, a step as it was sent, a search's anchor) is one
-typed record, not a row of keywords that each caller unpacks and the callee repacks."""
+"""No function of the measurement, tuning and results layers takes more than `MOST` parameters:
+what travels together (a workload against a server, a step as it was sent, a search's anchor,
+the plot area a figure's labels go into) is one typed record, not a row of keywords that each
+caller unpacks and the callee repacks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MOST = 7
 # The packages held to `MOST`; `self` and `cls` do not count, `*args` and `**kwargs` do.
-PACKAGES = ("autotune/measure", "autotune/tuning")
+PACKAGES = ("autotune/measure", "autotune/tuning", "autotune/results")
 
 
 def parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
