@@ -9,7 +9,7 @@ left them byte for byte as they were.
 For each study of each committed database (the `.db` files git tracks under studies/), the
 CLI runs in this process: `show` as a pipe gets it (no line wrapped) at 80 columns (one
 block a trial) and at 200 (the full table), `show --json`, `report -o` and `export --format
-F -o` for every format of `autotune.results.export.FORMATS`. Kept: what `show` printed, the
+F -o` for every format of `autotune.results.export.formats.FORMATS`. Kept: what `show` printed, the
 file `report` and `export` wrote, and a `commands.log` a study with each command, its exit
 code and its stderr, so a command that refuses a study (an export with no feasible trial,
 exit 4) is an output too. An output is named `DB/STUDY/FILE`, its path under `--write`'s
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import autotune  # noqa: E402
 from autotune.cli.main import main  # noqa: E402
-from autotune.results.export import FORMATS  # noqa: E402
+from autotune.results.export.formats import FORMATS  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden" / "outputs.json"
 # The libraries whose versions can change an output with no change of autotune's code.

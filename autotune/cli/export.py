@@ -45,16 +45,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ConfigError(f"export: --slo: {err}") from None
     study = open_study(args)  # a missing or foreign study is one line, before the rest loads
-    from autotune.results import cost, export
+    from autotune.results import cost
+    from autotune.results.export import formats
     from autotune.tuning import ranking
     from autotune.tuning.records.snapshot import Snapshot
 
     st = Snapshot.of(study)  # read once: chosen, then rendered
-    trial = export.choose(st, trial=args.trial, policy=args.policy, slos=slos)
+    trial = ranking.choose(st, trial=args.trial, policy=args.policy, slos=slos)
     model = args.model or (trial.command or ["", "", "MODEL"])[2]
     price = cost.price_of(ranking.stored_scenario(st), args.gpu_hour, args.gpus)
     sizing = cost.trial_cost(trial, price, args.load)
-    text = export.render(st, trial, args.format, model, args.image, args.max_replicas, sizing)
+    text = formats.render(st, trial, args.format, model, image=args.image,
+                          max_replicas=args.max_replicas, sizing=sizing)
     if args.output:
         try:
             Path(args.output).write_text(text)

@@ -25,10 +25,10 @@ def run(args: argparse.Namespace) -> int:
 
     rerank = what_if(args.slo, "report")
     st = open_study(args)  # a missing or foreign study is one line, before the page loads
-    from autotune.results import reportpage
+    from autotune.results.report import page
 
-    out = reportpage.write(st, Path(args.output or f"{st.study_name}-report.html"), rerank,
-                           load=args.load, gpu_hour=args.gpu_hour, gpus=args.gpus)
+    out = page.write(st, Path(args.output or f"{st.study_name}-report.html"), rerank,
+                     load=args.load, gpu_hour=args.gpu_hour, gpus=args.gpus)
     print(f"report of study {st.study_name} ({len(st.trials)} trials) written to {out}",
           file=sys.stderr)
     return 0

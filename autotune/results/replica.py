@@ -1,6 +1,6 @@
 """One server of a trial as deployed: the GPUs it holds and whether it runs on vLLM's CPU build.
 
-Both the export's plan (`autotune.results.export`: image, GPUs, cores) and the cost of a
+Both the export's plan (`autotune.results.export.plan`: image, GPUs, cores) and the cost of a
 replica (`autotune.results.cost`: GPUs per replica) read a trial this way; it lives apart
 from both so that neither imports the other for it.
 """

@@ -16,7 +16,7 @@ import shlex
 
 import pytest
 
-from autotune.results.export import FORMATS
+from autotune.results.export.formats import FORMATS
 from tests import readme
 
 # `alone`: each study measures the engine's capacity, as a user running the README on a

@@ -16,7 +16,7 @@ import yaml
 from autotune.engine import defaults
 from autotune.engine.defaults import Effective, Machine
 from autotune.engine.log import StartupFigures, parse_startup
-from autotune.results import export
+from autotune.results.export import formats
 from autotune.results.summary import Summary
 from autotune.tuning import ranking
 from tests.paths import ROOT
@@ -102,7 +102,7 @@ def test_show_and_export_count_and_write_only_real_overrides(guided):
     assert data.best_changes == {"max-num-batched-tokens": 4096,
                                     "gpu-memory-utilization": 0.95, "api-server-count": 4}
     best = ranking.feasible_best(guided)
-    text = export.render(guided, best, "vllm-yaml", "/models/q")
+    text = formats.render(guided, best, "vllm-yaml", "/models/q")
     body = yaml.safe_load(text)
     assert body == {"max-num-batched-tokens": 4096, "gpu-memory-utilization": 0.95,
                     "api-server-count": 4}
@@ -110,5 +110,5 @@ def test_show_and_export_count_and_write_only_real_overrides(guided):
     for word in ("max-num-seqs 1024 (platform)", "kv-cache-dtype auto (parser)",
                  "async-scheduling True (start-up)", "block-size 16 (start-up)"):
         assert word in note
-    cli = export.render(guided, best, "cli", "/models/q")
+    cli = formats.render(guided, best, "cli", "/models/q")
     assert "--max-num-seqs" not in cli and "--api-server-count 4" in cli

@@ -7,7 +7,8 @@ import pytest
 from autotune.engine import log as enginelog
 from autotune.measure import speculation
 from autotune.measure.measurement import Measurement
-from autotune.results import dashboard, reportpage, show
+from autotune.results import dashboard, show
+from autotune.results.report import page as report_page
 from autotune.results.summary import Summary, TrialRow
 from autotune.stored import json_data
 from autotune.tuning.records.snapshot import records
@@ -104,7 +105,7 @@ def test_show_report_and_dashboard_carry_the_acceptance(tmp_path):
     assert rows[1].speculation is not None
     assert rows[1].speculation.mean_acceptance_length == 3.5
     assert json_data(rows[1])["speculation"]["mean_acceptance_length"] == 3.5  # --json
-    html = reportpage.build(st)
+    html = report_page.build(st)
     assert "Speculative decoding" in html and "62% (3.50 tokens a step, 50% of the output)" in html
     attrs = dashboard.attributes(st)
     assert attrs[1]["autotune:spec_acceptance_rate"] == 0.625

@@ -22,7 +22,8 @@ from autotune.errors import ConfigError
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
 from autotune.measure.steprecord import StepRecord
-from autotune.results import cost, reportpage, show
+from autotune.results import cost, show
+from autotune.results.report import page as report_page
 from autotune.tuning import ranking
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials
@@ -283,7 +284,7 @@ def test_a_hostile_currency_and_names_are_escaped_in_the_report(tmp_path, capsys
                                                                 monkeypatch):
     evil = "<b>€</b>"
     st = _priced_study(tmp_path / "x.db", "<script>s</script>", evil, "<i>base</i>")
-    page = reportpage.build(st, load=10.0)
+    page = report_page.build(st, load=10.0)
     for text in (evil, "<i>base</i>", "<script>s</script>"):
         assert text not in page
     assert f"{html.escape(evil)} per M output tokens" in page  # the trials table's column
@@ -334,7 +335,7 @@ def test_no_winner_is_said_not_sized(tmp_path, capsys):
                metrics=Measurement.of({"capacity": _capacity(None, 0.5)}))  # nothing met the SLOs
     assert main(["show", str(path), "--load", "10", "--gpu-hour", "1"]) == 0
     assert "money and machines: no single winner to size" in capsys.readouterr().out
-    assert "No single winner to size" in reportpage.build(st, load=10.0)
+    assert "No single winner to size" in report_page.build(st, load=10.0)
 
 
 def test_a_cpu_replica_holds_a_machine_not_a_gpu():
@@ -373,7 +374,7 @@ def test_a_cpu_study_is_priced_by_the_machine_hour_everywhere(tmp_path, capsys,
     assert "one CPU machine" in out and "GPU(s)" not in out
     # 8 req/s x 100 tokens a request, one machine at 2.5 an hour
     assert f"{cost.per_million(2.5, 800):#.3g} USD per million output tokens" in out
-    page = reportpage.build(st, load=20.0, gpu_hour=2.5)
+    page = report_page.build(st, load=20.0, gpu_hour=2.5)
     assert "Price: 2.5 USD per hour of one CPU machine (--gpu-hour)" in page
     assert "per GPU-hour" not in page.split("Money and machines", 1)[1]
     target = tmp_path / "plan.json"

@@ -229,8 +229,7 @@ def test_the_faster_capacity_is_the_one_winner_of_every_view(tmp_path, capsys, m
     """Capacity at SLO decides, not the weighted score: the decision, `show`'s capacity
     table (first, no `=` and not `tied`), `show --json`, `export`, `validate` and
     `explain` all name #1, whose interval lies wholly above the defaults'."""
-    from autotune.results import export
-    from autotune.tuning import ablation
+    from autotune.tuning import ablation, ranking
     from autotune.verify import validate
 
     db = _held_back(tmp_path)
@@ -254,8 +253,8 @@ def test_the_faster_capacity_is_the_one_winner_of_every_view(tmp_path, capsys, m
     assert json.loads(capsys.readouterr().out)["trial"] == 1
     st = optuna.load_study(study_name="held", storage=f"sqlite:///{db}")
     for policy in ("balanced", "max-throughput"):  # both are the capacity rule here
-        assert export.choose(st, policy=policy).number == 1
-    assert export.choose(st, policy="min-latency").number == 0
+        assert ranking.choose(st, policy=policy).number == 1
+    assert ranking.choose(st, policy="min-latency").number == 0
     assert validate.pick(st)[0].number == 1
     assert ablation.target(st).number == 1
 

@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 from autotune.cli.main import build_parser
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
-from autotune.results import export, limits
+from autotune.results import limits
+from autotune.results.export import formats, recheck
 from autotune.tuning import ranking
 from autotune.tuning.ranking import choose
 from autotune.tuning.records.snapshot import Snapshot, records
@@ -50,38 +51,38 @@ def study():
 
 
 def test_policies_choose_among_feasible_trials(study):
-    assert export.choose(study, policy="max-throughput").number == 1
-    assert export.choose(study, policy="min-latency").number == 2
-    assert export.choose(study, policy="balanced").number == 1  # best weighted score
-    assert export.choose(study, policy="max-throughput",
+    assert choose(study, policy="max-throughput").number == 1
+    assert choose(study, policy="min-latency").number == 2
+    assert choose(study, policy="balanced").number == 1  # best weighted score
+    assert choose(study, policy="max-throughput",
                          slos={"ttft_p95_ms": 200}).number == 2  # trial 1 misses the SLO
 
 
 def test_only_feasible_trials_ship(study):
     for number in (3, 4):
         with pytest.raises(ConfigError, match="not a feasible completed trial"):
-            export.choose(study, trial=number)
+            choose(study, trial=number)
     with pytest.raises(ConfigError, match="no trial 9"):
-        export.choose(study, trial=9)
+        choose(study, trial=9)
     with pytest.raises(ConfigError, match="meets ttft_p95_ms<=1"):
-        export.choose(study, slos={"ttft_p95_ms": 1})
+        choose(study, slos={"ttft_p95_ms": 1})
 
 
 def test_every_format_carries_the_figures_and_origin(study):
-    t = export.choose(study, trial=1)
-    cli = export.render(study, t, "cli", "/models/q")
+    t = choose(study, trial=1)
+    cli = formats.render(study, t, "cli", "/models/q")
     assert "study s, trial 1" in cli and "200.0 output tok/s" in cli
     assert "A=1 vllm serve /models/q \\\n    --max-num-seqs 64" in cli
-    cfg = export.render(study, t, "vllm-yaml", "/models/q")
+    cfg = formats.render(study, t, "vllm-yaml", "/models/q")
     assert yaml.safe_load(cfg) == {"max-num-seqs": 64} and cfg.startswith("# autotune:")
-    data = json.loads(export.render(study, t, "json", "/models/q"))
+    data = json.loads(formats.render(study, t, "json", "/models/q"))
     assert data["trial"] == 1 and data["command"][-2:] == ["--max-num-seqs", "64"]
-    compose = yaml.safe_load(export.render(study, t, "compose", "/models/q"))
+    compose = yaml.safe_load(formats.render(study, t, "compose", "/models/q"))
     svc = compose["services"]["vllm"]
     assert svc["image"] == "vllm/vllm-openai:v0.26.0"
     assert svc["command"][-2:] == ["--max-num-seqs", "64"]
     assert "/health" in svc["healthcheck"]["test"][-1]
-    docs = list(yaml.safe_load_all(export.render(study, t, "k8s", "/models/q")))
+    docs = list(yaml.safe_load_all(formats.render(study, t, "k8s", "/models/q")))
     deployment, service = docs
     c = deployment["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
@@ -91,7 +92,7 @@ def test_every_format_carries_the_figures_and_origin(study):
     assert deployment["metadata"]["labels"]["autotune/trial"] == "1"
     assert service["spec"]["ports"][0]["port"] == 8000
     with pytest.raises(ConfigError, match="unknown format"):
-        export.render(study, t, "helm", "/models/q")
+        formats.render(study, t, "helm", "/models/q")
 
 
 def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
@@ -105,12 +106,12 @@ def test_a_capacity_trial_exports_its_capacity_not_its_steps_figure():
                            storage=f"sqlite:///{ROOT / 'studies' / 'qwen3-4b-h200-guided-2.db'}")
     rec = records(st)[1]
     assert rec.capacity is not None
-    out = export.render(st, rec, "cli", "Qwen/Qwen3-4B-Instruct-2507")
+    out = formats.render(st, rec, "cli", "Qwen/Qwen3-4B-Instruct-2507")
     figure = capacitytext.describe(rec.capacity)
     assert f"# capacity at SLO: {figure}; 1.34x vLLM defaults at 69.1 req/s" in out
     assert f"# at that rate: {rec.capacity.output_throughput:.1f} output tok/s" in out
     assert "# measured:" not in out
-    facts = json.loads(export.render(st, rec, "json", "Qwen/Qwen3-4B-Instruct-2507"))
+    facts = json.loads(formats.render(st, rec, "json", "Qwen/Qwen3-4B-Instruct-2507"))
     assert facts["request_throughput"] == rec.capacity.request_throughput
     assert facts["capacity"] == figure
 
@@ -128,8 +129,8 @@ def test_the_recheck_command_of_every_committed_export_is_accepted(db):
         chosen = choose(snap)
     except ConfigError:
         pytest.skip("no feasible trial to export")
-    check = export.recheck(snap, chosen, limits.derive(chosen, export.slos_of(snap)))
-    words = shlex.split(check["command"])
+    check = recheck.recheck(snap, chosen, limits.derive(chosen, recheck.slos_of(snap)))
+    words = shlex.split(check.command)
     assert words[:2] == ["autotune", "validate"]
     args = build_parser().parse_args(words[1:])
     candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
@@ -138,10 +139,10 @@ def test_the_recheck_command_of_every_committed_export_is_accepted(db):
     ref = ranking.reference_trial(snap)
     if ref is not None and ref.number == chosen.number:
         assert against.number == chosen.number
-        assert "A/A run" in check["no_longer_holds_if"]
-        assert "no longer beats" not in check["no_longer_holds_if"]
+        assert "A/A run" in check.no_longer_holds_if
+        assert "no longer beats" not in check.no_longer_holds_if
     else:
-        assert "no longer beats" in check["no_longer_holds_if"]
+        assert "no longer beats" in check.no_longer_holds_if
 
 
 def test_the_flags_held_for_the_compile_cache_ship_with_the_trial():
@@ -158,13 +159,13 @@ def test_the_flags_held_for_the_compile_cache_ship_with_the_trial():
                                                   "env": {"VLLM_WORKER_MULTIPROC_METHOD":
                                                           "fork"}}})
     r = records(st)[0]
-    data = json.loads(export.render(st, r, "json", "/models/q"))
+    data = json.loads(formats.render(st, r, "json", "/models/q"))
     assert data["flags"] == held  # the trial's own 4096 is scheduled under the bound
     assert data["env"] == {}  # the launcher's start-up environment is no part of a deployment
-    cli = export.render(st, r, "cli", "/models/q")
+    cli = formats.render(st, r, "cli", "/models/q")
     assert "--max-num-scheduled-tokens 4096" in cli
     assert "--compilation-config '{\"max_cudagraph_capture_size\":512}'" in cli
     assert "# measured with --compilation-config " in cli and "held by the study for its " \
         "compile cache" in cli
-    body = yaml.safe_load(export.render(st, r, "vllm-yaml", "/models/q"))
+    body = yaml.safe_load(formats.render(st, r, "vllm-yaml", "/models/q"))
     assert body["max-num-batched-tokens"] == 32768 and body["max-num-scheduled-tokens"] == 4096

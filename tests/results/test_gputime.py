@@ -18,8 +18,11 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from autotune.measure.measurement import Measurement
-from autotune.results import report, reportpage, views
+from autotune.results import views
 from autotune.results.gputime import SESSION_GAP_S, GpuTime
+from autotune.results.report import gputime as gputime_section
+from autotune.results.report import page as report_page
+from autotune.results.report import startup
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests.paths import ROOT
 from tests.trials import add
@@ -203,11 +206,11 @@ def test_show_report_and_one_trial_say_it(tmp_path):
     data = rows.as_json()["gpu_time"]
     assert data["trials"] == 2 and data["spent"]["burst"] == 8.0
     assert data["per_gpu_hour"] == pytest.approx(2 / (data["seconds"] / 3600))
-    fig = report.gpu_time_figure(st)
+    fig = gputime_section.gpu_time_figure(st)
     assert {t.name for t in fig.data} >= {"start-up", "bursts", "sustained steps"}
     assert list(fig.data[0].y)[0].startswith("study (") and fig.layout.barmode == "stack"
-    assert "#1 warm compile hit" in list(report.startup_figure(st).data[0].y)
-    page = reportpage.build(st)
+    assert "#1 warm compile hit" in list(startup.startup_figure(st).data[0].y)
+    page = report_page.build(st)
     assert "<h2>Where the GPU time went</h2>" in page and 'id="gputime"' in page
     one = io.StringIO()
     views.print_trial(TrialRecord.of(st.get_trials()[0]), Console(file=one, width=200))
@@ -233,7 +236,6 @@ def test_trial_cost_py_reads_a_committed_h200_study():
                           text=True, cwd=ROOT).stdout
     assert f"for 8 trials: {expected:.1f} per GPU-hour" in text
     assert text.count("launched ") == 8 + 1  # a row per trial, and the head line
-
 
 
 def test_a_cpu_study_speaks_of_machine_time(study):

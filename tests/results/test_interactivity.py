@@ -12,8 +12,10 @@ import pytest
 
 from autotune.measure.capacityrecord import StepRecord
 from autotune.measure.measurement import Measurement
-from autotune.results import interactivity, report, reportpage
+from autotune.results import interactivity
 from autotune.results.interactivity import Interactivity
+from autotune.results.report import page as report_page
+from autotune.results.report import pergpu
 from autotune.results.summary import Summary
 from autotune.tuning.records.snapshot import Snapshot, records
 from autotune.tuning.records.trialrecord import DEFAULTS
@@ -134,7 +136,7 @@ def test_no_decision_draws_the_defaults_alone_and_the_cpu_build_is_per_engine():
     assert data.per == "engine (CPU)" and [c.role for c in data.curves] == ["reference"]
     assert data.curves[0].gpus == 1 and data.curves[0].points[1].output_per_gpu == 3600.0
     assert data.note is not None and data.note.startswith("no decision")
-    fig = report.interactivity_figure(st)
+    fig = pergpu.interactivity_figure(st)
     assert fig.layout.title.text == "Throughput per engine (CPU) against interactivity across load"
     none = Interactivity.of([], None, None)
     assert none.curves == () and "did not complete" in (none.note or "")
@@ -148,14 +150,14 @@ def test_a_trial_without_a_capacity_search_says_why_it_has_no_points():
     (c,) = interactivity.of_study(st).curves
     assert c.points == () and c.missing == (
         "no capacity search: a fixed workload measures one load a trial",)
-    page = reportpage.build(st)  # the report says so in place of an empty chart
+    page = report_page.build(st)  # the report says so in place of an empty chart
     assert ("<p class='note'>no capacity search: a fixed workload measures one load a trial "
             "(vLLM defaults #0).</p>") in page and 'id="interactivity"' not in page
 
 
 def test_the_figure_show_json_and_the_report_carry_the_points():
     st = study((20.0, DEFAULT_STEPS, {}), (60.0, WINNER_STEPS, {"tensor-parallel-size": 2}))
-    fig = report.interactivity_figure(st)
+    fig = pergpu.interactivity_figure(st)
     drawn = {(t.name, t.xaxis): (list(t.x), list(t.y)) for t in fig.data}
     # The burst is no steady state: the sustained steps only, in order of load.
     assert drawn[("#1: the decision, median TPOT", "x")] == ([25.0, 12.5], [3800.0, 4000.0])
@@ -170,7 +172,7 @@ def test_the_figure_show_json_and_the_report_carry_the_points():
                      "tpot_median_ms": 40.0, "tpot_p95_ms": 50.0, "output_per_gpu": 3800.0,
                      "total_per_gpu": 41800.0, "total_from": "step",
                      "interactivity_median": 25.0, "interactivity_p95": 20.0}
-    page = reportpage.build(st)
+    page = report_page.build(st)
     assert "<h2>Throughput per GPU against interactivity</h2>" in page
     assert 'id="interactivity"' in page and "median_intvty" in page
 
@@ -202,7 +204,7 @@ def test_a_committed_h200_studys_points_are_its_stored_steps(name, decided):
             assert p.total_per_gpu == pytest.approx(11 * s.output_throughput)
             assert p.total_from == "workload"
     # The figure draws the same sustained points.
-    fig = report.interactivity_figure(st)
+    fig = pergpu.interactivity_figure(st)
     drawn = {t.name: sorted(zip(t.x, t.y, strict=True)) for t in fig.data if t.xaxis == "x"}
     for c in data.curves:
         sustained = [p for p in c.points if p.rate is not None]

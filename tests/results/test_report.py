@@ -9,7 +9,19 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.cli.main import main
-from autotune.results import report, reportpage, summary
+from autotune.results import summary
+from autotune.results.report import (
+    history,
+    importance,
+    parallel,
+    pareto,
+    points,
+    sidebyside,
+    startup,
+    tables,
+)
+from autotune.results.report import page as report_page
+from autotune.results.report.labels import CHAR_W, PLOT_H, PLOT_W, overlap
 from autotune.tuning import ranking
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.snapshot import records
@@ -80,13 +92,13 @@ def study(tmp_path):
 
 
 def test_points_and_front_place_every_trial_by_what_it_measured(study):
-    pts, unplaced = report.points(study)
+    pts, unplaced = points.points(study)
     kinds = {p.number: p.kind for p in pts}
-    assert kinds == {0: report.FEASIBLE, 1: report.INFEASIBLE, 3: report.FEASIBLE,
-                     4: report.FEASIBLE, 5: report.FEASIBLE, 6: report.PARTIAL,
-                     7: report.INFEASIBLE}
+    assert kinds == {0: points.FEASIBLE, 1: points.INFEASIBLE, 3: points.FEASIBLE,
+                     4: points.FEASIBLE, 5: points.FEASIBLE, 6: points.PARTIAL,
+                     7: points.INFEASIBLE}
     assert [t.number for t in unplaced] == [2]  # pruned before measuring anything
-    assert [p.number for p in report.front(pts)] == [4, 3]  # 0 and 5 are dominated
+    assert [p.number for p in points.front(pts)] == [4, 3]  # 0 and 5 are dominated
     by = {p.number: p for p in pts}  # the fixed --enforce-eager is left out
     assert by[1].flags == {} and by[3].flags == {"max-num-seqs": 64, "block-size": 32}
 
@@ -97,7 +109,7 @@ def _labels(fig) -> dict[str, object]:
 
 
 def test_pareto_figure_marks_baselines_infeasible_and_pruned_trials(study):
-    fig = report.pareto_figure(study)
+    fig = pareto.pareto_figure(study)
     traces = {t.name: t for t in fig.data}
     assert list(traces["Pareto front (feasible)"].x) == [120.0, 150.0]
     assert list(traces["searched, feasible"].x) == [150.0, 120.0, 110.0]
@@ -122,26 +134,26 @@ def test_labels_of_close_or_equal_points_do_not_overlap():
     for i, (thr, lat) in enumerate(((150.0, 45.0), (150.0, 45.0), (151.0, 45.5),
                                     (149.0, 44.0), (152.0, 46.0))):
         _done(st, thr, lat, 0.1, params={"max-num-seqs": 8 + i})
-    fig = report.pareto_figure(st)
+    fig = pareto.pareto_figure(st)
     labels = _labels(fig)
     assert "#1 = #2" in labels and "#1" not in labels
     xr, yr = fig.layout.xaxis.range, fig.layout.yaxis.range
 
     def box(a):  # the label's box in the figure's pixels, as `place_labels` reckons them
-        cx = (a.x - xr[0]) / (xr[1] - xr[0]) * report.PLOT_W
-        cy = (yr[1] - a.y) / (yr[1] - yr[0]) * report.PLOT_H
+        cx = (a.x - xr[0]) / (xr[1] - xr[0]) * PLOT_W
+        cy = (yr[1] - a.y) / (yr[1] - yr[0]) * PLOT_H
         dx, dy = (a.xshift or 0, -(a.yshift or 0)) if not a.showarrow else (a.ax, a.ay)
-        w = report.CHAR_W * len(a.text) + 4
+        w = CHAR_W * len(a.text) + 4
         return (cx + dx - w / 2, cy + dy - 8, cx + dx + w / 2, cy + dy + 8)
 
     boxes = [box(a) for a in labels.values()]
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
-            assert not report._overlap(a, b), (a, b)
+            assert not overlap(a, b), (a, b)
 
 
 def test_history_shows_gain_best_so_far_and_validation(study):
-    fig = report.history_figure(study)
+    fig = history.history_figure(study)
     traces = {t.name: t for t in fig.data}
     best = traces["best feasible so far (ties: fewest overrides)"]
     assert list(best.y) == [0.0, 0.0, 20.0, 20.0, 20.0, 20.0]
@@ -164,16 +176,16 @@ def test_a_tie_is_shown_as_a_tie(tmp_path):
               params={"max-num-seqs": 4 * (i + 1)} if i else None,
               metrics=_metrics(rate * 128, 50.0, capacity=cap))
     assert summary.tied_with_best(st) == {1, 2}
-    hist = {t.name: t for t in report.history_figure(st).data}
+    hist = {t.name: t for t in history.history_figure(st).data}
     assert list(hist["best feasible so far (ties: fewest overrides)"].y) == [0.0, 0.0, 0.0]
     assert list(hist["tied with the best (capacity within noise)"].x) == [1, 2]
-    table = reportpage.trials_table(st)
+    table = tables.trials_table(st)
     assert "tied with #0 (-53.0% measured, within noise)" in table
     assert ">-53.0%<" not in table
 
 
 def test_importances_need_enough_distinct_configurations(study, tmp_path):
-    few = report.importances(study)  # 4 distinct searched configurations
+    few = importance.importances(study)  # 4 distinct searched configurations
     assert isinstance(few, str) and "at least 5 distinct" in few and "has 4" in few
     st = optuna.create_study(direction="maximize")
     _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
@@ -183,12 +195,12 @@ def test_importances_need_enough_distinct_configurations(study, tmp_path):
     # Two identical trials (a copy, `same as #N`) count once.
     _done(st, 100.0, 50.0, 0.0, params={"max-num-seqs": 16, "block-size": 16},
           duplicate_of=1)
-    imp = report.importances(st)
+    imp = importance.importances(st)
     assert isinstance(imp, dict) and set(imp) == {"max-num-seqs", "block-size"}
     assert imp.configurations == 5 and "5 distinct" in imp.caption
-    fig = report.importance_figure(st)
+    fig = importance.importance_figure(st)
     assert "5 distinct searched configurations" in fig.layout.xaxis.title.text
-    empty = report.importance_figure(study)
+    empty = importance.importance_figure(study)
     assert not empty.data and "at least 5" in empty.layout.annotations[0].text
 
 
@@ -197,7 +209,7 @@ def test_no_warnings_on_stderr(study, capfd):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        reportpage.build(study)
+        report_page.build(study)
     assert not caught, [str(w.message) for w in caught]
     assert capfd.readouterr().err == ""
 
@@ -215,7 +227,7 @@ def test_header_is_plain_words(tmp_path):
                       "weights": {"throughput": 1.0, "latency": 0.5, "memory": 0.1},
                       "slos": {"e2el_p95_ms": 800.0}}})
     _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
-    head = reportpage.build(st).split("<section>", 1)[0]
+    head = report_page.build(st).split("<section>", 1)[0]
     about = head[head.index("<dl>"):]
     for repr_ in ("None", "inf", "{'", "tiny tiny", "'throughput'"):
         assert repr_ not in about, repr_
@@ -235,12 +247,12 @@ def test_a_burst_is_no_headline_capacity():
                       "achieved_rps": 103.0, "duration_s": 0.3}]}
     _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults",
           metrics=_metrics(100.0, 50.0, capacity=cap))
-    page = reportpage.build(st)
+    page = report_page.build(st)
     assert "not a figure to quote: from a 0.3-s burst, not a sustained rate; ±52%" in page
 
 
 def test_parallel_coordinates_show_defaults_as_a_value(study):
-    (trace,) = report.parallel_figure(study).data
+    (trace,) = parallel.parallel_figure(study).data
     dims = {d.label: d for d in trace.dimensions}
     assert list(dims["max-num-seqs"].ticktext) == ["default", "8", "16", "64", "128"]
     assert list(dims["block-size"].values) == [0, 0, 2, 1, 3, 2]  # trials 0, 1, 3, 4, 5, 7
@@ -248,12 +260,12 @@ def test_parallel_coordinates_show_defaults_as_a_value(study):
 
 
 def test_page_has_every_section_and_optional_columns(study):
-    page = reportpage.build(study)
+    page = report_page.build(study)
     for div in ("pareto", "history", "parallel", "guardrail"):
         assert f'id="{div}"' in page
     assert "need at least 5 distinct completed searched configurations" in page
     assert "https://" not in page.split("</script>", 1)[1]  # nothing fetched after plotly.js
-    table = reportpage.trials_table(study)
+    table = tables.trials_table(study)
     assert table.count("<tr class=") == 8
     assert "+18.0% [+10.0%, +26.0%] ×3, gain" in table
     assert "3.2 req/s (3-3.4)" in table and "102.4" in table  # `capacitytext.describe`
@@ -263,11 +275,11 @@ def test_page_has_every_section_and_optional_columns(study):
 
 def test_page_without_optional_attributes_or_trials(tmp_path):
     empty = optuna.create_study(study_name="empty", direction="maximize")
-    page = reportpage.build(empty)
+    page = report_page.build(empty)
     assert "no trial has measured figures yet" in page and "need at least 5" in page
     st = optuna.create_study(direction="maximize")
     _done(st, 100.0, 50.0, 0.0, baseline="vllm-defaults")
-    cols = [name for name, _, _ in reportpage.columns(st)]
+    cols = [name for name, _, _ in tables.columns(st)]
     assert not any("capacity" in c or "validated" in c for c in cols)
 
 
@@ -278,13 +290,13 @@ def test_pareto_mode_studies_work_too():
     for thr, lat in ((100.0, 50.0), (150.0, 45.0), (120.0, 30.0)):
         _done(st, thr, lat, 0.0, params={"max-num-seqs": int(thr)}, values=[thr, lat, 2000.0],
               baseline="vllm-defaults" if thr == 100.0 else None)
-    assert report.axes(st).latency_label == "TPOT p99 (ms)"
-    hist = {t.name: t for t in report.history_figure(st).data}
+    assert points.axes(st).latency_label == "TPOT p99 (ms)"
+    hist = {t.name: t for t in history.history_figure(st).data}
     assert list(hist["feasible"].y) == pytest.approx([0.0, 50.0, 20.0])  # throughput gain
-    row = report.best_vs_baseline(st, "a")
+    row = sidebyside.best_vs_baseline(st, "a")
     assert row["best #"] == 2 and row["baseline #"] == 0  # best throughput per latency
-    assert len(report.compare_figure({"a": st, "b": st}).data) == 2 * 3
-    assert "<table>" in reportpage.table_html([row])
+    assert len(sidebyside.compare_figure({"a": st, "b": st}).data) == 2 * 3
+    assert "<table>" in tables.table_html([row])
 
 
 def test_cli_writes_the_report_and_refuses_bad_input(study, tmp_path, capsys):
@@ -302,13 +314,13 @@ def test_cli_writes_the_report_and_refuses_bad_input(study, tmp_path, capsys):
 def test_capacity_studies_say_where_throughput_was_measured():
     st = optuna.create_study(direction="maximize")
     st.set_user_attr("scenario", {"model": {"tiny": "tiny"}, "workload": {"mode": "capacity"}})
-    assert report.axes(st).throughput_label == "output throughput at SLO capacity (tok/s)"
+    assert points.axes(st).throughput_label == "output throughput at SLO capacity (tok/s)"
 
 
 def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     """On a small card vLLM's defaults cannot start: gains are over the first baseline that
     ran, and every view says so instead of claiming "vLLM defaults"."""
-    from autotune.results import export
+    from autotune.results.export import provenance
     st = optuna.create_study(study_name="small", direction="maximize")
     st.set_user_attr("scenario", SCENARIO)
     _pruned(st, "kv_too_small", baseline="vllm-defaults")
@@ -318,11 +330,11 @@ def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     name = "defaults-16k #1 (vLLM defaults did not run)"
     assert ranking.reference_name(st) == name
     assert summary.Summary.of(st).gain_over == name
-    assert report.axes(st).reference == name
-    assert report.history_figure(st).layout.title.text.startswith(
+    assert points.axes(st).reference == name
+    assert history.history_figure(st).layout.title.text.startswith(
         f"Optimisation history: weighted gain over {name}")
-    assert f"over {name}; ship" in reportpage.build(st)
-    assert export.Provenance.of(st, records(st)[2]).gain_over == name
+    assert f"over {name}; ship" in report_page.build(st)
+    assert provenance.Provenance.of(st, records(st)[2]).gain_over == name
     # with the defaults measured, the wording stays as it was
     _done(st, 90.0, 60.0, 0.0, baseline="vllm-defaults")
     assert ranking.reference_trial(st).number == 3
@@ -345,10 +357,10 @@ def test_tied_leaders_and_the_bottleneck_are_said_in_words(tmp_path, capsys):
                            else None, params={"max-num-seqs": 64 * (i + 1)},
                            metrics=_metrics(lo * 128, 50.0, capacity=cap),
                            **({"validation_vllm": recheck} if recheck else {}))
-    page = reportpage.build(st)
+    page = report_page.build(st)
     assert "the top 2 configurations (#1, #0) have overlapping capacity intervals" in page
     assert "#1: front end: API server 98 % of one core" in page
-    table = reportpage.trials_table(st)
+    table = tables.trials_table(st)
     assert table.count("front end: API server 98 %") == 3
     assert "vllm bench serve: 1.02x (0.97-1.08), within noise" in table
     assert main(["export", str(tmp_path / "ties.db"), "--trial", "1", "--format", "cli",
@@ -378,7 +390,7 @@ def test_startup_figure_stacks_each_engines_phases(tmp_path):
                flags={"kv-cache-memory-bytes": 2000000}, timings={"startup_s": 13.0},
                startup={"launch": "warm", "phases": {"imports": 1.0, "engine_core": 6.0,
                                                      "worker": 6.0, "failed": 0.5}})
-    fig = report.startup_figure(st)
+    fig = startup.startup_figure(st)
     bars = {t.name: t for t in fig.data}
     assert list(bars) == ["imports", "inspect", "engine core", "worker", "load", "init",
                           "serve", "first request", "failed", "not split"]
@@ -390,9 +402,9 @@ def test_startup_figure_stacks_each_engines_phases(tmp_path):
     assert list(bars["failed"].x) == [None, None, None, 0.5]
     assert fig.layout.barmode == "stack"
     empty = optuna.create_study(study_name="none", storage=f"sqlite:///{tmp_path / 'e.db'}")
-    assert report.startup_figure(empty).layout.annotations[0].text == \
+    assert startup.startup_figure(empty).layout.annotations[0].text == \
         "no trial started an engine"
-    assert "id=\"startup\"" in reportpage.build(st)
+    assert "id=\"startup\"" in report_page.build(st)
 
 
 def test_importances_are_the_same_with_and_without_avx512():
@@ -409,7 +421,7 @@ def test_importances_are_the_same_with_and_without_avx512():
     root = Path(__file__).resolve().parents[2]
     code = ("import json, optuna\n"
             "optuna.logging.set_verbosity(optuna.logging.ERROR)\n"
-            "from autotune.results.report import importances\n"
+            "from autotune.results.report.importance import importances\n"
             "s = optuna.load_study(study_name='qwen3-4b-24g',\n"
             "                      storage='sqlite:///studies/qwen3-4b-24g.db')\n"
             "print(json.dumps(list(importances(s).items())))\n")

@@ -10,7 +10,8 @@ import pytest
 from browser import load
 
 from autotune.cli.main import main
-from autotune.results import report, show
+from autotune.results import show
+from autotune.results.report import importance, parallel, points, startup
 from autotune.tuning.records.snapshot import records
 
 pytestmark = [pytest.mark.engine]
@@ -50,17 +51,17 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     assert run.errors == []
     assert all(url.startswith("file://") for url in run.requests), run.requests  # offline
     plots = {p["id"]: p for p in run.probe["plots"]}
-    measured = report.points(st)[0]
+    measured = points.points(st)[0]
     checked = [r for r in records(st) if r.quality and r.quality.checked]
     assert len(measured) >= 2 and checked  # the defaults and the searched trial
     assert plots["pareto"]["markers"] == len(measured)
     assert "baselines" in plots["pareto"]["traces"]
     assert plots["history"]["markers"] == len([p for p in measured if p.gain is not None])
-    (parallel,) = report.parallel_figure(st).data
-    assert plots["parallel"]["axes"] == len(parallel.dimensions)
+    (coordinates,) = parallel.parallel_figure(st).data
+    assert plots["parallel"]["axes"] == len(coordinates.dimensions)
     assert plots["parallel"]["painted"] > 1000  # the lines themselves, drawn by WebGL
     assert plots["guardrail"]["bars"] == 2 * len(checked)
-    imp = report.importances(st)
+    imp = importance.importances(st)
     if isinstance(imp, str):  # one searched trial: a note instead of a plot, not a crash
         assert set(plots) == {"pareto", "history", "parallel", "guardrail", "startup",
                               "gputime", "interactivity"}
@@ -71,7 +72,7 @@ def test_report_renders_every_plot_in_chromium(cpu_study, tmp_path, capsys):
     started = [r.startup.phases for r in records(st) if r.startup_s is not None]
     assert len(started) >= 2 and all(started)
     shown = {name for phases in started for name in phases}
-    assert plots["startup"]["traces"] == [n.replace("_", " ") for n in report.PHASE_COLOURS
+    assert plots["startup"]["traces"] == [n.replace("_", " ") for n in startup.PHASE_COLOURS
                                           if n in shown]
     # plotly draws a bar element for every trial on every trace (empty where a phase is absent)
     assert plots["startup"]["bars"] == len(plots["startup"]["traces"]) * len(started)

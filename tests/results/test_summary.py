@@ -9,7 +9,8 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from autotune.results import reportpage, views
+from autotune.results import views
+from autotune.results.report import tables
 from autotune.results.summary import Summary
 from autotune.tuning.records import writers
 from autotune.tuning.records.origin import RELIEF, Origin
@@ -54,7 +55,7 @@ def test_a_waiting_trial_shows_its_queued_flags_everywhere():
     assert "relief #0 kv_cache: max-num-seqs 256->16: max-num-seqs=16" in text
     assert "baseline small: max-num-seqs=64" in text
     assert text.count("(defaults)") == 1  # vLLM's defaults alone
-    column = next(cell for head, cell, _ in reportpage.columns(st)
+    column = next(cell for head, cell, _ in tables.columns(st)
                   if head == "flags beyond the fixed ones")
     assert [column(TrialRecord.of(t)) for t in st.get_trials()] == [
         "(defaults)", "--max-num-seqs 64", "--max-num-seqs 16"]

@@ -137,13 +137,14 @@ def test_a_capacity_has_one_range_in_every_view():
     one line gives (`capacitytext.describe`: the interval), never the search's bracket
     beside it: `25 req/s (23.8-27.6)`, not also `25 (25-26.4)`."""
     from autotune.measure import capacitytext
-    from autotune.results import reportpage, show
+    from autotune.results import show
+    from autotune.results.report import tables
     from autotune.results.summary import Summary as Rows
     from autotune.tuning.records.snapshot import records
     from tests.paths import ROOT
 
     st = show.open_existing(str(ROOT / "studies" / "qwen3-4b-h200.db"))
-    cell = next(c for head, c, _ in reportpage.columns(st)
+    cell = next(c for head, c, _ in tables.columns(st)
                 if head == "capacity at SLO (interval)")
     shown = [r for r in records(st) if r.capacity is not None and r.capacity.low]
     assert shown

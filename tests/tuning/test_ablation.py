@@ -13,7 +13,6 @@ from optuna.trial import TrialState
 from autotune.device import DeviceSeen
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
-from autotune.results import export
 from autotune.tuning import ablation, ranking
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.origin import ABLATION, Origin
@@ -89,7 +88,7 @@ def test_the_flag_that_does_not_matter_goes(study):
     ran = records(study)[found.minimal]
     assert ran.tried_because.kind == ABLATION and ran.tried_because.source == 1
     assert ran.tried_because.text == "ablation of #1: without stream-interval 8"
-    assert export.choose(study).number == found.minimal
+    assert ranking.choose(study).number == found.minimal
 
 
 def test_flags_that_go_alone_but_not_together_go_one_after_another(study):
