@@ -13,3 +13,8 @@ side by side).
 
 Imports only the top-level basics (`autotune.errors`, `autotune.flags`).
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["ballast", "compilecache", "cpuplace", "defaults", "gpu", "info", "log", "phases",
+           "prometheus", "server", "warm"]

@@ -14,3 +14,9 @@ callable).
 
 Imports the engine layer and the top-level basics, never tuning, results or the CLI.
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["bench", "benchrun", "bottleneck", "capacityrecord", "capacitytext", "loadgen",
+           "measurement", "metrics", "probes", "searchplan", "searchresult", "serversearch",
+           "speculation", "steprecord", "vllmbench", "watch", "workloads"]

@@ -7,3 +7,8 @@ YAML, compose, Kubernetes or JSON for one trial; one module each under `export`)
 
 Reads trials through `autotune.tuning.records.trialrecord.TrialRecord`; never imports the CLI.
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["compare", "cost", "dashboard", "export", "gputime", "interactivity", "report", "show",
+           "summary", "views"]

@@ -14,3 +14,8 @@ its parts import down one order, lowest first: `quality`, `records`, `policy`, `
 `ranking`, `deadline` and `interrupts`, `sharing`, `starter` and `trial`, `study`,
 `ablation` (docs/architecture.md).
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["ablation", "interrupts", "policy", "quality", "ranking", "records", "sharing",
+           "starter", "study", "trial"]

@@ -14,3 +14,7 @@ statistics of paired runs: a geometric mean of ratios and its 95 % interval), `f
 
 Imports tuning, measure, engine and the top-level basics; results and the CLI import it.
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["crosscheck", "finish", "pairstats", "validate", "warmcheck"]

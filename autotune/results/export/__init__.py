@@ -13,3 +13,7 @@ the figures it was chosen on, as comment lines), `recheck` (the command that re-
 and the operating limits), `plan` (image, GPUs, CPU and memory of a deployment, and the
 command that starts the engine).
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["formats"]

@@ -10,3 +10,8 @@ the GPU time went), `rerank` (a what-if SLO), `money` (replicas and cost at a lo
 `labels` (labels placed where none overlaps another) and `markup` (escaping, a figure as
 HTML, a section). `sidebyside` compares several studies (the notebooks).
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["guardrail", "history", "importance", "page", "parallel", "pareto", "pergpu", "points",
+           "sidebyside", "tables"]

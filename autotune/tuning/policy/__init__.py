@@ -6,3 +6,7 @@ launch), `prune` (the rules that stop a running trial early) and `objective` (sc
 constraints and the gain over vLLM's defaults). The loop (`autotune.tuning.study`) asks
 them; they never start an engine.
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["compilekey", "evidence", "memory", "objective", "prune", "relief", "space"]

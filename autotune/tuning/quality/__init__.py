@@ -9,3 +9,8 @@ its file), `prompts` (the prompt set and a reference from expected outputs), `co
 `contextfit` (what fits the engine's context), `tasks` (the task check's items) and
 `accuracy` (their paired accuracy and the verdict's words).
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["accuracy", "checking", "client", "guard", "prompts", "reference", "tasks", "template",
+           "verdict"]

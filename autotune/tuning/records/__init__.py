@@ -12,3 +12,8 @@ prediction), `sameengine` (whether flags would start the engine a trial ran) and
 `tests/project/test_layers.py`): they import only `quality` below them, and the search
 policy, the ranking, the shared study and the loop read them.
 """
+
+# The modules code outside this package imports (tests/project/test_surface.py); the
+# others are the package's own.
+__all__ = ["estimate", "measures", "origin", "progress", "sameengine", "snapshot", "studyrecord",
+           "trialrecord", "worker", "writers"]
