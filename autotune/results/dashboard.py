@@ -44,7 +44,7 @@ def best_numbers(study: optuna.Study) -> list[int]:
     return sorted(t.number for t in study.best_trials)  # Optuna's: feasible trials only
 
 
-def attributes(study: optuna.Study) -> dict[int, dict[str, Any]]:
+def attributes(study: optuna.Study) -> dict[int, dict[str, object]]:
     """Per trial number, the short scalars the dashboard shows (prefixed `autotune:`), with
     the outcome and reason as `autotune show` words them (`infeasible`, `quality (drift
     0.125)`)."""
@@ -105,11 +105,11 @@ class Detail(Stored):
     NESTED = {"union_user_attrs": Column}
 
     name: str = ""
-    trials: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[dict[str, object]] = field(default_factory=list)
     union_user_attrs: tuple[Column, ...] = ()
 
 
-def amend(detail: dict[str, Any], study: optuna.Study) -> dict[str, Any]:
+def amend(detail: dict[str, object], study: optuna.Study) -> dict[str, object]:
     """A study detail as optuna-dashboard serialised it, with every trial's short scalars
     as attributes (and their names in the union the trials table offers as columns)."""
     extra = attributes(study)
@@ -125,7 +125,7 @@ def _sortable(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _add(trial: dict[str, Any], extra: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+def _add(trial: dict[str, object], extra: Mapping[int, Mapping[str, Any]]) -> dict[str, object]:
     """`trial`'s JSON object with the short scalars of its number in `extra` added as
     attributes (those it already has kept)."""
     shown = _attributes(trial)
@@ -140,7 +140,7 @@ def _attributes(trial: Mapping[str, Any]) -> tuple[Attribute, ...]:
     return tuple(Attribute.from_dict(a) for a in trial.get(ATTRIBUTES) or ())
 
 
-def _by_number(trials: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def _by_number(trials: Iterable[dict[str, object]]) -> dict[int, dict[str, object]]:
     return {Trial.from_dict(t).number: t for t in trials}
 
 

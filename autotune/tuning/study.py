@@ -276,7 +276,7 @@ def _give_back(study: optuna.Study, trial: optuna.Trial, asked: TrialRecord,
                flags: Flags | None, reason: str | None, detail: str | None) -> None:
     """The trial is FAIL `interrupted` and its configuration goes back into the queue: queued
     first, then failed, so that other workers always find it in one place or the other."""
-    fields: dict[str, Any] = {"outcome": INTERRUPTED}
+    fields: dict[str, object] = {"outcome": INTERRUPTED}
     if flags is not None:
         fields["flags"] = flags
     if reason:
@@ -339,7 +339,7 @@ class TrialResult:
     state: TrialState
     values: list[float] | None
     constraints: dict[str, float]
-    fields: dict[str, Any]
+    fields: dict[str, object]
 
 
 def result_of(run: RunContext, outcome: trial_mod.Outcome, number: int) -> TrialResult:

@@ -31,10 +31,10 @@ def capacity_record(metrics: Measurement) -> CapacityRecord | None:
 
 
 def short(metrics: Measurement | None, quality: Quality | None,
-          spec: Speculation | None = None, origin: Origin | None = None) -> dict[str, Any]:
+          spec: Speculation | None = None, origin: Origin | None = None) -> dict[str, object]:
     """The short scalars of `metrics` (capacity, bottleneck), `quality` (drift, ...),
     `spec` (speculative decoding's acceptance) and `origin` (why the trial was tried)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if origin is not None:
         out["tried_because"] = origin.text
     if metrics is not None:

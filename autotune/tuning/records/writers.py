@@ -35,17 +35,17 @@ def write(trial: optuna.Trial, **values: Any) -> None:
         trial.set_user_attr(key, value)
 
 
-def user_attrs(**values: Any) -> dict[str, Any]:
+def user_attrs(**values: Any) -> dict[str, object]:
     """The user attributes that store record fields (`write`'s), with their short scalars;
     unknown names are a bug."""
     unknown = set(values) - WRITABLE
     if unknown:
         raise TypeError(f"not trial record fields: {', '.join(sorted(unknown))}")
-    out: dict[str, Any] = {"record_version": VERSION}
+    out: dict[str, object] = {"record_version": VERSION}
     out.update((k, json_data(v)) for k, v in values.items())
     quality = out.get("quality")
     found = short(_stored(Measurement, out.get("metrics")),
-                  Quality.from_dict(quality) if quality is not None else None,
+                  Quality.from_dict(quality) if isinstance(quality, Mapping) else None,
                   _stored(Speculation, out.get("speculation")),
                   _stored(Origin, out.get("origin")))
     out.update((k, v) for k, v in found.items() if v is not None)
@@ -78,18 +78,18 @@ def append(study: optuna.Study, state: TrialState, values: Sequence[float] | Non
     return TrialRecord.of(study.get_trials(deepcopy=False)[-1], StudyRecord.of(study))
 
 
-def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, Any]:
+def queued(baseline: str | None, flags: Mapping[str, Any] | None) -> dict[str, object]:
     """The user attributes a queued trial starts with (`Study.enqueue_trial`)."""
     return {"baseline": baseline, "baseline_flags": dict(flags) if flags is not None else None}
 
 
-def queued_move(flags: Mapping[str, Any] | None, origin: Mapping[str, Any]) -> dict[str, Any]:
+def queued_move(flags: Mapping[str, Any] | None, origin: Mapping[str, Any]) -> dict[str, object]:
     """What a relief move is queued with: why it is tried, and its flags where the space
     cannot express them as parameters (`flags` None where it can)."""
     return {**(queued(None, flags) if flags is not None else {}), "origin": dict(origin)}
 
 
-def queued_again(rec: TrialRecord) -> dict[str, Any]:
+def queued_again(rec: TrialRecord) -> dict[str, object]:
     """What a trial that did not finish takes back into the queue: its baseline or its
     queued flags, and why it was tried."""
     out = queued(rec.baseline, rec.baseline_flags) if rec.baseline_flags is not None else {}
