@@ -9,8 +9,6 @@ record of any version. They are not fields of their own: nothing else may write 
 
 from __future__ import annotations
 
-from typing import Any
-
 from autotune.measure import capacityrecord
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
