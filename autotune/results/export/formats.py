@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from autotune.errors import ConfigError
 from autotune.results.cost import TrialCost
 from autotune.results.export import compose, jsondoc, k8s, shell, vllmyaml
-from autotune.results.export.context import ExportContext, check_env_names
+from autotune.results.export.context import ExportContext
 from autotune.tuning.records.snapshot import StudyOrSnapshot
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -30,10 +30,24 @@ def render(study: StudyOrSnapshot, trial: TrialRecord, format_name: str, model: 
     """The artifact for `trial` in the format `format_name`, with the operating limits the
     study measured (`autotune.results.limits`) and the command that re-checks them. Every
     name and value is data: quoted for the shell, emitted by the YAML or JSON library, and
-    made inert in comments. `sizing` (`autotune.results.cost`) adds the replicas for a load
-    and the cost where known; the k8s autoscaler's `max_replicas` defaults to those
-    replicas, else to `k8s.MAX_REPLICAS`."""
-    check_env_names(trial)
+    made inert in comments.
+
+    Args:
+        study: the study (or a snapshot of it) the trial belongs to.
+        trial: a feasible trial, usually the decision's (`ranking.choose`).
+        format_name: one of `FORMATS` (`cli`, `vllm-yaml`, `compose`, `k8s`, `json`).
+        model: the model as the deployment serves it.
+        image: the container image of `compose` and `k8s` (None: vLLM's own).
+        max_replicas: the k8s autoscaler's ceiling (None: the replicas `sizing` asks for,
+            else `k8s.MAX_REPLICAS`).
+        sizing: the replicas for a load and the cost where known (`autotune.results.cost`).
+
+    Returns:
+        The file's text.
+
+    Raises:
+        ConfigError: an unknown format, or an `engine.env` name no shell or manifest takes.
+    """
     renderer = FORMATS.get(format_name)
     if renderer is None:
         raise ConfigError(f"export: unknown format {format_name!r}; allowed: "
