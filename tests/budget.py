@@ -72,6 +72,9 @@ REASONS = {
     "tests/measure/test_capacity_engine.py::test_search_holds_its_slos_within_the_step_budget":
         "its set-up starts the module's two engines and runs the loose search the other "
         "capacity tests compare against",
+    "tests/measure/test_capacity_engine.py::test_bench_capacity_agrees_with_a_second_search":
+        "`autotune bench --capacity` as a user runs it (its own process: imports, a whole "
+        "search) against the module's search (89 s in a slow fresh-clone run)",
     "tests/measure/test_capacity_engine.py::test_a_stricter_slo_gives_no_higher_capacity":
         "a whole capacity search under the stricter SLO (burst, sustained steps, any "
         "re-measurement of a too-uncertain step), compared with the loose one (62 s in a "

@@ -81,15 +81,19 @@ def _search(srv: Server, model, slos, anchor: searchplan.Anchor | None = None) -
     return serversearch.search(load, slos, anchor).capacity.as_dict()  # as stored
 
 
-@pytest.fixture(scope="module")
-def unloaded_ms(eight, tiny_model) -> float:
+def _unloaded(srv: Server, model) -> float:
     """The slowest of two E2EL p95s of single replies sent one at a time (after a warm-up):
     what one reply costs on this machine when nothing queues or batches with it."""
     spec = SPEC.model_copy(update={"mode": "fixed", "max_concurrency": 1,
                                    "num_requests": 6, "warmup_requests": 4})
-    target = Target(eight.url, str(tiny_model), eight.headers)
-    return max(bench.benchmark(Load(target, spec, str(tiny_model))).latencies["p95_e2el_ms"]
+    target = Target(srv.url, str(model), srv.headers)
+    return max(bench.benchmark(Load(target, spec, str(model))).latencies["p95_e2el_ms"]
                for _ in range(2))
+
+
+@pytest.fixture(scope="module")
+def unloaded_ms(eight, tiny_model) -> float:
+    return _unloaded(eight, tiny_model)
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +139,18 @@ def _skip_if_invalid(ok: bool, *caps: dict) -> None:
                     "so: " + "; ".join(capacitytext.describe(_rec(c)) for c in caps))
 
 
-def test_search_holds_its_slos_within_the_step_budget(loose, loose_slos):
+def test_search_holds_its_slos_within_the_step_budget(loose, loose_slos, eight, tiny_model,
+                                                      unloaded_ms):
     _skip_if_invalid(bool(loose["low"] and loose["high"]), loose)
+    if not loose["low"]:
+        # No rate held an SLO of three unloaded replies: either the search is wrong or the
+        # machine slowed under it (seen in the `alone` phase of a slow CI run, the other
+        # pinned worker compiling engines: every step host-CPU bound, a step offered 7.4
+        # req/s achieving 4.4). The engine's unloaded latency, measured again, tells which.
+        again = _unloaded(eight, tiny_model)
+        if again > 1.5 * unloaded_ms:
+            pytest.skip(f"the machine slowed during the search: one unloaded reply took "
+                        f"{again:.0f} ms after it against {unloaded_ms:.0f} ms before")
     assert loose["low"] and loose["high"], [(x["kind"], x["rate"], x["violations"],
                                              x["bottleneck"]["kind"]) for x in loose["steps"]]
     assert len(loose["steps"]) <= CAP.max_steps + loose["remeasured"]
