@@ -75,6 +75,9 @@ REASONS = {
     "tests/measure/test_capacity_engine.py::test_bench_capacity_agrees_with_a_second_search":
         "`autotune bench --capacity` as a user runs it (its own process: imports, a whole "
         "search) against the module's search (89 s in a slow fresh-clone run)",
+    "tests/measure/test_capacity_engine.py::test_one_sequence_at_a_time_stops_below_the_best":
+        "a capacity search of the one-sequence engine, anchored above the best (64 s in a "
+        "slow fresh-clone run, about 50 s on a faster machine)",
     "tests/measure/test_capacity_engine.py::test_a_stricter_slo_gives_no_higher_capacity":
         "a whole capacity search under the stricter SLO (burst, sustained steps, any "
         "re-measurement of a too-uncertain step), compared with the loose one (62 s in a "
