@@ -46,6 +46,13 @@ if [ -f "$SRC/compile-cache.tar.gz" ]; then
   chmod u+w .gpu-pack/cache/compile-cache.tar.gz
   echo ".gpu-pack/cache/compile-cache.tar.gz: $(du -h "$SRC/compile-cache.tar.gz" | cut -f1)"
 fi
+# a box that returned no database yet (a job still in its first step) still names its
+# study by its files
+if [ -z "$name" ]; then
+  for files in "$SRC"/*-files.tar.gz "$SRC"/*-files.tar.gz.part0; do
+    name=$(basename "${files%.part0}" -files.tar.gz)
+  done
+fi
 boxes=studies/${name:-unknown}/boxes
 mkdir -p "$boxes"
 # two boxes fetched within one second must not overwrite each other's records

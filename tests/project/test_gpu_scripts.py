@@ -163,3 +163,27 @@ def test_a_job_longer_than_a_call_runs_from_its_own_copy(checkout: Path, tmp_pat
     assert "explain: skipped, no feasible trial to explain" in said
     assert "re-check: skipped" in said
     assert (out / "box-a.db").is_file() and (tmp_path / "job" / "rc").read_text().strip() == "1"
+
+
+def test_fetch_back_files_a_box_without_a_database_under_its_study(tmp_path: Path):
+    """A job's first call can end while its first step (a check) runs: the box returns its
+    log and the study's files but no database yet. Its log goes to that study's boxes/,
+    named by the files, not to `unknown`."""
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "scripts").symlink_to(ROOT / "scripts")
+    back = tmp_path / "back"
+    (back / "study-x" / "warm-check").mkdir(parents=True)
+    (back / "study-x" / "warm-check" / "check.json").write_text("[]")
+    subprocess.run(["tar", "-czf", str(back / "study-x-files.tar.gz"), "-C", str(back),
+                    "study-x"], check=True)
+    shutil.rmtree(back / "study-x")
+    (back / "box.log").write_text("[box +0s] job started\n")
+    run = subprocess.run(["bash", "scripts/gpu/fetch-back.sh", str(back)], cwd=here,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHON": sys.executable})
+    assert run.returncode == 0, run.stderr
+    assert (here / "studies" / "study-x" / "warm-check" / "check.json").is_file()
+    logs = list((here / "studies" / "study-x" / "boxes").glob("*.log"))
+    assert [p.read_text() for p in logs] == ["[box +0s] job started\n"]
+    assert not (here / "studies" / "unknown").exists()
