@@ -96,7 +96,7 @@ test: setup
 	$(PYC) AUTOTUNE_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest tests -m "not alone" \
 	    -n $(TEST_JOBS) --dist loadgroup --durations=40
 	$(PYC) AUTOTUNE_REQUIRE_POSTGRES=1 AUTOTUNE_PIN_WORKERS=1 $(BIN)/python -m pytest tests -m alone \
-	    -n $(TEST_JOBS) --dist loadgroup --durations=10
+	    -n $(TEST_JOBS) --dist loadgroup --durations=0
 
 # The HTML report of $(STUDY) and a full-page screenshot of it in headless Chromium.
 report-screenshot: $(VENV)/.stamp-deps $(CHROMIUM)
