@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autotune.cli.options import open_study, study_arguments, whole
+from autotune.cli.options import load_study, study_arguments, whole
 
 HELP = ("optuna-dashboard of a study, naming the best trial "
         "as `show` does and showing each trial's key figures")
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     from autotune.tuning.sharing import storage
 
-    open_study(args)  # a missing or foreign study is one line, before the server starts
+    load_study(args)  # a missing or foreign study is one line, before the server starts
     from autotune.results import dashboard
 
     url, _ = storage.locate(args.study_or_db, args.study, Path(args.studies_dir))

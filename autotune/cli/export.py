@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autotune.cli.options import cost_arguments, open_study, study_arguments, whole
+from autotune.cli.options import cost_arguments, load_study, study_arguments, whole
 from autotune.errors import ConfigError
 
 HELP = "a feasible configuration as a deployment artifact"
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         slos = slo.parse_all(args.slo)
     except ValueError as err:
         raise ConfigError(f"export: --slo: {err}") from None
-    study = open_study(args)  # a missing or foreign study is one line, before the rest loads
+    study = load_study(args)  # a missing or foreign study is one line, before the rest loads
     from autotune.results import cost
     from autotune.results.export import formats
     from autotune.tuning import ranking

@@ -97,7 +97,7 @@ def cost_arguments(p: argparse.ArgumentParser) -> None:
                    "on vLLM's CPU build)")
 
 
-def open_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study:
+def load_study(args: argparse.Namespace, *, write: bool = False) -> optuna.Study:
     """The existing study a read command (or `validate`, which stores its result) names.
 
     The storage is checked first, so that a missing SQLite file is reported, not created

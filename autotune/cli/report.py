@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autotune.cli.options import cost_arguments, open_study, study_arguments, what_if
+from autotune.cli.options import cost_arguments, load_study, study_arguments, what_if
 
 HELP = ("one self-contained HTML file: Pareto front, history, "
         "importances, guardrail, every trial")
@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     rerank = what_if(args.slo, "report")
-    st = open_study(args)  # a missing or foreign study is one line, before the page loads
+    st = load_study(args)  # a missing or foreign study is one line, before the page loads
     from autotune.results.report import page
 
     out = page.write(st, Path(args.output or f"{st.study_name}-report.html"), rerank,

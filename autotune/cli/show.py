@@ -6,7 +6,7 @@ import argparse
 import json
 
 from autotune.cli import options
-from autotune.cli.options import cost_arguments, open_study, study_arguments, what_if, whole
+from autotune.cli.options import cost_arguments, load_study, study_arguments, what_if, whole
 from autotune.errors import ConfigError
 
 HELP = "the trials of a study, its best or Pareto set"
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    st = open_study(args)  # a missing or foreign study is one line, before the views load
+    st = load_study(args)  # a missing or foreign study is one line, before the views load
     from autotune.results import views
     from autotune.results.summary import Summary
 

@@ -9,7 +9,7 @@ import json
 from typing import TYPE_CHECKING
 
 from autotune.cli import options
-from autotune.cli.options import open_study, positive, study_arguments, whole
+from autotune.cli.options import load_study, positive, study_arguments, whole
 from autotune.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus is not None and args.client != "vllm":
         raise ConfigError("validate: --gpus places the runs of --client vllm")
     _gpus(args.gpus)  # a malformed list fails before the study is opened
-    st = open_study(args, write=True)  # the result is stored in the study
+    st = load_study(args, write=True)  # the result is stored in the study
     candidate, against = validate.pick(st, trial=args.trial, policy=args.policy,
                                        against=args.against)
     if args.client == "vllm":

@@ -44,7 +44,7 @@ CLIENT = VLLM_CLIENT
 REPEATS = 3
 
 
-def summarise(runs: Sequence[PairRun], fixed: bool = False) -> Recheck:
+def summarize(runs: Sequence[PairRun], fixed: bool = False) -> Recheck:
     """Ratio candidate/baseline of each run's capacity at SLO (in a fixed-workload study,
     `fixed`, the objective's latency: lower is better) over the pairs, with its 95 %
     interval (pure). The ratio is None when a run has no figure.
@@ -160,7 +160,7 @@ def run_crosscheck(study: optuna.Study, candidate: TrialRecord, against: TrialRe
         helper_s = max((h.start_s or 0 for h in helpers.values()), default=0) or None
         client_version = helpers[devices[0]].version
     result = replace(
-        summarise(runs, fixed), client=CLIENT, repeats=repeats, against=against.number,
+        summarize(runs, fixed), client=CLIENT, repeats=repeats, against=against.number,
         candidate=candidate.number, step_s=step_s,
         metric=latency_key(scenario.objective.latency) if fixed else None,
         min_prompts=vllmbench.MIN_PROMPTS, workload_note=note,

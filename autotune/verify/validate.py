@@ -88,7 +88,7 @@ def scenario_of(study: optuna.Study) -> Scenario:
     return stored.scenario
 
 
-def summarise(runs: Sequence[PairRun], objective: Objective) -> Validation:
+def summarize(runs: Sequence[PairRun], objective: Objective) -> Validation:
     """Gain and CI per metric from the runs' figures (pure: runs in, numbers out).
 
     Ratios are candidate/baseline; the headline `gain` is relative and "higher is
@@ -172,7 +172,7 @@ def run_validation(study: optuna.Study, candidate: TrialRecord, against: TrialRe
     runs = pairloop.run_pairs(
         schedule(repeats), candidate, against, measure, on_run=on_run,
         wait=lambda _: prune.wait_gpu_released(idle_mib, scenario.prune.gpu_release_timeout_s))
-    result = replace(summarise(runs, scenario.objective), repeats=repeats,
+    result = replace(summarize(runs, scenario.objective), repeats=repeats,
                      against=against.number, candidate=candidate.number, runs=tuple(runs),
                      engine_version=seen[-1].engine_version, device=seen[-1].device,
                      order="alternating, baseline first", dir=str(where),

