@@ -282,7 +282,7 @@ def _replayed(db: Path, defaults: Mapping[str, Any]
         if cap is None or not cap.low or cap.limiting_step is None:
             continue
         knee = searchresult.knee(cap.steps, cap.rate, cap.limiting_step)
-        metrics = rec.metrics.with_(capacity=replace(cap, bottleneck=knee))
+        metrics = rec.metrics.replace(capacity=replace(cap, bottleneck=knee))
         out[tuple(sorted({**defaults, **rec.flags}.items()))] = metrics
     return out
 

@@ -203,9 +203,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"autotune bench: engine log {log}", file=sys.stderr, flush=True)
         server = benchrun.EngineLaunch(args.model, tuple(args.engine_args),
                                        args.served_model_name, log, args.startup_timeout)
-    result = benchrun.run(benchrun.BenchRun(spec, server, slos, percentile, args.tokenizer))
-    _print(result, stderr=args.json)
-    text = json.dumps(result.as_dict(), indent=2, default=str)
+    report = benchrun.run(benchrun.BenchRun(spec, server, slos, percentile, args.tokenizer))
+    _print(report.measurement, stderr=args.json)
+    text = json.dumps(report.as_dict(), indent=2, default=str)
     if args.output:
         try:
             args.output.write_text(text)

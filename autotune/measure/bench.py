@@ -83,12 +83,12 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     seen = json_data(probes.merge([s.summary() for _, s in runs]))
     client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
     # What limited the engine over the whole run (a capacity step judges its own window).
-    summary = summary.with_(probes=seen, client=client,
+    summary = summary.replace(probes=seen, client=client,
                             bottleneck=bottleneck.attribute(seen, client),
                             truncated=any(run.truncated for run, _ in runs),
                             workload=spec.model_dump(mode="json"))
     if (replay := workloads.replayed(spec)) is not None:
-        summary = summary.with_(replayed=replay)  # which part of the trace this run measured
+        summary = summary.replace(replayed=replay)  # which part of the trace this run measured
     return summary
 
 
@@ -115,7 +115,7 @@ def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: in
                                      probe_interval))
             partial = _summary(runs, spec, slos)
             if reason := probe.verdict(partial):
-                return partial.with_(stopped_after_probe=reason)
+                return partial.replace(stopped_after_probe=reason)
             rest = measured[probe.sessions:]
         runs.append(await _phase(target, spec, rest, load.pids, probe_interval))
         return _summary(runs, spec, slos)

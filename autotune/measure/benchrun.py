@@ -18,6 +18,7 @@ from pathlib import Path
 from autotune import config
 from autotune.engine import gpu
 from autotune.engine.info import engine_info, installed
+from autotune.engine.log import StartupFigures
 from autotune.engine.server import Server
 from autotune.errors import ConfigError
 from autotune.measure import serversearch
@@ -62,9 +63,49 @@ class BenchRun:
     tokenizer: str | None = None
 
 
-def run(bench: BenchRun) -> Measurement:
-    """Run the benchmark where `bench.server` says and return its summary, the device it ran
-    on and (for an `EngineLaunch`) the engine's command, start-up, version and log in it."""
+@dataclass(frozen=True)
+class LaunchedEngine:
+    """The engine `autotune bench` launched: its command, start-up (seconds, and the
+    figures its log gave), version and log."""
+
+    command: list[str]
+    startup_s: float | None
+    figures: StartupFigures
+    version: str
+    log: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"command": self.command, "startup_s": self.startup_s,
+                **self.figures.as_dict(), "version": self.version, "log": self.log}
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """What `autotune bench` gives back: the measurement, the device it ran on (`cpu` where
+    there is no GPU, and no memory figure) and, for an `EngineLaunch`, the engine."""
+
+    measurement: Measurement
+    device: str
+    device_memory_mib: float | None = None
+    engine: LaunchedEngine | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON `--json` and `--output` write: the measurement's flat object, then
+        `engine` (a launched one) and `device`."""
+        device: dict[str, object] = {"name": self.device}
+        if self.device_memory_mib is not None:
+            device["memory_mib"] = self.device_memory_mib
+        out: dict[str, object] = dict(self.measurement.as_dict())
+        if self.engine is not None:
+            out["engine"] = self.engine.as_dict()
+        out["device"] = device
+        return out
+
+
+def run(bench: BenchRun) -> BenchReport:
+    """Run the benchmark where `bench.server` says and return its measurement, the device
+    it ran on and (for an `EngineLaunch`) the engine's command, start-up, version and log."""
+    engine = None
     if isinstance(bench.server, Remote):
         remote = bench.server
         headers = {"Authorization": f"Bearer {remote.api_key}"} if remote.api_key else {}
@@ -72,13 +113,14 @@ def run(bench: BenchRun) -> Measurement:
         result = _measure(bench, Target(remote.url.rstrip("/"), name, headers),
                           bench.tokenizer or name)
     else:
-        result = _launched(bench, bench.server)
+        result, engine = _launched(bench, bench.server)
     device = gpu.device()
-    return result.with_(device={"name": device.name, "memory_mib": device.memory_mib}
-                        if device else {"name": "cpu"})
+    if device is None:
+        return BenchReport(result, "cpu", engine=engine)
+    return BenchReport(result, device.name, device.memory_mib, engine)
 
 
-def _launched(bench: BenchRun, launch: EngineLaunch) -> Measurement:
+def _launched(bench: BenchRun, launch: EngineLaunch) -> tuple[Measurement, LaunchedEngine]:
     check_launch(launch.model, launch.engine_args)
     log = engine_log(launch.log, None)
     extra = list(launch.engine_args)
@@ -89,10 +131,9 @@ def _launched(bench: BenchRun, launch: EngineLaunch) -> Measurement:
         target = Target(srv.url, launch.served_model_name or launch.model, srv.headers)
         result = _measure(bench, target, bench.tokenizer or launch.model,
                           lambda: [p.pid for p in srv.processes()], srv.death)
-        return result.with_(engine={
-            "command": ["vllm", "serve", launch.model, *srv.serve_args()],
-            "startup_s": srv.startup_s, **srv.figures.as_dict(),
-            "version": "-".join(installed()), "log": str(log)})
+        return result, LaunchedEngine(["vllm", "serve", launch.model, *srv.serve_args()],
+                                      srv.startup_s, srv.figures,
+                                      "-".join(installed()), str(log))
 
 
 def _measure(bench: BenchRun, target: Target, tokenizer: str,

@@ -3,8 +3,9 @@ fields, autotune's extras, and every latency statistic by its flat key (`p95_ttf
 
 It is stored as a trial's `metrics`, a flat JSON object: `Measurement.of` reads any version of
 it (missing keys at their defaults, unknown ones kept, such as the fields vLLM's own client
-adds), and `as_dict` writes back that very object (same keys, same order). A summary made
-in code grows key by key as a dict would (`with_`), so it is stored as it always was.
+adds), and `as_dict` writes back that very object (same keys, same order). A measurement
+made in code grows field by field (`replace`), each new one last, so it is stored as it
+always was.
 """
 
 from __future__ import annotations
@@ -65,30 +66,35 @@ class Measurement(Stored):
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> Measurement:
-        """The summary a stored (or vLLM-written) flat object holds."""
-        return cls().with_(**data)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
-        return cls.of(data)
-
-    def with_(self, **changes: Any) -> Measurement:
-        """This summary with `changes` (flat keys and plain stored values) set, as
-        `dict.update` sets them: a key already there keeps its place, a new one goes last."""
-        fields_: dict[str, Any] = {}
-        latencies, other = dict(self.latencies), dict(self.other)
-        for key, value in changes.items():
+        """The measurement a stored (or vLLM-written) flat object holds: each key goes to
+        the field of its name, a latency statistic to `latencies`, any other to `other`."""
+        found: dict[str, Any] = {}
+        latencies: dict[str, float] = {}
+        other: dict[str, Any] = {}
+        for key, value in data.items():
             if key in _FIELDS:
                 kind = _NESTED.get(key)
-                fields_[key] = kind.from_dict(value) if kind is not None and \
+                found[key] = kind.from_dict(value) if kind is not None and \
                     isinstance(value, Mapping) else value
             elif LATENCY.fullmatch(key):
                 latencies[key] = value
             else:
                 other[key] = value
+        return cls(**found, latencies=latencies, other=other, read=tuple(data))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
+        return cls.of(data)
+
+    def replace(self, **changes: Any) -> Measurement:
+        """This measurement with some of its own fields set (typed values: a `Replay`, a
+        `CapacityRecord`); one it did not hold yet goes last, as the stored object grows.
+        A name that is not a field is a TypeError: a flat object is read by `of`."""
+        unknown = sorted(set(changes) - _FIELDS)
+        if unknown:
+            raise TypeError(f"Measurement has no field {', '.join(unknown)}")
         keys = self.keys + tuple(k for k in changes if k not in self.keys)
-        return dataclasses.replace(self, **fields_, latencies=latencies, other=other,
-                                   read=keys)
+        return dataclasses.replace(self, **changes, read=keys)
 
     def __bool__(self) -> bool:
         """A summary is empty (false) when it holds no key: nothing was measured."""

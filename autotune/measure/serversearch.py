@@ -131,4 +131,4 @@ def search(load: Load, slos: Mapping[str, float], anchor: Anchor | None = None
         return step
 
     result = searchplan.plan(measure, cap, anchor)
-    return searchresult.summary_of(result).with_(capacity=searchresult.record(result, spec))
+    return searchresult.summary_of(result).replace(capacity=searchresult.record(result, spec))

@@ -38,13 +38,13 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
         win = steady.window(run.t0, run.send_s, cap.ramp_fraction, cap.tail_fraction)
         inside = steady.arrived_in(run.results, win)
         summary = metrics.summarize(inside, win.seconds) if inside else whole
-        summary = summary.with_(
+        summary = summary.replace(
             probes=json_data(sampler.summary(win.start, win.end)), client=run.lag,
             truncated=whole.truncated, workload=whole.workload,
             whole={k: whole.value(k) for k in ("completed", "failed", "duration",
                                                "request_throughput", "output_throughput")})
         if "replayed" in whole.keys:
-            summary = summary.with_(replayed=whole.replayed)
+            summary = summary.replace(replayed=whole.replayed)
         grew = steady.backlog(run.results, win,
                               running=sampler.series("vllm:num_requests_running"))
     broken = violations(summary, slos, cap.min_success_rate)

@@ -329,12 +329,12 @@ def _measure(srv: Server, scenario: Scenario, workload: WorkloadSpec, model: str
         summary = serversearch.search(load, scenario.objective.slos, anchor)
         found = summary.capacity or CapacityRecord()
         if found.stopped == searchplan.BELOW_BEST:
-            return summary.with_(stopped_after_probe=searchplan.BELOW_BEST)
+            return summary.replace(stopped_after_probe=searchplan.BELOW_BEST)
         if not found.low:
             # No rate met the SLOs and kept pace: the trial has no capacity to rank by, and
             # its gentlest step's latencies alone could meet the SLOs (a step that fell
             # behind its arrivals), so it is pruned rather than left to read as feasible.
-            return summary.with_(stopped_after_probe=found.stopped if found.stopped in (
+            return summary.replace(stopped_after_probe=found.stopped if found.stopped in (
                 searchplan.UNREACHABLE, reasons.NO_SUCCESSFUL_REQUESTS)
                 else reasons.NO_PASSING_RATE)
         return summary

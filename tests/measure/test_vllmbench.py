@@ -113,9 +113,9 @@ def test_slos_are_judged_on_vllms_result():
     assert vllmbench.judge(result, {"ttft_p95_ms": 500, "tpot_p99_ms": 30}) == \
         ["tpot_p99_ms 31.0>30"]
     assert vllmbench.judge(result, {"ttft_p90_ms": 500}) == ["ttft_p90_ms None>500"]
-    assert vllmbench.judge(result.with_(failed=2), {"ttft_p95_ms": 500}) == \
+    assert vllmbench.judge(result.replace(failed=2), {"ttft_p95_ms": 500}) == \
         ["success_rate 0.952<1"]
-    assert vllmbench.judge(result.with_(failed=2), {"ttft_p95_ms": 500}, 0.9) == []
+    assert vllmbench.judge(result.replace(failed=2), {"ttft_p95_ms": 500}, 0.9) == []
     # vLLM reports 0 ms percentiles when every request failed: that is no pass
     assert vllmbench.judge(Measurement.of({"completed": 0, "failed": 0, "p95_ttft_ms": 0.0}),
                            {"ttft_p95_ms": 500}, 0.0) == ["no completed requests"]

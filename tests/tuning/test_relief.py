@@ -304,7 +304,7 @@ def _guided() -> tuple[list[TrialRecord], Scenario, dict[str, Any]]:
     cap = recs[0].capacity
     assert cap is not None and cap.limiting_step is not None
     knee = searchresult.knee(cap.steps, cap.rate, cap.limiting_step)
-    metrics = recs[0].metrics.with_(capacity=dataclasses.replace(cap, bottleneck=knee))
+    metrics = recs[0].metrics.replace(capacity=dataclasses.replace(cap, bottleneck=knee))
     scenario = StudyRecord.of(st).scenario.scenario
     assert scenario is not None
     return ([dataclasses.replace(recs[0], metrics=metrics)],
@@ -338,7 +338,7 @@ def test_a_tied_move_is_followed_by_the_next_suspects_move():
     assert "the next suspect, relieving front_end tied" in move.limit.text
     # a move that did not tie (it lost) leaves the suspect in place: its next knob follows
     worse = dataclasses.replace(recs[0].capacity, low=30.0, high=33.0, request_throughput=30.0)
-    lost = dataclasses.replace(tied, metrics=recs[0].metrics.with_(capacity=worse))
+    lost = dataclasses.replace(tied, metrics=recs[0].metrics.replace(capacity=worse))
     again = relief.propose([*recs, lost], sc, defaults, recs)
     assert again is not None and again.limit.kind == bn.FRONT_END
     assert again.knob.name == "stream-interval"

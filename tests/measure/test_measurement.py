@@ -1,0 +1,52 @@
+"""`Measurement`: a stored flat object read by `of` and written back unchanged; fields set
+in code by name with `replace`, typed, each new one last; `autotune bench`'s report around
+it (`benchrun.BenchReport`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.engine.log import StartupFigures
+from autotune.measure.benchrun import BenchReport, LaunchedEngine
+from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.measurement import Measurement
+
+STORED = {"duration": 10.0, "completed": 8, "p95_ttft_ms": 120.5, "output_throughput": 90.0,
+          "vllm_only_field": [1, 2], "capacity": {"rate": 4.0, "low": 4.0, "high": 5.0}}
+
+
+def test_a_stored_object_reads_into_fields_and_writes_back_as_it_was():
+    m = Measurement.of(STORED)
+    assert m.completed == 8 and m.latencies == {"p95_ttft_ms": 120.5}
+    assert m.other == {"vllm_only_field": [1, 2]}
+    assert isinstance(m.capacity, CapacityRecord) and m.capacity.rate == 4.0
+    assert m.value("p95_ttft_ms") == 120.5 and m.value("failed") is None  # not stored
+    assert json.dumps(m.as_dict()) == json.dumps(STORED)
+
+
+def test_replace_sets_named_fields_and_appends_new_ones_last():
+    m = Measurement.of(STORED).replace(completed=9, stopped_after_probe="below_best")
+    assert m.completed == 9 and m.stopped_after_probe == "below_best"
+    assert list(m.as_dict()) == [*STORED, "stopped_after_probe"]
+    assert Measurement.of(m.as_dict()) == m
+
+
+def test_replace_refuses_a_name_that_is_not_a_field():
+    """A flat key (a latency, a key vLLM added) is parsing's business, not a setter's."""
+    with pytest.raises(TypeError, match="no field p95_ttft_ms, whatever"):
+        Measurement.of(STORED).replace(p95_ttft_ms=1.0, whatever=2)
+
+
+def test_the_bench_report_writes_the_measurement_then_engine_then_device():
+    m = Measurement.of({"completed": 3})
+    cpu = BenchReport(m, "cpu").as_dict()
+    assert cpu == {"completed": 3, "device": {"name": "cpu"}}
+    engine = LaunchedEngine(["vllm", "serve", "m"], 12.5, StartupFigures(), "vllm-0.1", "e.log")
+    gpu = BenchReport(m, "NVIDIA H100", 81559.0, engine).as_dict()
+    assert list(gpu) == ["completed", "engine", "device"]
+    assert gpu["device"] == {"name": "NVIDIA H100", "memory_mib": 81559.0}
+    assert gpu["engine"]["command"] == ["vllm", "serve", "m"]
+    assert list(gpu["engine"])[:2] == ["command", "startup_s"]
+    assert list(gpu["engine"])[-2:] == ["version", "log"]
