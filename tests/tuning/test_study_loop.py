@@ -334,8 +334,8 @@ for i in range(20):
     st.enqueue_trial({"x": i})
 locked = 0
 for _ in range(rounds):
-    threading.Timer(random.random() * 0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
-    try:
+    try:  # on a loaded machine the signal can come before start() returns: inside the try
+        threading.Timer(random.random() * 0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
         while True:
             st.get_trials(deepcopy=False)
     except BaseException as err:  # a Ctrl-C, or one SQLAlchemy re-raised as the storage's
