@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
 from autotune.measure.measurement import Measurement
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
-from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 
 
@@ -80,7 +79,7 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     results = [r for run, _ in runs for r in run.results]
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
     lags = [run.lag for run, _ in runs if run.lag]
-    seen = json_data(probes.merge([s.summary() for _, s in runs]))
+    seen = probes.merge([s.summary() for _, s in runs])
     client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
     # What limited the engine over the whole run (a capacity step judges its own window).
     summary = summary.replace(probes=seen, client=client,
@@ -168,19 +167,18 @@ def summary_rows(summary: Measurement) -> list[tuple[str, str]]:
             if key in summary.latencies:
                 rows.append((f"{stat.capitalize()} {name} (ms)",
                              f"{summary.latencies[key]:.2f}"))
-    p = summary.probes
-    rows += [("Preemptions", f"{p.get('preemptions', 0):g}"),
-             ("KV cache usage max / mean", f"{p.get('kv_cache_usage_max', 0):.1%} / "
-                                           f"{p.get('kv_cache_usage_mean', 0):.1%}"),
-             ("Waiting requests max", f"{p.get('requests_waiting_max', 0):g}")]
-    for label, key in (("Prefix cache hit rate", "prefix_cache_hit_rate"),):
-        if p.get(key) is not None:
-            rows.append((label, f"{p[key]:.1%}"))
-    for label, key in (("GPU memory used max (MiB)", "gpu_memory_used_mib_max"),
-                       ("Engine GPU memory max (MiB)", "gpu_memory_engine_mib_max"),
-                       ("Engine resident memory max (MiB)", "rss_mib_max")):
-        if p.get(key) is not None:
-            rows.append((label, f"{p[key]:.0f}"))
+    p = summary.probes or probes.ProbeSummary()
+    rows += [("Preemptions", f"{p.preemptions or 0:g}"),
+             ("KV cache usage max / mean", f"{p.kv_cache_usage_max or 0:.1%} / "
+                                           f"{p.kv_cache_usage_mean or 0:.1%}"),
+             ("Waiting requests max", f"{p.requests_waiting_max or 0:g}")]
+    if p.prefix_cache_hit_rate is not None:
+        rows.append(("Prefix cache hit rate", f"{p.prefix_cache_hit_rate:.1%}"))
+    for label, mib in (("GPU memory used max (MiB)", p.gpu_memory_used_mib_max),
+                       ("Engine GPU memory max (MiB)", p.gpu_memory_engine_mib_max),
+                       ("Engine resident memory max (MiB)", p.rss_mib_max)):
+        if mib is not None:
+            rows.append((label, f"{mib:.0f}"))
     for error, count in summary.error_counts.items():
         rows.append((f"Error x{count}", error[:80]))
     return rows

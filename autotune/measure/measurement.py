@@ -18,6 +18,7 @@ from typing import Any
 
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
+from autotune.measure.probes import ProbeSummary
 from autotune.stored import Stored, json_data
 from autotune.traces import Replay
 
@@ -25,7 +26,7 @@ from autotune.traces import Replay
 LATENCY = re.compile(r"(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms")
 # The fields stored as records of their own.
 _NESTED: dict[str, type[Stored]] = {"bottleneck": Bottleneck, "replayed": Replay,
-                                    "capacity": CapacityRecord}
+                                    "capacity": CapacityRecord, "probes": ProbeSummary}
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Measurement(Stored):
     success_rate: float | None = None
     slos: dict[str, float] = field(default_factory=dict)
     good_completed: int | None = None
-    probes: dict[str, float | None] = field(default_factory=dict)
+    probes: ProbeSummary | None = None
     client: dict[str, float] = field(default_factory=dict)
     bottleneck: Bottleneck | None = None
     truncated: bool | None = None

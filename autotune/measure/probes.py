@@ -23,6 +23,7 @@ import psutil
 
 from autotune.engine import gpu
 from autotune.engine.prometheus import PROBED, scrape
+from autotune.stored import Stored
 
 # Process roles whose CPU is sampled, as `vllm serve` names its processes.
 API_SERVER, ENGINE_CORE, WORKER, OTHER = "api_server", "engine_core", "worker", "other"
@@ -69,9 +70,11 @@ class ProbeSample:
     rss_mib: float | None = None
 
 
-@dataclass
-class ProbeSummary:
-    """What the engine, the client and the machine did while a load ran.
+@dataclass(frozen=True)
+class ProbeSummary(Stored):
+    """What the engine, the client and the machine did while a load ran: a measurement's
+    `probes`, stored as its flat object (a stored one read back keeps its keys: a figure
+    it lacks reads as the default here, as a missing key read as nothing).
 
     CPU figures are percent of one core, averaged over the samples: `api_server_cpu` is
     the hottest API-server process (a single event loop saturates at 100), the others
@@ -100,6 +103,10 @@ class ProbeSummary:
     # engine they share few cores, which can be full with no one process near a core.
     cores_busy: float | None = None
     cores: int = 0
+
+    def __bool__(self) -> bool:
+        """False for a stored `{}` (nothing was probed); a summary made here is true."""
+        return self.read is None or bool(self.read)
 
 
 class _CpuMeter:

@@ -12,7 +12,6 @@ from autotune.measure import bottleneck, metrics, steady
 from autotune.measure.bench import StepRun
 from autotune.measure.measurement import Measurement
 from autotune.measure.searchresult import Step
-from autotune.stored import json_data
 from autotune.traffic import CapacitySpec
 
 # The probe figures a step keeps: what the bottleneck attribution read.
@@ -39,7 +38,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
         inside = steady.arrived_in(run.results, win)
         summary = metrics.summarize(inside, win.seconds) if inside else whole
         summary = summary.replace(
-            probes=json_data(sampler.summary(win.start, win.end)), client=run.lag,
+            probes=sampler.summary(win.start, win.end), client=run.lag,
             truncated=whole.truncated, workload=whole.workload,
             whole={k: whole.value(k) for k in ("completed", "failed", "duration",
                                                "request_throughput", "output_throughput")})
@@ -64,10 +63,10 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
                       "offered")
     figures = slo_figures(summary, slos)
     seen = summary.probes
-    figures["preemptions"] = seen.get("preemptions", 0) or 0
-    limit = bottleneck.attribute(seen, run.lag)
-    read = {k: round(v, 2) if isinstance(v, float) else v for k, v in seen.items()
-            if k in LOAD_FIGURES}
+    figures["preemptions"] = (seen.preemptions if seen else 0) or 0
+    limit = bottleneck.attribute(seen or {}, run.lag)
+    read = {k: round(v, 2) if isinstance(v, float) else v
+            for k, v in (seen.as_dict() if seen else {}).items() if k in LOAD_FIGURES}
     return Step(index, kind, rate, not broken and short is None, whole.request_throughput,
                 whole.output_throughput, broken, whole.completed + whole.failed, figures,
                 summary=summary, whole=slo_figures(whole, slos),

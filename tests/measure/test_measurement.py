@@ -12,6 +12,7 @@ from autotune.engine.log import StartupFigures
 from autotune.measure.benchrun import BenchReport, LaunchedEngine
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
+from autotune.measure.probes import ProbeSummary
 
 STORED = {"duration": 10.0, "completed": 8, "p95_ttft_ms": 120.5, "output_throughput": 90.0,
           "vllm_only_field": [1, 2], "capacity": {"rate": 4.0, "low": 4.0, "high": 5.0}}
@@ -50,3 +51,18 @@ def test_the_bench_report_writes_the_measurement_then_engine_then_device():
     assert gpu["engine"]["command"] == ["vllm", "serve", "m"]
     assert list(gpu["engine"])[:2] == ["command", "startup_s"]
     assert list(gpu["engine"])[-2:] == ["version", "log"]
+
+
+def test_probes_are_typed_and_stored_as_they_were_read():
+    """A measurement's probes are a `ProbeSummary`: a stored `{}` is one that saw nothing
+    (false), a stored null none at all, and a figure a record lacks reads as the default."""
+    stored = {"probes": {"preemptions": 2.0, "rss_mib_max": None, "api_servers": 2}}
+    m = Measurement.of(stored)
+    assert isinstance(m.probes, ProbeSummary) and m.probes.preemptions == 2.0
+    assert m.probes.kv_cache_usage_max == 0.0 and m.probes.gpu_util_mean is None  # not stored
+    assert m.as_dict() == stored
+    assert not Measurement.of({"probes": {}}).probes
+    assert Measurement.of({"probes": {}}).as_dict() == {"probes": {}}
+    assert Measurement.of({"probes": None}).probes is None
+    made = ProbeSummary(samples=3)  # made here: every figure, in the fields' order
+    assert made and list(made.as_dict())[:2] == ["samples", "preemptions"]

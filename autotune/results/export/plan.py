@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.flags import Flags
+from autotune.measure.probes import ProbeSummary
 from autotune.results.replica import flag_count, gpu_count, on_cpu
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -85,17 +86,17 @@ def plan(trial: TrialRecord, model: str, image: str | None = None) -> Plan:
     version = str(trial.engine_version or "").rsplit("-", 1)[-1]
     tag = f"v{version}" if version[:1].isdigit() else "latest"
     image = image or f"{CPU_IMAGE if cpu else GPU_IMAGE}:{tag}"
-    probes = trial.metrics.probes
+    probes = trial.metrics.probes or ProbeSummary()
     # Cores: each API server, the engine core and one worker per GPU (the CPU build's
     # worker runs the model), plus one for the rest; at least what the run was seen to use.
     api = flag_count(flags, "api-server-count")
-    seen = sum(float(probes.get(k) or 0.0) * (api if k == "api_server_cpu" else 1)
-               for k in ("api_server_cpu", "engine_core_cpu", "worker_cpu")) / 100
+    seen = ((probes.api_server_cpu or 0.0) * api + (probes.engine_core_cpu or 0.0)
+            + (probes.worker_cpu or 0.0)) / 100
     cpus = max(api + 1 + max(gpus, 1) + 1, math.ceil(seen) + 1)
     # Memory: the engine's peak resident memory (its process tree) with a quarter spare,
     # at least 8 GiB beside a GPU, plus the shared memory, which counts against the limit.
     shm = 2 * max(gpus, 1)
-    rss_gib = float(probes.get("rss_mib_max") or 0.0) / 1024
+    rss_gib = (probes.rss_mib_max or 0.0) / 1024
     memory = max(math.ceil(rss_gib * 1.25), 4 if cpu else 8) + shm
     env = {k: str(v) for k, v in trial.env.items()}
     return Plan(model=model, hub=is_hub_id(model), gpus=gpus, image=image, cpus=cpus,

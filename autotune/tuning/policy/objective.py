@@ -28,8 +28,11 @@ from autotune.tuning.records.measures import Measures
 
 def memory_mib(summary: Measurement) -> float | None:
     """The engine's memory: its GPU processes, else the device, else its resident set (CPU)."""
-    for key in ("gpu_memory_engine_mib_max", "gpu_memory_used_mib_max", "rss_mib_max"):
-        if found := (summary.probes or {}).get(key):  # older records may store null
+    p = summary.probes
+    if p is None:
+        return None
+    for found in (p.gpu_memory_engine_mib_max, p.gpu_memory_used_mib_max, p.rss_mib_max):
+        if found:  # older records may store null
             return float(found)
     return None
 

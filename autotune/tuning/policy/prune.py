@@ -151,9 +151,9 @@ def before_launch(estimate: Estimate | None, spec: PruneSpec) -> str | None:
 def probe_verdict(summary: Measurement, spec: PruneSpec) -> str | None:
     """Reason to stop after the probe phase, or None to go on."""
     probes = summary.probes
-    if (probes.get("preemptions") or 0) > spec.preemption_allowance:
+    if probes and (probes.preemptions or 0) > spec.preemption_allowance:
         return PREEMPTION
-    if (probes.get("kv_cache_usage_max") or 0) >= 0.99 and probes.get("requests_waiting_max"):
+    if probes and (probes.kv_cache_usage_max or 0) >= 0.99 and probes.requests_waiting_max:
         return KV_SATURATED
     total = summary.completed + summary.failed
     if total and summary.completed / total < spec.min_success_rate:

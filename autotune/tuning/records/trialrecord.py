@@ -186,8 +186,9 @@ class TrialRecord:
     def limit_probes(self) -> dict[str, float | None]:
         """The probe figures the bottleneck was read from."""
         cap = self.capacity
-        return capacityrecord.limiting_probes(cap) if cap \
-            else dict(self.metrics.probes)
+        if cap:
+            return capacityrecord.limiting_probes(cap)
+        return self.metrics.probes.as_dict() if self.metrics.probes else {}
 
     @property
     def startup_s(self) -> float | None:
