@@ -83,9 +83,9 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
     # What limited the engine over the whole run (a capacity step judges its own window).
     summary = summary.replace(probes=seen, client=client,
-                            bottleneck=bottleneck.attribute(seen, client),
-                            truncated=any(run.truncated for run, _ in runs),
-                            workload=spec.model_dump(mode="json"))
+                              bottleneck=bottleneck.attribute(seen, client),
+                              truncated=any(run.truncated for run, _ in runs),
+                              workload=spec.model_dump(mode="json"))
     if (replay := workloads.replayed(spec)) is not None:
         summary = summary.replace(replayed=replay)  # which part of the trace this run measured
     return summary
