@@ -77,7 +77,7 @@ def test_preempting_configuration_is_pruned_in_the_probe_phase(study):
     assert t.state == TrialState.PRUNED
     assert t.flags["kv-cache-memory-bytes"] == 2000000 and t.flags["max-num-seqs"] == 16
     m = t.metrics
-    assert m.probes["preemptions"] > 0
+    assert m.probes is not None and m.probes.preemptions > 0
     assert m.completed + m.failed == 12  # the probe only: the rest was never sent
     assert t.kv_capacity_reported == 3840  # 30 blocks of 128 (CPU default)
     assert t.memory_estimate is not None and t.memory_estimate.kv_capacity_tokens == 3840
@@ -109,7 +109,7 @@ def test_the_preempting_trial_gets_a_relief_move_with_its_reason(study):
     assert moved == {why.knob}
     assert (relieved.state, relieved.reason) in {(TrialState.COMPLETE, ""),
                                                  (TrialState.PRUNED, "behind")}
-    assert relieved.metrics.probes["preemptions"] == 0
+    assert relieved.metrics.probes is not None and relieved.metrics.probes.preemptions == 0
 
 
 def test_a_trial_behind_the_median_is_stopped_after_its_probe(study):
