@@ -267,17 +267,18 @@ def cpu_study(tmp_path_factory) -> StudyRun:
 # Engines that tests share, by fixture: a pytest-xdist worker that runs one of their tests
 # starts the engine (or runs the study) once more.
 SHARED = ("cpu_study", "eager_server")
-# The `alone` phase's groups by the seconds each took on a pinned core of a fresh-clone
-# run (2026-12-07, the slower CI machine: `--durations` of that phase); a group not listed
-# counts a minute. That phase is dealt out as one group per pinned worker, the longest
-# first to the least loaded: pytest-xdist hands a worker its next group while two of its
-# tests are still to run, so one worker ran the three smallest groups after its own two
-# while the other, done, waited 120 s of a 548-s phase. With the figures of 2026-12-06 the
-# warm-restart check (220 s then, 469 s there) and the capacity searches shared a worker:
-# 1,057 s against the other's 800.
-ALONE_S = {"test_warmcheck_engine": 470, "test_capacity_engine": 450,
-           "test_readme_engine": 350, "test_prune_engine": 230,
-           "eager_server": 150, "test_explain_engine": 145, "test_faults_engine": 50}
+# The `alone` phase's groups by the seconds each took on a pinned core of this 2-core
+# machine (2026-12-06); a group not listed counts a minute. That phase is dealt out as one
+# group per pinned worker, the longest first to the least loaded: pytest-xdist hands a
+# worker its next group while two of its tests are still to run, so one worker ran the
+# three smallest groups after its own two while the other, done, waited 120 s of a 548-s
+# phase. Dealt by the slower machine's seconds (2026-12-07: the warm-restart check 469 s,
+# the capacity module about 450), the README's block shared its time with the warm-restart
+# check, whose engines compile, and all three of its trials found no rate that held twice
+# (a fresh-clone run on this machine): these figures keep them apart.
+ALONE_S = {"test_readme_engine": 290, "test_capacity_engine": 260,
+           "test_warmcheck_engine": 220, "test_prune_engine": 170,
+           "eager_server": 112, "test_explain_engine": 106, "test_faults_engine": 44}
 
 
 def dealt(groups: set[str], workers: int) -> dict[str, str]:
