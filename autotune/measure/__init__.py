@@ -18,5 +18,5 @@ Imports the engine layer and the top-level basics, never tuning, results or the 
 # The modules code outside this package imports (tests/project/test_surface.py); the
 # others are the package's own.
 __all__ = ["bench", "benchrun", "bottleneck", "capacityrecord", "capacitytext", "loadgen",
-           "measurement", "metrics", "probes", "searchplan", "searchresult", "serversearch",
-           "speculation", "steprecord", "vllmbench", "watch", "workloads"]
+           "measurement", "metrics", "probes", "probesummary", "searchplan", "searchresult",
+           "serversearch", "speculation", "steprecord", "vllmbench", "watch", "workloads"]

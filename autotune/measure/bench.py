@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
 from autotune.measure.measurement import Measurement
+from autotune.measure.probesummary import ProbeSummary
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.traffic import WorkloadSpec
 
@@ -167,7 +168,7 @@ def summary_rows(summary: Measurement) -> list[tuple[str, str]]:
             if key in summary.latencies:
                 rows.append((f"{stat.capitalize()} {name} (ms)",
                              f"{summary.latencies[key]:.2f}"))
-    p = summary.probes or probes.ProbeSummary()
+    p = summary.probes or ProbeSummary()
     rows += [("Preemptions", f"{p.preemptions or 0:g}"),
              ("KV cache usage max / mean", f"{p.kv_cache_usage_max or 0:.1%} / "
                                            f"{p.kv_cache_usage_mean or 0:.1%}"),

@@ -3,7 +3,7 @@ engine core, the GPU, a model worker, the host's CPU, or nothing that saturated 
 itself binds first).
 
 Tuning flags that do not touch the limit cannot move capacity. Each step's window figures
-(`probes.ProbeSummary` and the client's event-loop lag) are read in this order, first match
+(`probesummary.ProbeSummary` and the client's event-loop lag) are read in this order, first match
 wins:
 
 1. the client: its process near a full core or its event loop waking late, so its
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.measure.probes import ProbeSummary
+from autotune.measure.probesummary import ProbeSummary
 from autotune.stored import Stored
 
 CLIENT, KV_CACHE, FRONT_END, ENGINE_CORE, GPU, WORKER, HOST_CPU, NONE = (

@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.measure.probes import ProbeSummary
+from autotune.measure.probesummary import ProbeSummary
 from autotune.stored import Stored, json_data
 from autotune.traces import Replay
 

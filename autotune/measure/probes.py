@@ -23,7 +23,7 @@ import psutil
 
 from autotune.engine import gpu
 from autotune.engine.prometheus import PROBED, scrape
-from autotune.stored import Stored
+from autotune.measure.probesummary import ProbeSummary
 
 # Process roles whose CPU is sampled, as `vllm serve` names its processes.
 API_SERVER, ENGINE_CORE, WORKER, OTHER = "api_server", "engine_core", "worker", "other"
@@ -68,45 +68,6 @@ class ProbeSample:
     gpu_used_mib: float | None = None
     gpu_engine_mib: float | None = None
     rss_mib: float | None = None
-
-
-@dataclass(frozen=True)
-class ProbeSummary(Stored):
-    """What the engine, the client and the machine did while a load ran: a measurement's
-    `probes`, stored as its flat object (a stored one read back keeps its keys: a figure
-    it lacks reads as the default here, as a missing key read as nothing).
-
-    CPU figures are percent of one core, averaged over the samples: `api_server_cpu` is
-    the hottest API-server process (a single event loop saturates at 100), the others
-    the sum over the role's processes; `client_cpu` is the load generator's process.
-    """
-
-    samples: int = 0
-    preemptions: float = 0.0
-    kv_cache_usage_max: float = 0.0
-    kv_cache_usage_mean: float = 0.0
-    requests_waiting_max: float = 0.0
-    requests_waiting_mean: float = 0.0
-    requests_running_max: float = 0.0
-    prefix_cache_hit_rate: float | None = None
-    gpu_memory_used_mib_max: float | None = None  # the whole device
-    gpu_memory_engine_mib_max: float | None = None  # the engine's processes
-    rss_mib_max: float | None = None  # the engine's process tree (CPU engine)
-    gpu_util_mean: float | None = None
-    api_server_cpu: float | None = None
-    api_servers: int = 0
-    engine_core_cpu: float | None = None
-    worker_cpu: float | None = None  # the hottest model worker (the model runs there on CPU)
-    client_cpu: float | None = None
-    # How busy (percent, any process) the cores were that the engine's processes and the
-    # client may run on (their CPU affinity), and how many: on a small host or a CPU
-    # engine they share few cores, which can be full with no one process near a core.
-    cores_busy: float | None = None
-    cores: int = 0
-
-    def __bool__(self) -> bool:
-        """False for a stored `{}` (nothing was probed); a summary made here is true."""
-        return self.read is None or bool(self.read)
 
 
 class _CpuMeter:

@@ -12,7 +12,7 @@ from autotune.engine.log import StartupFigures
 from autotune.measure.benchrun import BenchReport, LaunchedEngine
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
-from autotune.measure.probes import ProbeSummary
+from autotune.measure.probesummary import ProbeSummary
 
 STORED = {"duration": 10.0, "completed": 8, "p95_ttft_ms": 120.5, "output_throughput": 90.0,
           "vllm_only_field": [1, 2], "capacity": {"rate": 4.0, "low": 4.0, "high": 5.0}}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.flags import Flags
-from autotune.measure.probes import ProbeSummary
+from autotune.measure.probesummary import ProbeSummary
 from autotune.results.replica import flag_count, gpu_count, on_cpu
 from autotune.tuning.records.trialrecord import TrialRecord
 
