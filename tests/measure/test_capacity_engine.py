@@ -139,6 +139,17 @@ def _skip_if_invalid(ok: bool, *caps: dict) -> None:
                     "so: " + "; ".join(capacitytext.describe(_rec(c)) for c in caps))
 
 
+def _skip_if_slowed(srv: Server, model, unloaded_ms: float) -> None:
+    """Skip when one unloaded reply now takes half as long again as it did before the
+    module's searches: the machine, not the engine or autotune, changed between the
+    measurements compared (on a CI host whose two cores are one core's hyperthreads,
+    pinning cannot keep the other worker's engines off this one)."""
+    again = _unloaded(srv, model)
+    if again > 1.5 * unloaded_ms:
+        pytest.skip(f"the machine slowed between the measurements compared: one unloaded "
+                    f"reply took {again:.0f} ms against {unloaded_ms:.0f} ms before")
+
+
 def test_search_holds_its_slos_within_the_step_budget(loose, loose_slos, eight, tiny_model,
                                                       unloaded_ms):
     _skip_if_invalid(bool(loose["low"] and loose["high"]), loose)
@@ -147,10 +158,7 @@ def test_search_holds_its_slos_within_the_step_budget(loose, loose_slos, eight, 
         # machine slowed under it (seen in the `alone` phase of a slow CI run, the other
         # pinned worker compiling engines: every step host-CPU bound, a step offered 7.4
         # req/s achieving 4.4). The engine's unloaded latency, measured again, tells which.
-        again = _unloaded(eight, tiny_model)
-        if again > 1.5 * unloaded_ms:
-            pytest.skip(f"the machine slowed during the search: one unloaded reply took "
-                        f"{again:.0f} ms after it against {unloaded_ms:.0f} ms before")
+        _skip_if_slowed(eight, tiny_model, unloaded_ms)
     assert loose["low"] and loose["high"], [(x["kind"], x["rate"], x["violations"],
                                              x["bottleneck"]["kind"]) for x in loose["steps"]]
     assert len(loose["steps"]) <= CAP.max_steps + loose["remeasured"]
@@ -193,15 +201,25 @@ def _agree(a: dict, b: dict) -> bool:
     return alo * (1 - tol) <= bhi * (1 + tol) and blo * (1 - tol) <= ahi * (1 + tol)
 
 
-def test_bench_capacity_agrees_with_a_second_search(eight, loose, loose_slos, tmp_path):
+def test_bench_capacity_agrees_with_a_second_search(eight, tiny_model, loose, loose_slos,
+                                                    unloaded_ms, tmp_path):
+    """The CLI's search against the library's. The module's search ran minutes earlier; on
+    the CI host, beside the other pinned worker, one such pair read 5.52 and 2.85 req/s
+    (stop 65). So a disagreement is checked against a library search made right after the
+    CLI's, under the same conditions, before it counts."""
     again = _bench_search(eight, loose_slos, tmp_path / "cap.json")
     if not _agree(loose, again) and _moved(again):
         # It could not repeat its own result: search once more (~40 s) before calling the
         # comparison void.
         again = _bench_search(eight, loose_slos, tmp_path / "cap-2.json")
-    _skip_if_invalid(_agree(loose, again), loose, again)
-    assert _agree(loose, again), (capacitytext.describe(_rec(loose)),
-                                  capacitytext.describe(_rec(again)))
+    reference = loose
+    if not _agree(reference, again):
+        reference = _search(eight, tiny_model, loose_slos)
+    _skip_if_invalid(_agree(reference, again), reference, again)
+    if not _agree(reference, again):
+        _skip_if_slowed(eight, tiny_model, unloaded_ms)
+    assert _agree(reference, again), (capacitytext.describe(_rec(reference)),
+                                      capacitytext.describe(_rec(again)))
 
 
 def test_a_stricter_slo_gives_no_higher_capacity(eight, tiny_model, loose, loose_slos):
