@@ -38,7 +38,7 @@ def ours(target: Target, spec: WorkloadSpec, tokenizer: str, seed: int) -> dict:
     summary = bench.benchmark(bench.Load(target, spec.model_copy(update={"seed": seed}),
                                          tokenizer))
     return {**{key: summary.value(key) for _, key in FIGURES},
-            "lag_p99_ms": summary.client.get("lag_p99_ms"),
+            "lag_p99_ms": summary.client.lag_p99_ms,
             "completed": summary.completed, "failed": summary.failed}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
 from autotune.measure.measurement import Measurement
-from autotune.measure.probesummary import ProbeSummary
+from autotune.measure.probesummary import ClientLag, ProbeSummary
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.traffic import WorkloadSpec
 
@@ -81,7 +81,7 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     summary = metrics.summarize(results, sum(run.duration_s for run, _ in runs), slos)
     lags = [run.lag for run, _ in runs if run.lag]
     seen = probes.merge([s.summary() for _, s in runs])
-    client = max(lags, key=lambda lag: lag["lag_p99_ms"]) if lags else {}
+    client = max(lags, key=lambda lag: lag.lag_p99_ms or 0.0) if lags else ClientLag()
     # What limited the engine over the whole run (a capacity step judges its own window).
     summary = summary.replace(probes=seen, client=client,
                               bottleneck=bottleneck.attribute(seen, client),

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.measure.probesummary import ProbeSummary
+from autotune.measure.probesummary import ClientLag, ProbeSummary
 from autotune.stored import Stored
 
 CLIENT, KV_CACHE, FRONT_END, ENGINE_CORE, GPU, WORKER, HOST_CPU, NONE = (
@@ -164,14 +164,14 @@ def words(kind: str, probes: Mapping[str, Any]) -> str:
     return f"model worker: {_pct(probes.get('worker_cpu'))} of a core ({where})"
 
 
-def attribute(seen: ProbeSummary | Mapping[str, Any], lag: Mapping[str, float] | None = None
-              ) -> Bottleneck:
+def attribute(seen: ProbeSummary | Mapping[str, Any],
+              lag: ClientLag | Mapping[str, float] | None = None) -> Bottleneck:
     """The bottleneck of one step from its window's probe figures (a measurement's
     `ProbeSummary`, or the figures a capacity step stored) and client lag. The resources
     are a table of figure names (`_RESOURCES`), read the same way from either."""
     probes = seen.as_dict() if isinstance(seen, ProbeSummary) else seen
-    lag = lag or {}
-    client, lag_p99 = probes.get("client_cpu"), lag.get("lag_p99_ms")
+    lag_p99 = lag.lag_p99_ms if isinstance(lag, ClientLag) else (lag or {}).get("lag_p99_ms")
+    client = probes.get("client_cpu")
     if (client or 0) >= BUSY_CORE or (lag_p99 or 0) >= CLIENT_LAG_MS:
         # A busy process is saturated; a lagging loop in an idle process was starved of
         # CPU by others on the machine (on 2 shared cores, the engine): say which.

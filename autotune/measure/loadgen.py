@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 
+from autotune.measure.probesummary import ClientLag
 from autotune.measure.request import RequestResult
 from autotune.measure.workloads import Session, Turn
 from autotune.traffic import WorkloadSpec
@@ -41,7 +42,7 @@ class RunResult:
     truncated: bool = False  # the duration cap stopped new requests
     t0: float = 0.0  # perf_counter when the first measured request was due
     send_s: float = 0.0  # when the last request was due, from t0 (the arrival schedule)
-    lag: dict[str, float] = field(default_factory=dict)  # LagMonitor.figures()
+    lag: ClientLag = field(default_factory=ClientLag)  # LagMonitor.figures()
 
 
 async def send(http: aiohttp.ClientSession, target: Target, spec: WorkloadSpec, turn: Turn,
@@ -164,13 +165,13 @@ class LagMonitor:
             except asyncio.CancelledError:
                 pass
 
-    def figures(self) -> dict[str, float]:
-        """p50/p99/max of the wake-up lag in ms (empty when nothing was measured)."""
+    def figures(self) -> ClientLag:
+        """p50/p99/max of the wake-up lag in ms (none when nothing was measured)."""
         if not self.lags:
-            return {}
+            return ClientLag()
         ms = np.array(self.lags) * 1000
-        return {"lag_p50_ms": float(np.percentile(ms, 50)),
-                "lag_p99_ms": float(np.percentile(ms, 99)), "lag_max_ms": float(ms.max())}
+        return ClientLag(float(np.percentile(ms, 50)), float(np.percentile(ms, 99)),
+                         float(ms.max()))
 
 
 def arrival_offsets(n: int, rate: float, burstiness: float, seed: int) -> list[float]:

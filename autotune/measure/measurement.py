@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.measure.probesummary import ProbeSummary
+from autotune.measure.probesummary import ClientLag, ProbeSummary
 from autotune.stored import Stored, json_data
 from autotune.traces import Replay
 
@@ -26,7 +26,8 @@ from autotune.traces import Replay
 LATENCY = re.compile(r"(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms")
 # The fields stored as records of their own.
 _NESTED: dict[str, type[Stored]] = {"bottleneck": Bottleneck, "replayed": Replay,
-                                    "capacity": CapacityRecord, "probes": ProbeSummary}
+                                    "capacity": CapacityRecord, "probes": ProbeSummary,
+                                    "client": ClientLag}
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Measurement(Stored):
     slos: dict[str, float] = field(default_factory=dict)
     good_completed: int | None = None
     probes: ProbeSummary | None = None
-    client: dict[str, float] = field(default_factory=dict)
+    client: ClientLag = field(default_factory=ClientLag)
     bottleneck: Bottleneck | None = None
     truncated: bool | None = None
     workload: dict[str, Any] | None = None  # the WorkloadSpec as sent, model-dumped

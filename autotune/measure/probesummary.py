@@ -1,4 +1,5 @@
-"""What the engine, the client and the machine did while a load ran, as one stored record.
+"""What the engine, the client and the machine did while a load ran, as stored records: the
+probes' figures (`ProbeSummary`) and the client's event-loop lag (`ClientLag`).
 
 A module of its own so that reading a stored measurement (`measurement.Measurement.probes`,
 the read commands, the bottleneck table) does not import the sampler's psutil and
@@ -49,3 +50,19 @@ class ProbeSummary(Stored):
     def __bool__(self) -> bool:
         """False for a stored `{}` (nothing was probed); a summary made here is true."""
         return self.read is None or bool(self.read)
+
+
+@dataclass(frozen=True)
+class ClientLag(Stored):
+    """How late the load generator's event loop woke over a run (ms, p50/p99/max): a loop
+    starved of CPU sends late and reads late, so its latencies are the client's, not the
+    engine's (`bottleneck.attribute`). A measurement's `client`; stored `{}` (and made
+    with no field) when nothing was measured."""
+
+    lag_p50_ms: float | None = None
+    lag_p99_ms: float | None = None
+    lag_max_ms: float | None = None
+    SPARSE = True
+
+    def __bool__(self) -> bool:
+        return self.lag_p99_ms is not None

@@ -72,7 +72,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
                 summary=summary, whole=slo_figures(whole, slos),
                 window_s=round(win.seconds, 3) if win else None,
                 backlog=grew, bottleneck=limit,
-                probes={**read, **{k: round(v, 2) for k, v in run.lag.items()}},
+                probes={**read, **{k: round(v, 2) for k, v in run.lag.as_dict().items()}},
                 latencies=latency_figures(summary),
                 window_offered_rps=grew.offered_rps if grew else None,
                 window_achieved_rps=grew.achieved_rps if grew else None,

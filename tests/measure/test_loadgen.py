@@ -250,7 +250,7 @@ def test_duration_cap_stops_scheduled_arrivals(server):
     assert all(r.start_time - result.t0 < 0.45 for r in result.results)
     # A request whose turn came after the cap is not sent. How many made it in time depends
     # on the event loop: beside two engines on 2 cores it once woke 383 ms late and sent 2.
-    if result.lag["lag_max_ms"] < 50:
+    if (result.lag.lag_max_ms or 0.0) < 50:
         assert len(result.results) >= 3, result.lag
     assert result.duration_s < 1.5
 

@@ -9,10 +9,11 @@ import json
 import pytest
 
 from autotune.engine.log import StartupFigures
+from autotune.measure import bottleneck
 from autotune.measure.benchrun import BenchReport, LaunchedEngine
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
-from autotune.measure.probesummary import ProbeSummary
+from autotune.measure.probesummary import ClientLag, ProbeSummary
 
 STORED = {"duration": 10.0, "completed": 8, "p95_ttft_ms": 120.5, "output_throughput": 90.0,
           "vllm_only_field": [1, 2], "capacity": {"rate": 4.0, "low": 4.0, "high": 5.0}}
@@ -66,3 +67,18 @@ def test_probes_are_typed_and_stored_as_they_were_read():
     assert Measurement.of({"probes": None}).probes is None
     made = ProbeSummary(samples=3)  # made here: every figure, in the fields' order
     assert made and list(made.as_dict())[:2] == ["samples", "preemptions"]
+
+
+def test_the_client_lag_is_typed_and_stored_as_it_was_read():
+    """A measurement's `client` is a `ClientLag`: a stored `{}` (nothing measured) is false
+    and written back as `{}`; one made with no figure is stored as `{}` too, as the plain
+    figures were; the bottleneck reads its p99 as it read the stored key."""
+    stored = {"client": {"lag_p50_ms": 0.4, "lag_p99_ms": 31.0, "lag_max_ms": 40.2}}
+    m = Measurement.of(stored)
+    assert isinstance(m.client, ClientLag) and m.client.lag_p99_ms == 31.0
+    assert json.dumps(m.as_dict()) == json.dumps(stored)
+    assert not Measurement.of({"client": {}}).client
+    assert Measurement.of({"client": {}}).as_dict() == {"client": {}}
+    assert Measurement.of({}).replace(client=ClientLag()).as_dict() == {"client": {}}
+    assert bottleneck.attribute({}, m.client).kind == bottleneck.CLIENT
+    assert bottleneck.attribute({}, ClientLag()).kind == bottleneck.NONE
