@@ -90,24 +90,75 @@ def run(args: argparse.Namespace) -> int:
     return tune_here(TuneCommand.of(args))
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A `tune` whose every input has passed its checks: the scenario (renamed by
+    `--study`), the GPUs of `--gpus`, the time budget and where the study lives."""
+
+    scenario: Scenario
+    gpus: list[str] | None
+    timeout: float | None
+    where: StudyLocation
+    root: Path
+
+
 def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
               parent_pid: int | None = None) -> int:
     """`tune` in this process. A `--gpus` worker (`autotune.cli.worker`) passes the run's
-    shared trial counter and its parent's pid."""
-    import logging
+    shared trial counter and its parent's pid.
 
-    from autotune import config
-    from autotune.engine.info import engine_info
-    from autotune.tuning.policy import space
-
-    # Everything that can be checked is checked before anything is written or launched: a
-    # refused scenario or storage leaves no study folder and no database behind. The study's
-    # own modules (the measuring client, the views) load once the scenario has passed, so a
-    # refusal is one line in about half a second instead of nearly one.
+    Returns:
+        0 when the study has an answer (a worker of a shared study: always 0, the answer
+        is the whole run's), else `NO_ANSWER`; a `--gpus` run also a worker's failure code.
+    """
     if parent_pid is not None:  # a worker: from its first second, stop once the parent is gone
         from autotune.tuning.sharing.workers import watch_parent
 
         watch_parent(parent_pid)
+    ready = _prepare(cmd)
+    _log_to(ready.where.folder, ready.root, cmd.worker_id)
+    console = options.console(stderr=cmd.json)  # --json: stdout carries the summary alone
+    from autotune.results import views
+    from autotune.results.summary import Summary
+    from autotune.tuning import study
+    from autotune.tuning.sharing import heartbeat, storage, workers
+
+    console.print(f"tuning {ready.scenario.name}: results in {storage.masked(ready.where.url)}")
+    on_progress = _progress_printer(console, to_log=run_tickets is None)
+    started = time.monotonic()  # the time budget covers the last phases too
+    trials = cmd.trials if cmd.trials is not None else ready.scenario.budget.trials
+    if ready.gpus is not None:
+        code, shared_study = _tune_on_gpus(
+            workers.SharedRun(cmd.scenario, ready.where.url, ready.root, trials, ready.timeout),
+            ready.scenario, ready.gpus, console, on_progress)
+        if code == 0:
+            _last_phases(shared_study, ready, started, console)
+        summary = Summary.of(shared_study)
+        _print_summary(cmd, summary, console)
+        return code or _answered(summary)
+    request = study.Request(
+        ready.scenario, ready.where, trials, ready.timeout,
+        heartbeat.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
+        claim=workers.Tickets(run_tickets).take if run_tickets is not None else None)
+    with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
+        result = study.tune(request, on_progress=on_progress)
+    shared = run_tickets is not None or cmd.worker_id is not None
+    if not shared:  # one of several workers: the last phases are not its to run
+        _last_phases(result, ready, started, console)
+    summary = Summary.of(result)
+    _print_summary(cmd, summary, console)
+    return 0 if shared else _answered(summary)
+
+
+def _prepare(cmd: TuneCommand) -> _Prepared:
+    """Everything that can be checked, checked before anything is written or launched: a
+    refused scenario or storage leaves no study folder and no database behind. The
+    study's own modules (the measuring client, the views) load only once the scenario has
+    passed, so a refusal is one line in about half a second instead of nearly one."""
+    from autotune import config
+    from autotune.engine.info import engine_info
+    from autotune.tuning.policy import space
+
     if cmd.gpus is not None and cmd.worker_id is not None:
         raise ConfigError("tune: --gpus starts one worker per GPU; --worker-id names one "
                           "worker (give one or the other)")
@@ -122,77 +173,66 @@ def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
     timeout = cmd.timeout if cmd.timeout is not None else (
         config.parse_duration(scenario.budget.timeout) if scenario.budget.timeout else None)
     space.check_against_engine(scenario, engine_info(), cmd.scenario)
-    from autotune.results import views
-    from autotune.tuning import study
-    from autotune.tuning.sharing import heartbeat, storage, workers
+    from autotune.tuning.sharing import workers
 
     # `--storage`, else the environment (how `--gpus` hands its workers the URL: a command
     # line is readable by every local user, and a password must not be).
     storage_arg = cmd.storage or os.environ.get(workers.STORAGE_ENV) or None
     root = Path(cmd.studies_dir)
     where = _checked_location(scenario, storage_arg, root)  # resolved once, handed down
-    url, study_dir = where.url, where.folder
+    return _Prepared(scenario, gpus, timeout, where, root)
+
+
+def _log_to(study_dir: Path, root: Path, worker_id: str | None) -> None:
+    """autotune's log lines into the study's `tune.log` (made here); workers sharing the
+    study write one file, so each line names its worker."""
+    import logging
+
     try:
         study_dir.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(study_dir / "tune.log")
     except OSError as err:
         raise ConfigError(f"--studies-dir {root}: cannot write {study_dir}: "
                           f"{err.strerror or err}") from None
-    # Workers sharing the study write one tune.log: each line names its worker.
-    tag = f" [{cmd.worker_id}]" if cmd.worker_id else ""
+    tag = f" [{worker_id}]" if worker_id else ""
     handler.setFormatter(logging.Formatter(f"%(asctime)s{tag} %(levelname)s %(message)s"))
     logging.getLogger("autotune").addHandler(handler)
     logging.getLogger("autotune").setLevel(logging.INFO)
-    console = options.console(stderr=cmd.json)  # --json: stdout carries the summary alone
-    console.print(f"tuning {scenario.name}: results in {storage.masked(url)}")
+
+
+def _progress_printer(console: Console, *, to_log: bool) -> Callable[[Progress], None]:
+    """One line per trial on the terminal, however narrow it is; also in tune.log unless
+    this is a `--gpus` worker (its own count goes to its log, not the study's)."""
+    import logging
+
+    from autotune.results import views
 
     def on_progress(p: Progress) -> None:
         line = views.progress_line(p)
-        # One line per trial, however narrow the terminal; an engine's error quoted in it
-        # is text, not markup (`[Errno 111]`).
+        # An engine's error quoted in the line is text, not markup (`[Errno 111]`).
         console.print(line, soft_wrap=True, markup=False)
-        if run_tickets is None:  # a `--gpus` worker's own count: its log, not tune.log
+        if to_log:
             logging.getLogger("autotune").info(line, extra={views.PRINTED: True})
 
-    from autotune.results.summary import Summary
+    return on_progress
 
-    started = time.monotonic()  # the time budget covers the last phases too
-    trials = cmd.trials if cmd.trials is not None else scenario.budget.trials
 
-    def last_phases(st: optuna.Study) -> None:
-        """`budget.explain` and `budget.validate`, once per run (not per worker)."""
-        from autotune.verify import finish
+def _last_phases(st: optuna.Study, ready: _Prepared, started: float, console: Console
+                 ) -> None:
+    """`budget.explain` and `budget.validate`, once per run (not per worker), within
+    what is left of the run's time budget."""
+    from autotune.results import views
+    from autotune.verify import finish
 
-        if not (scenario.budget.explain or scenario.budget.validate_):
-            return
-        with views.live(console, "last phases; Ctrl-C stops cleanly"):
-            finish.explain_and_recheck(
-                st, scenario, study_dir, left_s=finish.deadline(timeout, started),
-                say=lambda text: console.print(text, soft_wrap=True, markup=False,
-                                               highlight=False))
-
-    if gpus is not None:
-        code, shared_study = _tune_on_gpus(
-            workers.SharedRun(cmd.scenario, url, root, trials, timeout), scenario, gpus,
-            console, on_progress)
-        if code == 0:
-            last_phases(shared_study)
-        summary = Summary.of(shared_study)
-        _print_summary(cmd, summary, console)
-        return code or _answered(summary)
-    request = study.Request(
-        scenario, where, trials, timeout,
-        heartbeat.Worker.here(cmd.worker_id, os.environ.get("CUDA_VISIBLE_DEVICES")),
-        claim=workers.Tickets(run_tickets).take if run_tickets is not None else None)
-    with views.live(console, "Ctrl-C stops cleanly; run again to resume"):
-        result = study.tune(request, on_progress=on_progress)
-    if run_tickets is None and cmd.worker_id is None:  # one of several workers: not here
-        last_phases(result)
-    summary = Summary.of(result)
-    _print_summary(cmd, summary, console)
-    if run_tickets is not None or cmd.worker_id is not None:
-        return 0  # a worker of a shared study: the answer is the whole run's, not its own
-    return _answered(summary)
+    budget = ready.scenario.budget
+    if not (budget.explain or budget.validate_):
+        return
+    with views.live(console, "last phases; Ctrl-C stops cleanly"):
+        finish.explain_and_recheck(
+            st, ready.scenario, ready.where.folder,
+            left_s=finish.deadline(ready.timeout, started),
+            say=lambda text: console.print(text, soft_wrap=True, markup=False,
+                                           highlight=False))
 
 
 # `tune`'s exit code when the study ends with no feasible trial: it ran, but has no answer.
