@@ -24,10 +24,29 @@ from autotune.traces import Replay
 
 # A latency statistic's flat key, as vLLM spells it: mean_ttft_ms, p99.9_e2el_ms.
 LATENCY = re.compile(r"(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms")
+
+
+@dataclass(frozen=True)
+class WholeRun(Stored):
+    """A capacity step's figures over the whole step, beside the steady window's that its
+    measurement holds: what was sent from the first request to the last, ramp and tail
+    included (None where the run did not measure one)."""
+
+    completed: float | None = None
+    failed: float | None = None
+    duration: float | None = None
+    request_throughput: float | None = None
+    output_throughput: float | None = None
+
+    @classmethod
+    def of(cls, run: Measurement) -> WholeRun:
+        return cls(*(run.value(f.name) for f in dataclasses.fields(cls) if f.name != "read"))
+
+
 # The fields stored as records of their own.
 _NESTED: dict[str, type[Stored]] = {"bottleneck": Bottleneck, "replayed": Replay,
                                     "capacity": CapacityRecord, "probes": ProbeSummary,
-                                    "client": ClientLag}
+                                    "client": ClientLag, "whole": WholeRun}
 
 
 @dataclass(frozen=True)
@@ -61,7 +80,7 @@ class Measurement(Stored):
     truncated: bool | None = None
     workload: dict[str, Any] | None = None  # the WorkloadSpec as sent, model-dumped
     replayed: Replay | None = None
-    whole: dict[str, float | None] | None = None
+    whole: WholeRun | None = None
     stopped_after_probe: str | None = None
     capacity: CapacityRecord | None = None
     other: dict[str, Any] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from autotune import slo
 from autotune.measure import bottleneck, metrics, steady
 from autotune.measure.bench import StepRun
-from autotune.measure.measurement import Measurement
+from autotune.measure.measurement import Measurement, WholeRun
 from autotune.measure.searchresult import Step
 from autotune.traffic import CapacitySpec
 
@@ -40,8 +40,7 @@ def judge(kind: str, rate: float | None, index: int, sent: StepRun, cap: Capacit
         summary = summary.replace(
             probes=sampler.summary(win.start, win.end), client=run.lag,
             truncated=whole.truncated, workload=whole.workload,
-            whole={k: whole.value(k) for k in ("completed", "failed", "duration",
-                                               "request_throughput", "output_throughput")})
+            whole=WholeRun.of(whole))
         if "replayed" in whole.keys:
             summary = summary.replace(replayed=whole.replayed)
         grew = steady.backlog(run.results, win,

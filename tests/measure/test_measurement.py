@@ -12,7 +12,7 @@ from autotune.engine.log import StartupFigures
 from autotune.measure import bottleneck
 from autotune.measure.benchrun import BenchReport, LaunchedEngine
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.measure.measurement import Measurement
+from autotune.measure.measurement import Measurement, WholeRun
 from autotune.measure.probesummary import ClientLag, ProbeSummary
 
 STORED = {"duration": 10.0, "completed": 8, "p95_ttft_ms": 120.5, "output_throughput": 90.0,
@@ -82,3 +82,15 @@ def test_the_client_lag_is_typed_and_stored_as_it_was_read():
     assert Measurement.of({}).replace(client=ClientLag()).as_dict() == {"client": {}}
     assert bottleneck.attribute({}, m.client).kind == bottleneck.CLIENT
     assert bottleneck.attribute({}, ClientLag()).kind == bottleneck.NONE
+
+
+def test_a_steps_whole_run_figures_are_typed_and_stored_as_before():
+    """A capacity step keeps its whole step's figures beside the window's, in this order,
+    a figure its run lacks as null."""
+    run = Measurement.of({"completed": 30, "failed": 0, "duration": 9.5,
+                          "request_throughput": 3.2, "p95_ttft_ms": 80.0})
+    whole = WholeRun.of(run)
+    assert whole.as_dict() == {"completed": 30, "failed": 0, "duration": 9.5,
+                               "request_throughput": 3.2, "output_throughput": None}
+    step = Measurement.of({"completed": 20}).replace(whole=whole)
+    assert Measurement.of(json.loads(json.dumps(step.as_dict()))).whole == whole
