@@ -104,8 +104,12 @@ class _Prepared:
 
 def tune_here(cmd: TuneCommand, *, run_tickets: Path | None = None,
               parent_pid: int | None = None) -> int:
-    """`tune` in this process. A `--gpus` worker (`autotune.cli.worker`) passes the run's
-    shared trial counter and its parent's pid.
+    """`tune` in this process.
+
+    Args:
+        cmd: the command as given, nothing resolved yet.
+        run_tickets: a `--gpus` worker's shared trial counter (`autotune.cli.worker`).
+        parent_pid: a `--gpus` worker's parent: the worker stops once it is gone.
 
     Returns:
         0 when the study has an answer (a worker of a shared study: always 0, the answer
