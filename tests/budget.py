@@ -65,6 +65,9 @@ REASONS = {
         "a warm start against a cold one, on the same flags",
     "tests/tuning/test_study_engine.py::test_rerun_resumes_without_repeating":
         "two more trials of the shared study, resumed",
+    "tests/tuning/test_study_engine.py::test_baselines_first_then_search_with_full_records":
+        "its set-up runs the session's shared CPU study (three trials) when it is the first "
+        "of that study's tests (a run of this module alone)",
     "tests/tuning/test_study_engine.py::test_ctrl_c_cleans_up_and_the_study_resumes":
         "Ctrl-C in the middle of a trial, then the study resumed",
     "tests/tuning/test_explain_engine.py::test_the_flag_that_carries_the_gain_is_all_that_stays":
