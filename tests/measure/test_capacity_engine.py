@@ -142,8 +142,8 @@ def _skip_if_invalid(ok: bool, *caps: dict) -> None:
 def _skip_if_slowed(srv: Server, model, unloaded_ms: float) -> None:
     """Skip when one unloaded reply now takes half as long again as it did before the
     module's searches: the machine, not the engine or autotune, changed between the
-    measurements compared (on a CI host whose two cores are one core's hyperthreads,
-    pinning cannot keep the other worker's engines off this one)."""
+    measurements compared (on a 2-core CI host, pinning each worker to a core of its own
+    did not keep the other worker's engines from slowing this one)."""
     again = _unloaded(srv, model)
     if again > 1.5 * unloaded_ms:
         pytest.skip(f"the machine slowed between the measurements compared: one unloaded "
