@@ -231,9 +231,11 @@ workload:
   # Seven steps, not five: a step too short to judge is measured again within the budget,
   # and in a fresh-clone run (2026-12-07) two such repeats, with `tune --gpus`'s two
   # engines beside this one, spent five steps before R/4 and the defaults found no rate.
-  # Their cost: a search that found a passing rate bisects upward with them (the first
-  # phase 1,321 s against 1,221-1,294 s, docs/testing.md).
-  capacity: {max_steps: 7, repeats: 1, min_step_s: 2, max_step_s: 3, max_expand: 1}
+  # A tolerance of 25 % stops the bisection one step after a rate passed: these searches
+  # test the tuner's mechanics, not the figure, and bisecting upward with the spare steps
+  # cost the first phase about 100 s (docs/testing.md).
+  capacity: {tolerance: 0.25, max_steps: 7, repeats: 1, min_step_s: 2, max_step_s: 3,
+             max_expand: 1}
 objective: {mode: weighted, latency: ttft_p95, slos: {ttft_p95_ms: 60000}}
 baselines:
   # default max-model-len (8192) cannot fit in a 3,904-token KV cache: vLLM refuses to start

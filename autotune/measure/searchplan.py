@@ -21,7 +21,8 @@ is scored by how much load it carries, found by search on one running engine:
    than the tolerance, else the capacity's rate measured again.
 
 A step whose window held too few arrivals to judge (`StepRecord.invalid`) is measured
-again at once with twice its requests; still too short, it does not pass. The capacity
+again at once with twice its requests, and its rate keeps that length; still too short,
+it neither passes nor fails. The capacity
 is what the engine achieved at the highest passing rate (`capacityrecord.measured`), not
 the rate the search offered. The halving gives up below `min_rate_fraction` of R: if a
 nearly idle engine misses the SLOs, no rate meets them and the capacity is 0. Each step
@@ -174,14 +175,17 @@ def plan(measure: Measure, spec: CapacitySpec, anchor: Anchor | None = None) -> 
         again = [best]
         while len(again) < spec.repeats and len(steps) < spec.max_steps:
             again.append(take("repeat", best.load, spec.max_steps, None))
-        if all(s.passed for s in again):
+        # A repeat too short to judge (no budget left to lengthen it) is no verdict: it
+        # neither confirms the rate nor fails it.
+        judged = [s for s in again if s.invalid is None]
+        if all(s.passed for s in judged):
             break
         # The SLOs held only some of the time: that rate fails (they must hold at the
         # reported rate); the capacity is the next passing rate below, searched further
         # while steps remain.
         log.info("capacity: %.3g req/s met the SLOs in %d of %d runs, so it is not the "
-                 "capacity; looking below it", best.load, sum(s.passed for s in again),
-                 len(again))
+                 "capacity; looking below it", best.load, sum(s.passed for s in judged),
+                 len(judged))
         high = best.load
         shrink = spec.expand_factor  # that rate passed once: the capacity is close below
         best = _below(steps, high)
@@ -226,15 +230,22 @@ def remeasure(take: Take, spec: CapacitySpec, steps: list[Step], best: Step,
 def _taker(measure: Measure, steps: list[Step]) -> Take:
     """`take(kind, rate, budget, seconds)`: one step added to `steps`; a step too short
     to judge (`StepRecord.invalid`) is measured again at once with twice its requests
-    while the budget allows, and the last of them returned."""
+    while the budget allows, and the last of them returned.
+
+    A rate that needed the longer step keeps that length for the rest of the search: its
+    repeat is measured as the run it repeats was, not at the length already shown too
+    short (which, with no budget left to lengthen it, would leave the repeat no verdict)."""
+    lengths: dict[float, float] = {}
 
     def take(kind: str, rate: float, budget: int, seconds: float | None) -> Step:
-        step = measure(kind, rate, len(steps), seconds)
+        step = measure(kind, rate, len(steps),
+                       seconds if seconds is not None else lengths.get(rate))
         steps.append(step)
         if step.invalid is not None and len(steps) < budget:
             log.info("capacity step %d at %.3g req/s is too short to judge (%s); measuring "
                      "it again longer", step.index, rate, step.invalid)
-            step = measure(LONGER, rate, len(steps), 2 * max(step.requests, 1) / rate)
+            lengths[rate] = 2 * max(step.requests, 1) / rate
+            step = measure(LONGER, rate, len(steps), lengths[rate])
             steps.append(step)
         return step
 

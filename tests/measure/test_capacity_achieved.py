@@ -175,6 +175,33 @@ def test_a_step_too_short_to_judge_is_measured_again_with_twice_its_requests():
     assert rows[2][-1] == "invalid"
 
 
+def test_a_rate_that_needed_a_longer_step_is_repeated_at_that_length():
+    """10 req/s was too short to judge at the spec's length and passed measured longer
+    (2 s): its repeat is measured 2 s long too, not at the length already shown too short,
+    which with the budget spent would have left the repeat no verdict."""
+    spec = CapacitySpec(tolerance=0.3, max_steps=6, repeats=2, extra_steps=0)
+    engine = Stepper(10.0, invalid=frozenset({2}))
+    result = searchplan.plan(engine, spec)
+    assert engine.asked == [("burst", None, None), ("ceiling", 20.0, None),
+                            ("bisect", 10.0, None), ("longer", 10.0, 2.0),
+                            ("bisect", 15.0, None), ("repeat", 10.0, 2.0)]
+    assert result.low == 10.0 and result.best is not None and result.best.passed
+
+
+def test_a_repeat_too_short_to_judge_is_no_verdict_against_its_rate():
+    """The repeat at 10 req/s was too short to judge and no step was left to lengthen it:
+    it neither confirms nor fails the rate, which stays the capacity (it used to count as a
+    failed repeat, and the search, finding no passing rate below, reported none)."""
+    spec = CapacitySpec(tolerance=0.3, max_steps=6, repeats=2, extra_steps=0)
+    engine = Stepper(10.0, invalid=frozenset({5}))
+    result = searchplan.plan(engine, spec)
+    assert [k for k, _, _ in engine.asked] == ["burst", "ceiling", "bisect", "bisect",
+                                               "bisect", "repeat"]
+    assert result.steps[5].invalid and not result.steps[5].passed
+    assert result.low == 10.0 and result.best is result.steps[2]
+    assert result.stopped is None
+
+
 def _old(steps: list[dict], low: float | None, high: float | None) -> dict:
     """A capacity record as autotune wrote it while the capacity was the search's rate."""
     return {"request_throughput": low or 0.0, "output_throughput": 32 * (low or 0.0),
