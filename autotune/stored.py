@@ -4,9 +4,11 @@ capacity): read from any record version, written back exactly as they were read.
 `from_dict` ignores keys it does not know and leaves missing ones at their defaults, so a
 study written by an older autotune still reads; it also notes which keys it read, so that
 `as_dict` gives back that very object (same keys, same order): copying or showing a record
-never adds a key its study did not store. A record made in code has every field, and the
-computed ones its class names in `EXTRA` (stored for readers of the study that do not
-compute them), less those that are None where its class is `SPARSE`.
+never adds a key its study did not store. A class that names a `KEPT` field keeps the keys
+it does not know there instead of ignoring them, and writes them back in their places. A
+record made in code has every field, and the computed ones its class names in `EXTRA`
+(stored for readers of the study that do not compute them), less those that are None where
+its class is `SPARSE`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class Stored:
     names to records; `EXTRA` the computed attributes written beside the fields; `SPARSE`
     leaves a None field out of a record made in code (a kind of record that has no such
     thing, as records of the class were always written); `EMPTY` names the record fields
-    stored as `{}` when there is none (read back as None)."""
+    stored as `{}` when there is none (read back as None); `KEPT` names the mapping field
+    that keeps the stored keys the class does not name (None: they are dropped)."""
 
     # The keys `from_dict` read, in their order; None for a record made in code.
     read: tuple[str, ...] | None = field(default=None, kw_only=True, compare=False, repr=False)
@@ -35,19 +38,25 @@ class Stored:
     EXTRA: ClassVar[tuple[str, ...]] = ()
     SPARSE: ClassVar[bool] = False
     EMPTY: ClassVar[tuple[str, ...]] = ()
+    KEPT: ClassVar[str | None] = None
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any]) -> R:
-        names = {f.name for f in dataclasses.fields(cls)} - {"read"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"read", cls.KEPT}
         found = {k: _keyed(cls.KEYED[k], v) if k in cls.KEYED else _read(cls.NESTED.get(k), v)
                  for k, v in data.items() if k in names and not (k in cls.EMPTY and v == {})}
-        return cls(**found, read=tuple(k for k in data if k in names or k in cls.EXTRA))
+        if cls.KEPT is not None:
+            found[cls.KEPT] = {k: v for k, v in data.items() if k not in names}
+        return cls(**found, read=tuple(k for k in data if k in names or k in cls.EXTRA
+                                       or cls.KEPT is not None))
 
     def as_dict(self) -> dict[str, Any]:
+        kept: Mapping[str, Any] = getattr(self, self.KEPT) if self.KEPT is not None else {}
         keys = self.read if self.read is not None else \
-            [f.name for f in dataclasses.fields(self) if f.name != "read"
-             and not (self.SPARSE and getattr(self, f.name) is None)] + list(self.EXTRA)
-        out = {k: json_data(getattr(self, k)) for k in keys}
+            [f.name for f in dataclasses.fields(self) if f.name not in ("read", self.KEPT)
+             and not (self.SPARSE and getattr(self, f.name) is None)] + list(self.EXTRA) \
+            + list(kept)
+        out = {k: json_data(kept[k] if k in kept else getattr(self, k)) for k in keys}
         out.update((k, {}) for k in self.EMPTY if k in out and out[k] is None)
         return out
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from autotune.measure import bottleneck, loadgen, metrics, probes, watch, workloads
-from autotune.measure.measurement import Measurement
+from autotune.measure.measurement import Measurement, SentWorkload
 from autotune.measure.probesummary import ClientLag, ProbeSummary
 from autotune.measure.workloads import Session, Tokenizer, build_sessions
 from autotune.traffic import WorkloadSpec
@@ -86,7 +86,7 @@ def _summary(runs: list[tuple[loadgen.RunResult, probes.Sampler]], spec: Workloa
     summary = summary.replace(probes=seen, client=client,
                               bottleneck=bottleneck.attribute(seen, client),
                               truncated=any(run.truncated for run, _ in runs),
-                              workload=spec.model_dump(mode="json"))
+                              workload=SentWorkload.of(spec))
     if (replay := workloads.replayed(spec)) is not None:
         summary = summary.replace(replayed=replay)  # which part of the trace this run measured
     return summary

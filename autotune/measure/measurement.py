@@ -14,13 +14,16 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.probesummary import ClientLag, ProbeSummary
 from autotune.stored import Stored, json_data
 from autotune.traces import Replay
+
+if TYPE_CHECKING:  # reading a stored measurement needs no pydantic model
+    from autotune.traffic import WorkloadSpec
 
 # A latency statistic's flat key, as vLLM spells it: mean_ttft_ms, p99.9_e2el_ms.
 LATENCY = re.compile(r"(mean|median|std|p[0-9.]+)_(ttft|tpot|itl|e2el)_ms")
@@ -43,10 +46,45 @@ class WholeRun(Stored):
         return cls(*(run.value(f.name) for f in dataclasses.fields(cls) if f.name != "read"))
 
 
+@dataclass(frozen=True)
+class SentWorkload(Stored):
+    """The workload a benchmark sent, as its `WorkloadSpec` dumped it: the fields autotune
+    reads back typed (None where an older record lacks one), every other key of the dump
+    kept as stored (`rest`), so that a record reads and writes back unchanged whichever
+    version of the spec wrote it (a field the spec has since dropped included)."""
+
+    kind: str | None = None
+    api: str | None = None
+    num_requests: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float | None = None
+    prefix_len: int | None = None
+    request_rate: float | None = None  # inf: every request at once
+    max_concurrency: int | None = None
+    ignore_eos: bool | None = None
+    seed: int | None = None
+    mode: str | None = None
+    rest: dict[str, Any] = field(default_factory=dict)
+    KEPT = "rest"
+
+    @classmethod
+    def of(cls, spec: WorkloadSpec) -> SentWorkload:
+        """What `spec` sends, stored as its JSON dump (every field, in the spec's order)."""
+        return cls.from_dict(spec.model_dump(mode="json"))
+
+    @property
+    def same_lengths(self) -> bool:
+        """Every request has the same prompt and reply lengths: random prompts with no
+        length range, replies run to `output_len` (`ignore_eos`)."""
+        return self.kind == "random" and not self.range_ratio and self.ignore_eos is True
+
+
 # The fields stored as records of their own.
 _NESTED: dict[str, type[Stored]] = {"bottleneck": Bottleneck, "replayed": Replay,
                                     "capacity": CapacityRecord, "probes": ProbeSummary,
-                                    "client": ClientLag, "whole": WholeRun}
+                                    "client": ClientLag, "whole": WholeRun,
+                                    "workload": SentWorkload}
 
 
 @dataclass(frozen=True)
@@ -78,7 +116,7 @@ class Measurement(Stored):
     client: ClientLag = field(default_factory=ClientLag)
     bottleneck: Bottleneck | None = None
     truncated: bool | None = None
-    workload: dict[str, Any] | None = None  # the WorkloadSpec as sent, model-dumped
+    workload: SentWorkload | None = None
     replayed: Replay | None = None
     whole: WholeRun | None = None
     stopped_after_probe: str | None = None

@@ -179,10 +179,8 @@ def tokens_ratio(r: TrialRecord) -> float | None:
     """(input + output) / output tokens per request, where every request of the trial's
     workload has the same lengths (random prompts, `range_ratio` 0, `ignore_eos`): the
     factor from a step's output to its total tokens. None otherwise."""
-    m, spec = r.metrics, r.metrics.workload or {}
-    fixed = spec.get("kind") == "random" and not spec.get("range_ratio") \
-        and spec.get("ignore_eos") is True
-    if not fixed or not m.total_output_tokens:
+    m = r.metrics
+    if m.workload is None or not m.workload.same_lengths or not m.total_output_tokens:
         return None
     return (m.total_input_tokens + m.total_output_tokens) / m.total_output_tokens
 

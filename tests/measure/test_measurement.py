@@ -12,8 +12,9 @@ from autotune.engine.log import StartupFigures
 from autotune.measure import bottleneck
 from autotune.measure.benchrun import BenchReport, LaunchedEngine
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.measure.measurement import Measurement, WholeRun
+from autotune.measure.measurement import Measurement, SentWorkload, WholeRun
 from autotune.measure.probesummary import ClientLag, ProbeSummary
+from autotune.traffic import WorkloadSpec
 
 STORED = {"duration": 10.0, "completed": 8, "p95_ttft_ms": 120.5, "output_throughput": 90.0,
           "vllm_only_field": [1, 2], "capacity": {"rate": 4.0, "low": 4.0, "high": 5.0}}
@@ -94,3 +95,30 @@ def test_a_steps_whole_run_figures_are_typed_and_stored_as_before():
                                "request_throughput": 3.2, "output_throughput": None}
     step = Measurement.of({"completed": 20}).replace(whole=whole)
     assert Measurement.of(json.loads(json.dumps(step.as_dict()))).whole == whole
+
+
+def test_the_workload_sent_is_typed_and_keeps_the_keys_it_does_not_name():
+    """A workload stored by another version of the spec (a field since dropped, fields not
+    yet added) reads its typed fields and writes back the very object, in its order."""
+    old = {"kind": "random", "dropped_knob": 3, "num_requests": 16, "range_ratio": 0.0,
+           "capacity": {"max_steps": 6}, "ignore_eos": True}
+    m = Measurement.of({"completed": 16, "workload": old})
+    assert isinstance(m.workload, SentWorkload)
+    assert (m.workload.kind, m.workload.num_requests, m.workload.input_len) == \
+        ("random", 16, None)
+    assert m.workload.rest == {"dropped_knob": 3, "capacity": {"max_steps": 6}}
+    assert m.workload.same_lengths
+    assert json.dumps(m.as_dict()) == json.dumps({"completed": 16, "workload": old})
+    assert not SentWorkload.from_dict({**old, "range_ratio": 0.25}).same_lengths
+    assert not SentWorkload.from_dict({"kind": "random"}).same_lengths  # ignore_eos unknown
+
+
+def test_the_workload_sent_is_stored_as_the_spec_dumps_it():
+    spec = WorkloadSpec(kind="random", num_requests=8, request_rate=2.5)
+    sent = SentWorkload.of(spec)
+    assert json.dumps(sent.as_dict()) == json.dumps(spec.model_dump(mode="json"))
+    assert (sent.num_requests, sent.request_rate, sent.rest["capacity"]) == \
+        (8, 2.5, spec.capacity.model_dump(mode="json"))
+    # made in code with no dump behind it: its fields, then whatever it keeps
+    assert list(SentWorkload(kind="chat", rest={"turns": 4}).as_dict())[-2:] == \
+        ["mode", "turns"]
