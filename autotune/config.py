@@ -22,13 +22,13 @@ from typing import Any, Literal, NamedTuple
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from autotune import traces
+from autotune import _traces as traces
+from autotune._flags import Flags, flag_name, normalize, text
+from autotune._slo import check_key, latency_key
 from autotune.errors import ConfigError
-from autotune.flags import Flags, flag_name, normalize, text
-from autotune.slo import check_key, latency_key
 from autotune.traffic import WorkloadSpec
 
-# Latency figures by name (`ttft_p95` -> `p95_ttft_ms`): defined with the SLO (autotune.slo),
+# Latency figures by name (`ttft_p95` -> `p95_ttft_ms`): defined with the SLO (autotune._slo),
 # re-exported here for the scenario's `objective.latency`.
 
 # Flags the launcher sets itself for every engine (autotune.engine.server); a scenario that

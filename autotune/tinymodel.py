@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune import realmodel
+from autotune import _realmodel as realmodel
 
 BUILDER_VERSION = 2
 MARKER = "autotune-model.json"
@@ -100,7 +100,7 @@ def cached(out: Path, preset: str, seed: int = 0) -> bool:
 def build(out: str | Path | None = None, preset: str = "tiny", seed: int = 0,
           device: str = "auto") -> BuiltModel:
     """Write (or reuse) a random-weight model of `preset` in `out`; a real preset
-    (`autotune.realmodel`) is built from its package instead."""
+    (`autotune._realmodel`) is built from its package instead."""
     if preset in realmodel.PRESETS:
         real = realmodel.build(Path(out) if out is not None else default_dir(preset), preset)
         return BuiltModel(real.path, preset, real.params, real.reused, real.seconds)

@@ -84,7 +84,7 @@ class WorkloadSpec(BaseModel):
     conversations: int = Field(8, ge=1)
     turns: int = Field(4, ge=1)
     system_len: int = Field(256, ge=0)
-    # trace: timestamped requests (autotune.traces), replayed `time_scale` times
+    # trace: timestamped requests (autotune._traces), replayed `time_scale` times
     # faster than recorded; `hash_ids` name blocks of `block_tokens` prompt tokens (512 in
     # the Mooncake traces)
     time_scale: float = Field(1.0, gt=0, description="trace: replay this many times faster")

@@ -62,7 +62,7 @@ def kind_of(cmdline: list[str]) -> tuple[str, bool]:
     if role in ENGINE:
         return ENGINE[role], role == probes.LAUNCHER
     text = " ".join(cmdline)
-    if "autotune.engine.reaper" in text:
+    if "autotune.engine._reaper" in text:
         return "autotune reaper (one per engine)", False
     if "-m autotune" in text or "/autotune " in text:
         return "autotune CLI (child processes)", False

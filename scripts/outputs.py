@@ -64,7 +64,7 @@ OUT = "$OUT"
 # which changes with every plotly release and never with autotune's, so it is one token here.
 PLOTLYJS = "/* plotly.js of the installed plotly */"
 # rich reads these: without a terminal it lays out COLUMNS wide (80 without it), without
-# colour and (`autotune.cli.options.console`) without wrapping a line, unless one of the
+# colour and (`autotune.cli._options.console`) without wrapping a line, unless one of the
 # others says to pretend a terminal or forbids colour.
 TERMINAL = ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE",
             "TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES")

@@ -9,12 +9,12 @@ import math
 
 import numpy as np
 
-from autotune.measure import stepverdict
+from autotune.measure import _stepverdict as stepverdict
+from autotune.measure._request import RequestResult
 from autotune.measure.bench import StepRun
 from autotune.measure.loadgen import RunResult
 from autotune.measure.measurement import Measurement
 from autotune.measure.probes import ProbeSample, Sampler
-from autotune.measure.request import RequestResult
 from autotune.measure.searchresult import Step
 from autotune.traffic import CapacitySpec
 

@@ -13,21 +13,19 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from autotune import __version__
-from autotune.cli import (
-    bench,
-    compare,
-    dashboard,
-    engineinfo,
-    explain,
-    export,
-    init,
-    report,
-    show,
-    tinymodel,
-    tune,
-    validate,
-)
-from autotune.cli.options import Parser
+from autotune.cli import _bench as bench
+from autotune.cli import _compare as compare
+from autotune.cli import _dashboard as dashboard
+from autotune.cli import _engineinfo as engineinfo
+from autotune.cli import _explain as explain
+from autotune.cli import _export as export
+from autotune.cli import _init as init
+from autotune.cli import _report as report
+from autotune.cli import _show as show
+from autotune.cli import _tinymodel as tinymodel
+from autotune.cli import _tune as tune
+from autotune.cli import _validate as validate
+from autotune.cli._options import Parser
 from autotune.errors import AutotuneError
 from autotune.tuning import interrupts
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from autotune.cli import main as cli
-from autotune.cli.options import Parser, duration, study_name, whole
-from autotune.cli.tune import TuneCommand, tune_here
+from autotune.cli._options import Parser, duration, study_name, whole
+from autotune.cli._tune import TuneCommand, tune_here
 
 
 def build_parser() -> argparse.ArgumentParser:

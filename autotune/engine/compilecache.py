@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.flags import Flags
+from autotune._flags import Flags
 from autotune.stored import Stored
 
 HIT, MISS = "hit", "miss"

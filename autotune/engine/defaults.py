@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.device import DeviceSeen
+from autotune._device import DeviceSeen
+from autotune._flags import Flags
 from autotune.engine.log import StartupFigures
-from autotune.flags import Flags
 
 PARSER, PLATFORM, STARTUP = "parser", "platform", "start-up"
 GIB_MIB = 1024

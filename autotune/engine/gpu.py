@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.device import DeviceSeen
+from autotune._device import DeviceSeen
 
 try:
     import pynvml as _nvml

@@ -13,12 +13,12 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune import reasons
+from autotune import _reasons as reasons
+from autotune.engine._reaper import MARK
 from autotune.engine.compilecache import HIT, MISS, WarmLaunch
-from autotune.engine.reaper import MARK
 from autotune.stored import Stored
 
-# Failure reasons, stored on pruned trials and shown to users (meanings in `autotune.reasons`).
+# Failure reasons, stored on pruned trials and shown to users (meanings in `autotune._reasons`).
 OOM = reasons.OOM
 KV_TOO_SMALL = reasons.KV_TOO_SMALL
 INVALID_FLAG = reasons.INVALID_FLAG

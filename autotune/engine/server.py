@@ -5,7 +5,7 @@ with a private API key, waits for it to answer a real completion while watching
 for it to die, writes the whole log to a file, and on exit by any path stops
 the whole process group (SIGTERM, then SIGKILL after a grace period) and waits
 until every process of it is gone. Processes are never found by name. If the
-tuner itself dies, `autotune.engine.reaper` (the session leader) does the same,
+tuner itself dies, `autotune.engine._reaper` (the session leader) does the same,
 and it also clears the group when the launched command dies alone.
 
 While it serves, `Server.death` says whether every process of the engine still
@@ -31,14 +31,16 @@ from typing import Any
 
 import psutil
 
-from autotune import flags as flagmod
-from autotune.engine import compilecache, endpoints, liveness, prometheus, warm
+from autotune import _flags as flagmod
+from autotune._flags import integer
+from autotune.engine import _endpoints as endpoints
+from autotune.engine import _liveness as liveness
+from autotune.engine import compilecache, prometheus, warm
 from autotune.engine import log as enginelog
+from autotune.engine._reaper import describe
 from autotune.engine.info import base_command, installed
 from autotune.engine.phases import PhaseClock
-from autotune.engine.reaper import describe
 from autotune.errors import ConfigError, EngineError
-from autotune.flags import integer
 
 # Flags the launcher owns: setting them in a scenario would break the server's isolation.
 RESERVED = ("host", "port", "api-key", "model")
@@ -218,7 +220,7 @@ class Server:
                 self.proc, self.launch_path = spare.proc, warm.WARM
             else:
                 # The reaper leads the session and takes it down if this process dies.
-                reaper = [sys.executable, "-m", "autotune.engine.reaper",
+                reaper = [sys.executable, "-m", "autotune.engine._reaper",
                           str(self.stop_grace), "--"]
                 self.proc = subprocess.Popen(
                     [*reaper, *self.command], stdin=subprocess.DEVNULL, stdout=log,

@@ -1,7 +1,7 @@
 """Warm starts: a reaper that has already imported vLLM, ready for the next engine.
 
 A cold start spends seconds importing vLLM in the API-server process first. A spare reaper
-(`python -m autotune.engine.reaper --warm`) does those imports while the previous engine is
+(`python -m autotune.engine._reaper --warm`) does those imports while the previous engine is
 torn down, then runs the engine in a fork of itself: same command, flags, environment, log,
 process tree and reaping, without the imports on the critical path. A spare serves one
 launch: `Server` takes one whose entry point and environment match (`take`) and asks for the
@@ -140,7 +140,7 @@ def prepare(module: str, env: Mapping[str, str], grace: float) -> Spare | None:
         if old is not None and old.proc.poll() is None:
             return old
         proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.engine.reaper", "--warm", str(grace)],
+            [sys.executable, "-m", "autotune.engine._reaper", "--warm", str(grace)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=dict(env), start_new_session=True)
         assert proc.stdin is not None

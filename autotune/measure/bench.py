@@ -2,7 +2,7 @@
 
 The result is a `Measurement`: `vllm bench serve --save-result`'s figures plus autotune's
 extras (`probes`, `workload`, `truncated`; for a trace `replayed`, which part of it was
-sent: `autotune.traces.Replay`), stored flat as vLLM's own file is, so the two compare.
+sent: `autotune._traces.Replay`), stored flat as vLLM's own file is, so the two compare.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class ProbePhase:
 class StepRun:
     """One load step as sent and seen: its whole-step summary (`whole`), its requests
     (`run`) and the probe series (`sampler`), from which a steady window is cut and judged
-    (`autotune.measure.stepverdict`)."""
+    (`autotune.measure._stepverdict`)."""
 
     whole: Measurement
     run: loadgen.RunResult
@@ -125,7 +125,7 @@ def benchmark(load: Load, *, slos: Mapping[str, float] | None = None, offset: in
 
 def step(load: Load, *, offset: int = 0, probe_interval: float = 0.5) -> StepRun:
     """One load step: its whole-step summary, and the requests and probe series from
-    which a steady-state window can be cut (`autotune.measure.steady`). `load.alive`
+    which a steady-state window can be cut (`autotune.measure._steady`). `load.alive`
     watches the engine throughout, as in `benchmark`."""
     target, spec = load.target, load.spec
     measured, warmup = prepare(spec, load.tokenizer_model, offset=offset,

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import aiohttp
 import numpy as np
 
+from autotune.measure._request import RequestResult
 from autotune.measure.probesummary import ClientLag
-from autotune.measure.request import RequestResult
 from autotune.measure.workloads import Session, Turn
 from autotune.traffic import WorkloadSpec
 

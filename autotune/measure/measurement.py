@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune._traces import Replay
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.probesummary import ClientLag, ProbeSummary
 from autotune.stored import Stored, json_data
-from autotune.traces import Replay
 
 if TYPE_CHECKING:  # reading a stored measurement needs no pydantic model
     from autotune.traffic import WorkloadSpec

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from autotune._slo import LATENCY_METRICS
+from autotune.measure._request import RequestResult
 from autotune.measure.measurement import Measurement
-from autotune.measure.request import RequestResult
-from autotune.slo import LATENCY_METRICS
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 """Goodput SLO names, in milliseconds; vLLM's `--goodput ttft:… tpot:… e2el:…`."""

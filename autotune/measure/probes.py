@@ -43,7 +43,7 @@ def role(cmdline: list[str]) -> str | None:
     """
     head = cmdline[0] if cmdline else ""
     text = " ".join(cmdline)
-    if "autotune.engine.reaper" in text:
+    if "autotune.engine._reaper" in text:
         return None
     if head.startswith("VLLM::APIServer"):
         return API_SERVER

@@ -9,7 +9,7 @@ is scored by how much load it carries, found by search on one running engine:
    throughput R. It only sizes the search: a burst is over in a fraction of a
    second and is no steady state, so it never is the capacity;
 2. sustained Poisson steps follow (`min_step_s`, 20 s by default), each judged on
-   its steady window with no backlog growing (`autotune.measure.stepverdict`): R first
+   its steady window with no backlog growing (`autotune.measure._stepverdict`): R first
    (`ceiling`); x `expand_factor` (1.25) while steps pass (`expand`, up to
    `max_expand` x R, where the capacity is reported as a floor); halving while they
    fail; then bisection
@@ -39,7 +39,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autotune import reasons
+from autotune import _reasons as reasons
 from autotune.measure.capacityrecord import TOO_UNCERTAIN, measured
 from autotune.measure.searchresult import SearchResult, Step
 from autotune.measure.steprecord import spread_at

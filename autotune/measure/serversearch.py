@@ -1,6 +1,6 @@
 """The capacity search run on a live server: each step waits for an idle engine over HTTP,
 sends its own prompts at its rate (`autotune.measure.bench.step`) and is judged on its
-steady window (`autotune.measure.stepverdict`); the search is `searchplan.plan`.
+steady window (`autotune.measure._stepverdict`); the search is `searchplan.plan`.
 
 The burst is preceded by `warmup_requests` (8 when the workload names none), since
 a cold burst caps the search. Every step waits for an idle engine first (nothing
@@ -20,7 +20,9 @@ from dataclasses import dataclass, replace
 import aiohttp
 
 from autotune.engine import prometheus
-from autotune.measure import bench, searchplan, searchresult, steady, stepverdict, watch, workloads
+from autotune.measure import _steady as steady
+from autotune.measure import _stepverdict as stepverdict
+from autotune.measure import bench, searchplan, searchresult, watch, workloads
 from autotune.measure.bench import Load
 from autotune.measure.capacitytext import rates, step_name
 from autotune.measure.measurement import Measurement

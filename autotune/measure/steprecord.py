@@ -16,10 +16,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from autotune._traces import Replay
+from autotune.measure._steady import Backlog
 from autotune.measure.bottleneck import Bottleneck
-from autotune.measure.steady import Backlog
 from autotune.stored import Stored
-from autotune.traces import Replay
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class StepRecord(Stored):
     bottleneck: Bottleneck | None = None  # None (stored `{}`): not attributed
     probes: dict[str, float | None] = field(default_factory=dict)  # what attribution read
     # Every latency figure of the judged window, by SLO key (`ttft_p95_ms`), so that a
-    # study can be re-ranked under another SLO later (`autotune.results.whatif`).
+    # study can be re-ranked under another SLO later (`autotune.results._whatif`).
     latencies: dict[str, float] = field(default_factory=dict)
     # Requests/s over the judged window: offered (the arrival schedule's) and achieved
     # (taken into service: arrivals less the queue's growth, `steady.Backlog`); a step

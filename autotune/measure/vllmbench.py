@@ -28,9 +28,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from autotune import slo, traces
+from autotune import _slo as slo
+from autotune import _traces as traces
 from autotune.errors import AutotuneError, ConfigError
-from autotune.measure import searchplan, searchresult, serversearch, stepverdict, watch, workloads
+from autotune.measure import _stepverdict as stepverdict
+from autotune.measure import searchplan, searchresult, serversearch, watch, workloads
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
 from autotune.measure.searchplan import Anchor

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune import traces
+from autotune import _traces as traces
 from autotune.traffic import WorkloadSpec
 
 

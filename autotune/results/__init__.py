@@ -9,6 +9,6 @@ Reads trials through `autotune.tuning.records.trialrecord.TrialRecord`; never im
 """
 
 # The modules code outside this package imports (tests/project/test_surface.py); the
-# others are the package's own.
+# others are the package's own, private by name (`_x.py`).
 __all__ = ["compare", "cost", "dashboard", "export", "gputime", "interactivity", "report", "show",
            "summary", "views"]

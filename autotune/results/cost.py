@@ -7,7 +7,7 @@ one replica costs the GPU-hour price times its GPUs (on vLLM's CPU build, which 
 GPU, the price of one hour of the machine) and makes output_throughput x 3600 tokens an
 hour, a cost per million output tokens comparable across configurations, GPUs and clouds;
 a load of R req/s needs ceil(R / capacity) replicas. It is not the export's "safe request
-rate" (`autotune.results.limits`), which moves with the search's step grid.
+rate" (`autotune.results._limits`), which moves with the search's step grid.
 Prices: the study's (`cost:`) or the command line's. A trial without a capacity cannot
 serve at its SLO: it is said, never divided by.
 """
@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from autotune.config import Scenario
 from autotune.errors import ConfigError
-from autotune.results.replica import gpu_count, on_cpu
+from autotune.results._replica import gpu_count, on_cpu
 from autotune.tuning.records.trialrecord import TrialRecord
 
 CURRENCY = "USD"  # the scenario's default (`config.CostSpec`)

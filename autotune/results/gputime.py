@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 
 from autotune.engine.compilecache import HIT, MISS
 from autotune.engine.phases import FAILED, PHASES
-from autotune.results.replica import on_cpu
+from autotune.results._replica import on_cpu
 from autotune.results.show import outcome, reason
 from autotune.tuning.records.trialrecord import TrialRecord
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from autotune.measure.capacityrecord import StepRecord
-from autotune.results import cost, decision
-from autotune.results.replica import gpu_count, on_cpu
+from autotune.results import _decision as decision
+from autotune.results import cost
+from autotune.results._replica import gpu_count, on_cpu
 from autotune.tuning import ranking
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 from autotune.tuning.records.trialrecord import TrialRecord

@@ -13,12 +13,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune import reasons
+from autotune import _reasons as reasons
+from autotune._slo import Slo
 from autotune.config import ModelSpec, Objective, WeightKey
 from autotune.errors import ConfigError
 from autotune.measure import capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.slo import Slo
 from autotune.stored import Stored
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.quality.verdict import Quality
@@ -109,7 +109,7 @@ def speculation_text(r: TrialRecord) -> str:
 
 
 def legend(trials: Sequence[TrialRecord]) -> dict[str, str]:
-    """What each reason the trials were pruned or failed for means (`autotune.reasons`),
+    """What each reason the trials were pruned or failed for means (`autotune._reasons`),
     with the outcome of each FAIL trial (interrupted, error)."""
     return reasons.legend([n for r in trials for n in
                            (r.reason, r.outcome if r.state == TrialState.FAIL else None)])

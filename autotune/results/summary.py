@@ -17,17 +17,18 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune._flags import Flags, FlagValue
+from autotune._remeasurements import Recheck, Validation
+from autotune._slo import Slo
 from autotune.config import Scenario
-from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.speculation import Speculation
-from autotune.remeasurements import Recheck, Validation
-from autotune.results import cost, whatif
-from autotune.results.decision import Decision, NoAnswer, no_answer, of_study
+from autotune.results import _whatif as whatif
+from autotune.results import cost
+from autotune.results._decision import Decision, NoAnswer, no_answer, of_study
 from autotune.results.gputime import GpuTime
 from autotune.results.interactivity import Interactivity
 from autotune.results.show import capacity_caveat, legend, outcome, reason
-from autotune.slo import Slo
 from autotune.stored import json_data
 from autotune.tuning import ablation
 from autotune.tuning import ranking as ranked

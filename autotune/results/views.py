@@ -19,14 +19,16 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from autotune import reasons, traces
+from autotune import _reasons as reasons
+from autotune import _traces as traces
+from autotune._flags import FlagValue, to_args
+from autotune._remeasurements import PairRun, Recheck, Validation
 from autotune.engine import compilecache
-from autotune.flags import FlagValue, to_args
 from autotune.measure import capacityrecord, capacitytext, serversearch
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.remeasurements import PairRun, Recheck, Validation
-from autotune.results import cost, whatif
-from autotune.results.decision import capacity_ratio
+from autotune.results import _whatif as whatif
+from autotune.results import cost
+from autotune.results._decision import capacity_ratio
 from autotune.results.show import Thresholds, fmt, outcome, reason, speculation_text
 from autotune.results.summary import RankRow, Summary, TrialRow
 from autotune.tuning.policy import relief
@@ -156,7 +158,7 @@ def print_summary(data: Summary, console: Console | None = None, *,
 
 
 def print_decision(data: Summary, console: Console) -> None:
-    """The decision (`autotune.results.decision`) in its own words, or why there is none;
+    """The decision (`autotune.results._decision`) in its own words, or why there is none;
     a Pareto study's feasible front."""
     def say(line: str) -> None:  # wrapped at the terminal's width; names are not markup
         console.print(line, markup=False, highlight=False)
@@ -189,7 +191,7 @@ def print_quality(trials: list[TrialRow], console: Console) -> None:
 
 
 def print_legend(legend: dict[str, str], console: Console) -> None:
-    """What the reasons in the table mean (`autotune.reasons`), one line each."""
+    """What the reasons in the table mean (`autotune._reasons`), one line each."""
     if legend:
         console.print("reasons:")
     for name, meaning in legend.items():

@@ -19,7 +19,7 @@ Every run is a trial of the study, recorded with its origin ("ablation of #N") a
 it finished (`writers.append`), so that trials already queued keep their turn; a
 configuration some trial already ran is not run again. The explanation is kept with the
 study (`explain:N`): `show` prints it, and the ranking rule counts its smallest tied
-configuration as a tie of the winner (`autotune.tuning.standing`), so the decision,
+configuration as a tie of the winner (`autotune.tuning._standing`), so the decision,
 `export` and `validate` choose it by default.
 """
 
@@ -35,10 +35,10 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune._flags import Flags
 from autotune.config import Scenario
 from autotune.engine.defaults import same
 from autotune.errors import ConfigError
-from autotune.flags import Flags
 from autotune.measure import capacityrecord, capacitytext, searchplan
 from autotune.stored import Stored
 from autotune.tuning import ranking

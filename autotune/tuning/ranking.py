@@ -1,7 +1,7 @@
 """Where trials stand: the reference every score is relative to, what counts as an override,
 and the study's winner.
 
-The ranking rule itself is `autotune.tuning.standing` (capacity at SLO where the study
+The ranking rule itself is `autotune.tuning._standing` (capacity at SLO where the study
 measures it, ties only where intervals overlap, then the fewest overrides; the weighted
 score for a fixed workload); `standing` reads a study into it. The study loop, `show`,
 `report`, `export`, `validate` and `explain` all rank through here, on `TrialRecord`s; each
@@ -17,24 +17,24 @@ from collections.abc import Mapping, Sequence
 
 from optuna.trial import TrialState
 
+from autotune._flags import Flags, integer
+from autotune._slo import Slo
 from autotune.config import Scenario
 from autotune.engine import defaults as defaults_mod
 from autotune.engine.defaults import Effective, Machine
 from autotune.errors import ConfigError
-from autotune.flags import Flags, integer
-from autotune.slo import Slo
-from autotune.tuning import standing as rule
-from autotune.tuning.records.measures import Measures
-from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
-from autotune.tuning.records.studyrecord import StudyRecord
-from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.tuning.standing import (  # noqa: F401 (`overrides` re-exported: ranking's API)
+from autotune.tuning import _standing as rule
+from autotune.tuning._standing import (  # noqa: F401 (`overrides` re-exported: ranking's API)
     CAPACITY,
     PARETO,
     SCORE,
     Standing,
     overrides,
 )
+from autotune.tuning.records.measures import Measures
+from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
+from autotune.tuning.records.studyrecord import StudyRecord
+from autotune.tuning.records.trialrecord import TrialRecord
 
 POLICIES = ("max-throughput", "min-latency", "balanced")
 _NEVER = dt.datetime.max  # sorts a trial without a completion time last
@@ -169,7 +169,7 @@ def explained(study: StudyOrSnapshot) -> dict[int, int]:
 def standing(study: StudyOrSnapshot, candidates: Sequence[TrialRecord] | None = None
              ) -> Standing:
     """The study's feasible trials (or `candidates`) ranked by the one rule
-    (`autotune.tuning.standing.rank`), as the study measured them: by capacity at SLO, or
+    (`autotune.tuning._standing.rank`), as the study measured them: by capacity at SLO, or
     by the weighted score for a fixed workload; a Pareto study's by capacity, for its
     table alone (it has no single winner)."""
     snap = Snapshot.of(study)  # read once: the basis, the defaults, the explanations

@@ -30,12 +30,12 @@ from typing import Any
 
 import yaml
 
-from autotune import traces
+from autotune import _traces as traces
+from autotune._device import DeviceSeen
+from autotune._flags import Flags, integer
 from autotune.config import Scenario
-from autotune.device import DeviceSeen
 from autotune.engine.defaults import machine_of, platform_rules
 from autotune.engine.info import EngineInfo
-from autotune.flags import Flags, integer
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory, prune
 

@@ -28,12 +28,13 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotune import reasons, tinymodel
+from autotune import _reasons as reasons
+from autotune import tinymodel
+from autotune._flags import Flags, FlagValue, normalize
 from autotune.config import Scenario
 from autotune.engine import gpu
 from autotune.engine.info import engine_info
 from autotune.errors import AutotuneError
-from autotune.flags import Flags, FlagValue, normalize
 from autotune.measure import capacityrecord, searchplan
 from autotune.measure.measurement import Measurement
 from autotune.stored import json_data
@@ -465,7 +466,7 @@ def loop(run: RunContext, *, trials: int, timeout_s: float | None = None,
 
 @dataclass(frozen=True)
 class Request:
-    """One `tune` run as the command line resolved it (`autotune.cli.tune`): the scenario
+    """One `tune` run as the command line resolved it (`autotune.cli._tune`): the scenario
     (checked against the engine), where the study lives, how many trials and how long, and
     as which worker; `claim` takes one of a `--gpus` run's shared trials. `tune` resolves
     nothing of it again."""

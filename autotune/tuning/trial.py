@@ -4,7 +4,7 @@
 start is a pruned outcome with its reason; an exception of autotune's own propagates (FAIL).
 An engine that dies while measured ends the trial within a poll as pruned `crashed` (which
 process died, how, the log's last error); a spent `budget.trial_timeout` ends it as pruned
-`timeout` (`autotune.tuning.deadline`). Either way the engine's whole process group is gone
+`timeout` (`autotune.tuning._deadline`). Either way the engine's whole process group is gone
 when `run_trial` returns.
 """
 
@@ -23,9 +23,10 @@ from typing import Any
 
 import aiohttp
 
-from autotune import reasons
+from autotune import _reasons as reasons
+from autotune._device import DeviceSeen
+from autotune._flags import Flags, FlagValue, to_args
 from autotune.config import Scenario, parse_duration
-from autotune.device import DeviceSeen
 from autotune.engine import compilecache, gpu
 from autotune.engine.ballast import Ballast, Held
 from autotune.engine.compilecache import WarmLaunch
@@ -34,7 +35,6 @@ from autotune.engine.info import engine_info, installed
 from autotune.engine.log import Startup
 from autotune.engine.server import Server
 from autotune.errors import EngineError, Halted
-from autotune.flags import Flags, FlagValue, to_args
 from autotune.measure import searchplan, serversearch, speculation
 from autotune.measure.bench import Load, ProbePhase, benchmark
 from autotune.measure.capacityrecord import CapacityRecord
@@ -43,7 +43,7 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
 from autotune.measure.watch import Alive
 from autotune.traffic import WorkloadSpec
-from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
+from autotune.tuning._deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from autotune.tuning.policy import compilekey, prune
 from autotune.tuning.policy.compilekey import CompileKey
 from autotune.tuning.policy.space import relation_violation

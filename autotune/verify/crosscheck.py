@@ -22,13 +22,13 @@ from pathlib import Path
 
 import optuna
 
+from autotune._remeasurements import VLLM_CLIENT, PairRun, Ratio, Recheck
 from autotune.config import Scenario, latency_key
 from autotune.engine import cpuplace, gpu
 from autotune.engine.info import installed
 from autotune.engine.server import Server
 from autotune.errors import ConfigError, EngineError, Halted
 from autotune.measure import searchplan, vllmbench, watch
-from autotune.remeasurements import VLLM_CLIENT, PairRun, Ratio, Recheck
 from autotune.stored import json_data
 from autotune.tuning import study as study_mod
 from autotune.tuning import trial as trial_mod
@@ -36,7 +36,8 @@ from autotune.tuning.policy import prune
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.studyrecord import VALIDATION_VLLM
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.verify import pairloop, pairstats, validate
+from autotune.verify import _pairloop as pairloop
+from autotune.verify import pairstats, validate
 
 # A re-check starts at the study's capacity and moves by this factor from there.
 START_FACTOR = searchplan.AROUND

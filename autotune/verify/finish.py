@@ -22,10 +22,10 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autotune._remeasurements import Recheck, Validation
 from autotune.config import Scenario
 from autotune.errors import AutotuneError, ConfigError
 from autotune.measure import vllmbench
-from autotune.remeasurements import Recheck, Validation
 from autotune.tuning import ablation, ranking
 from autotune.tuning.records.snapshot import records
 from autotune.verify import crosscheck, validate

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.remeasurements import Ratio, Validation
+from autotune._remeasurements import Ratio, Validation
 
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom.
 _T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,

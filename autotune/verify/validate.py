@@ -19,10 +19,10 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from autotune._remeasurements import PairRun, Ratio, Validation
 from autotune.config import Objective, Scenario, latency_key
 from autotune.engine import gpu
 from autotune.errors import AutotuneError, ConfigError
-from autotune.remeasurements import PairRun, Ratio, Validation
 from autotune.stored import json_data
 from autotune.tuning import ranking
 from autotune.tuning import study as study_mod
@@ -34,7 +34,8 @@ from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.studyrecord import VALIDATION, StudyRecord
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.verify import pairloop, pairstats
+from autotune.verify import _pairloop as pairloop
+from autotune.verify import pairstats
 
 ROLES = ("baseline", "candidate")
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune._flags import Flags
 from autotune.config import Scenario
 from autotune.engine import compilecache
-from autotune.flags import Flags
 from autotune.stored import Stored
 from autotune.tuning import trial as trial_mod
 from autotune.verify import pairstats

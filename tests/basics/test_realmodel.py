@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from autotune import realmodel, tinymodel
+from autotune import _realmodel as realmodel
+from autotune import tinymodel
 from autotune.errors import ConfigError
 
 PRESET = "smollm2-135m"

@@ -1,5 +1,5 @@
 """Why a trial was pruned or failed: every reason a trial can get is named once, in
-`autotune.reasons`, with a one-line meaning, and `autotune show` explains the ones its
+`autotune._reasons`, with a one-line meaning, and `autotune show` explains the ones its
 trials carry."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import optuna
 from optuna.trial import TrialState
 from rich.console import Console
 
-from autotune import reasons
+from autotune import _reasons as reasons
 from autotune.engine import log as enginelog
 from autotune.measure import searchplan
 from autotune.results import views
 from autotune.results.summary import Summary
-from autotune.tuning import deadline
+from autotune.tuning import _deadline as deadline
 from autotune.tuning.policy import prune
 from autotune.tuning.records.trialrecord import DEFAULTS, ERROR, INTERRUPTED
 from tests import trials
@@ -52,7 +52,7 @@ def test_no_reason_is_spelled_outside_the_reasons_module():
     one a trial can get without a meaning when the two drift apart."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "reasons.py":
+        if path == PACKAGE / "_reasons.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from autotune import config, traces
+from autotune import _traces as traces
+from autotune import config
 from autotune.errors import ConfigError
 from autotune.measure import loadgen, workloads
 from autotune.measure.workloads import Tokenizer

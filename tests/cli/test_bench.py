@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import bench
+from autotune.cli import _bench as bench
 from autotune.errors import ConfigError
 from autotune.measure import benchrun
 

@@ -319,7 +319,7 @@ def cli_scenario(sections: dict):
 def test_a_good_tune_gets_past_every_check(tmp_path, monkeypatch, capsys):
     """The checks do not refuse a good command: the study folder and its log are made, and
     the options arrive parsed (the run itself is stubbed: no engine here)."""
-    from autotune.cli import tune as tune_cli
+    from autotune.cli import _tune as tune_cli
     from autotune.tuning import study
 
     calls = {}

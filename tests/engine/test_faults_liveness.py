@@ -21,14 +21,15 @@ import psutil
 import pytest
 from fakeserver import FakeServer
 
-from autotune.engine import liveness, reaper
+from autotune.engine import _liveness as liveness
+from autotune.engine import _reaper as reaper
 from autotune.engine import log as enginelog
 from autotune.errors import Halted
 from autotune.measure import loadgen, watch
 from autotune.measure.loadgen import Target
 from autotune.measure.workloads import Session, Turn
 from autotune.traffic import WorkloadSpec
-from autotune.tuning.deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
+from autotune.tuning._deadline import CRASHED, TIMEOUT, Deadline, TrialWatch
 from tests.paths import DATA
 
 LOGS = DATA / "logs"
@@ -40,7 +41,7 @@ def _reap(script: str, grace: float, log: Path) -> tuple[subprocess.CompletedPro
     """Run `sh -c script` under the reaper; the pids the script wrote to `log`.pids."""
     pids = log.with_suffix(".pids")
     with open(log, "wb") as out:
-        proc = subprocess.run([sys.executable, "-m", "autotune.engine.reaper", str(grace), "--",
+        proc = subprocess.run([sys.executable, "-m", "autotune.engine._reaper", str(grace), "--",
                                "sh", "-c", script, "sh", str(pids)], stdout=out,
                               stderr=subprocess.STDOUT, timeout=60, start_new_session=True,
                               check=False)

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from autotune.engine import warm
-from autotune.engine.reaper import MARK, imported_env
+from autotune.engine._reaper import MARK, imported_env
 from tests.paths import ROOT
 
 

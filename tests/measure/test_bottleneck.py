@@ -110,7 +110,7 @@ def test_front_end_text_names_the_figures():
     (["/venv/bin/vllm", "serve", "m"], probes.LAUNCHER),
     (["VLLM::EngineCore"], probes.ENGINE_CORE),
     (["VLLM::Worker_TP0"], probes.WORKER),
-    (["python", "-m", "autotune.engine.reaper", "20", "--", "vllm", "serve"], None),
+    (["python", "-m", "autotune.engine._reaper", "20", "--", "vllm", "serve"], None),
     (["python", "-c", "from multiprocessing.spawn import spawn_main"], probes.OTHER),
 ])
 def test_process_roles(cmdline, role):

@@ -6,13 +6,14 @@ import math
 
 import pytest
 
-from autotune.measure import capacityrecord, capacitytext, searchplan, searchresult, stepverdict
+from autotune._traces import Replay
+from autotune.measure import _stepverdict as stepverdict
+from autotune.measure import capacityrecord, capacitytext, searchplan, searchresult
+from autotune.measure._steady import Backlog
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
 from autotune.measure.searchresult import Step
-from autotune.measure.steady import Backlog
 from autotune.stored import json_data
-from autotune.traces import Replay
 from autotune.traffic import CapacitySpec, WorkloadSpec
 
 

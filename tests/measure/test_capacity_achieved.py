@@ -11,14 +11,14 @@ import statistics
 import optuna
 import pytest
 
+from autotune._traces import load
 from autotune.cli import main as cli
 from autotune.measure import capacityrecord, capacitytext, searchplan, searchresult, workloads
+from autotune.measure._steady import Backlog
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
 from autotune.measure.searchresult import Step
-from autotune.measure.steady import Backlog
 from autotune.stored import json_data
-from autotune.traces import load
 from autotune.traffic import CapacitySpec, WorkloadSpec
 from autotune.tuning.records.snapshot import records
 from tests import azure, served

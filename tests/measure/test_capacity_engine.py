@@ -24,6 +24,7 @@ import pytest
 
 from autotune.engine import cpuplace
 from autotune.engine.server import Server
+from autotune.measure import _stepverdict as stepverdict
 from autotune.measure import (
     bench,
     capacityrecord,
@@ -31,7 +32,6 @@ from autotune.measure import (
     searchplan,
     searchresult,
     serversearch,
-    stepverdict,
 )
 from autotune.measure.bench import Load
 from autotune.measure.loadgen import Target
@@ -273,7 +273,7 @@ def test_a_search_with_no_passing_rate_prunes_the_trial(eight, tiny_model):
     """A 1-ms TTFT no step meets, two steps allowed: the search ends with no capacity, and
     the trial is pruned with the reason, never left complete on its gentlest step's figures
     (which alone can meet the SLOs when the step fell behind its arrivals)."""
-    from autotune import reasons
+    from autotune import _reasons as reasons
     from autotune.config import Scenario
     from autotune.tuning import trial
 

@@ -7,8 +7,10 @@ import math
 
 import pytest
 
-from autotune import traces
-from autotune.measure import loadgen, searchresult, steady, stepverdict
+from autotune import _traces as traces
+from autotune.measure import _steady as steady
+from autotune.measure import _stepverdict as stepverdict
+from autotune.measure import loadgen, searchresult
 from autotune.measure.bench import StepRun
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.loadgen import RunResult

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from autotune._traces import WINDOWS, Replay
 from autotune.measure import bench, capacityrecord, capacitytext
 from autotune.measure.bench import Load, benchmark
 from autotune.measure.loadgen import Target
-from autotune.traces import WINDOWS, Replay
 from autotune.traffic import WorkloadSpec
 from tests import azure
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution
 
+from autotune._remeasurements import PairRun, Recheck
 from autotune.cli import main as cli
 from autotune.errors import ConfigError
 from autotune.measure import vllmbench
 from autotune.measure.measurement import Measurement
-from autotune.remeasurements import PairRun, Recheck
 from autotune.stored import json_data
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.records import studyrecord

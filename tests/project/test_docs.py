@@ -90,10 +90,10 @@ def test_the_helpers_read_paths_as_the_docs_write_them():
     text = ("see `autotune/tuning/records/trialrecord.py::TrialRecord` and autotune/measure/, "
             "[x](../autotune/engine/server.py:42), `~/.cache/autotune/models/tiny`, "
             "vllm-autotune, $AUTOTUNE_CACHE/autotune/x, https://github.com/o/autotune/blob/x.py, "
-            "`autotune/*.py`, the ratio autotune/vLLM. And autotune/flags.py.")
+            "`autotune/*.py`, the ratio autotune/vLLM. And autotune/_flags.py.")
     assert [p for _, p in package_paths(text)] == [
         "autotune/tuning/records/trialrecord.py", "autotune/measure/", "autotune/engine/server.py",
-        "autotune/*.py", "autotune/flags.py"]
+        "autotune/*.py", "autotune/_flags.py"]
     assert exists("autotune/*.py") and not exists("autotune/nothing.py")
     assert {"capacity-at-slo", "autotune-tune", "9-a-real-model-smollm2-135m-instruct-at-6-users",
             "the-warm-launcher-2026-11-30-benchmarksstartuppy", "x", "x-1"} <= slugs(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli.tune import NO_ANSWER
+from autotune.cli._tune import NO_ANSWER
 from autotune.engine.info import cache_path, engine_info
 from tests.paths import ROOT
 
@@ -92,7 +92,7 @@ def test_two_boxes_side_by_side_then_fetch_back(checkout: Path, tmp_path: Path,
         cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
     log = run.stdout + run.stderr
     # every trial is pruned before launch (max-model-len 64): a study with no answer, which
-    # `tune` exits with (4, `autotune.cli.tune.NO_ANSWER`) and the boxes pass on
+    # `tune` exits with (4, `autotune.cli._tune.NO_ANSWER`) and the boxes pass on
     assert run.returncode == NO_ANSWER, log
     assert "[boxes] INSTALLED" in log and f"[boxes] done, exit {NO_ANSWER}" in log
     for i, study, n in ((0, "box-a", 2), (1, "box-b", 3)):

@@ -21,8 +21,8 @@ LAYERS = ("", "engine", "measure", "tuning", "verify", "results", "cli")
 # other. What a study stores sits just above the guardrail's measurements, which it keeps;
 # the search policy and the ranking read it, the mechanics of a shared study run over them,
 # one trial and the loop above that, and `explain`, which runs the loop, last.
-TUNING_LAYERS = (("quality",), ("records",), ("policy",), ("standing",), ("ranking",),
-                 ("deadline", "interrupts"), ("sharing",), ("starter", "trial"), ("study",),
+TUNING_LAYERS = (("quality",), ("records",), ("policy",), ("_standing",), ("ranking",),
+                 ("_deadline", "interrupts"), ("sharing",), ("starter", "trial"), ("study",),
                  ("ablation",))
 TUNING = "autotune.tuning"
 
@@ -143,14 +143,14 @@ def test_the_order_check_sees_an_upward_import(tmp_path):
     graph = {"autotune.tuning.records.trialrecord": {"autotune.tuning.policy.memory",
                                                      "autotune.tuning.records.origin",
                                                      "autotune.tuning.quality.verdict",
-                                                     "autotune.flags"},
+                                                     "autotune._flags"},
              "autotune.tuning.policy.relief": {"autotune.tuning.records.trialrecord",
                                                "autotune.tuning.sharing.heartbeat"},
-             "autotune.tuning.deadline": {"autotune.tuning.interrupts"},
+             "autotune.tuning._deadline": {"autotune.tuning.interrupts"},
              "autotune.tuning.study": {"autotune.tuning.trial", "autotune.tuning"},
              "autotune.results.views": {"autotune.tuning.study"}}
     assert upward_in_tuning(graph) == [
-        "autotune.tuning.deadline (deadline, level 5) imports autotune.tuning.interrupts "
+        "autotune.tuning._deadline (_deadline, level 5) imports autotune.tuning.interrupts "
         "(interrupts, level 5)",
         "autotune.tuning.policy.relief (policy, level 2) imports "
         "autotune.tuning.sharing.heartbeat (sharing, level 6)",
@@ -226,10 +226,10 @@ def test_the_circle_finder_sees_circles(tmp_path):
     # The imports it is given include those inside functions and under TYPE_CHECKING.
     (pkg := tmp_path / "pkg").mkdir()
     (pkg / "m.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autotune import slo\n"
-        "def f():\n    from autotune.results import cost\n    import autotune.flags\n")
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from autotune import _slo\n"
+        "def f():\n    from autotune.results import cost\n    import autotune._flags\n")
     assert sorted(_imports("autotune.results.m", pkg / "m.py")) == \
-        ["autotune.flags", "autotune.results.cost", "autotune.slo"]
+        ["autotune._flags", "autotune._slo", "autotune.results.cost"]
 
 # Reading or writing Optuna's user attributes, of a trial or of the study, whatever the
 # name before the dot (`study.user_attrs`, `t.user_attrs`, `s.set_user_attr(...)`).

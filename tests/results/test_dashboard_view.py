@@ -25,7 +25,7 @@ from optuna_dashboard import wsgi
 from autotune.measure.measurement import Measurement
 from autotune.results import dashboard, show
 from autotune.results.summary import Summary
-from autotune.tuning.records.scalars import SCALARS
+from autotune.tuning.records._scalars import SCALARS
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import WRITABLE
 from tests import trials

@@ -1,4 +1,4 @@
-"""The decision a study gives (`autotune.results.decision`): on committed studies, on studies
+"""The decision a study gives (`autotune.results._decision`): on committed studies, on studies
 built record by record, and when there is none, `tune`'s last line and exit code."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import reasons
-from autotune.cli import tune as tune_cli
+from autotune import _reasons as reasons
+from autotune.cli import _tune as tune_cli
 from autotune.cli.main import main
 from autotune.measure import capacityrecord
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
-from autotune.results import cost, decision
+from autotune.results import _decision as decision
+from autotune.results import cost
 from autotune.results.summary import Summary
 from autotune.tuning.records.snapshot import Snapshot, records
 from autotune.tuning.records.trialrecord import DEFAULTS, TrialRecord

@@ -14,8 +14,9 @@ from optuna.trial import TrialState
 from autotune.cli.main import build_parser
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
-from autotune.results import limits
-from autotune.results.export import formats, recheck
+from autotune.results import _limits as limits
+from autotune.results.export import _recheck as recheck
+from autotune.results.export import formats
 from autotune.tuning import ranking
 from autotune.tuning.ranking import choose
 from autotune.tuning.records.snapshot import Snapshot, records

@@ -17,7 +17,9 @@ import yaml
 
 from autotune.measure.measurement import Measurement
 from autotune.results import show
-from autotune.results.export import autoscaling, formats, plan
+from autotune.results.export import _autoscaling as autoscaling
+from autotune.results.export import _plan as plan
+from autotune.results.export import formats
 from autotune.tuning import ranking
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials

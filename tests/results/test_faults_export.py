@@ -19,8 +19,10 @@ from optuna.trial import TrialState
 
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
-from autotune.results import limits
-from autotune.results.export import formats, provenance, recheck
+from autotune.results import _limits as limits
+from autotune.results.export import _provenance as provenance
+from autotune.results.export import _recheck as recheck
+from autotune.results.export import formats
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests import trials
 

@@ -20,9 +20,9 @@ from rich.console import Console
 from autotune.measure.measurement import Measurement
 from autotune.results import views
 from autotune.results.gputime import SESSION_GAP_S, GpuTime
-from autotune.results.report import gputime as gputime_section
+from autotune.results.report import _gputime as gputime_section
+from autotune.results.report import _startup as startup
 from autotune.results.report import page as report_page
-from autotune.results.report import startup
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests.paths import ROOT
 from tests.trials import add

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from autotune.cli.main import main
 from autotune.results import summary
+from autotune.results.report import _startup as startup
 from autotune.results.report import (
     history,
     importance,
@@ -17,11 +18,10 @@ from autotune.results.report import (
     pareto,
     points,
     sidebyside,
-    startup,
     tables,
 )
 from autotune.results.report import page as report_page
-from autotune.results.report.labels import CHAR_W, PLOT_H, PLOT_W, overlap
+from autotune.results.report._labels import CHAR_W, PLOT_H, PLOT_W, overlap
 from autotune.tuning import ranking
 from autotune.tuning.records import studyrecord
 from autotune.tuning.records.snapshot import records
@@ -320,7 +320,7 @@ def test_capacity_studies_say_where_throughput_was_measured():
 def test_gains_name_the_baseline_that_stood_in_for_the_defaults():
     """On a small card vLLM's defaults cannot start: gains are over the first baseline that
     ran, and every view says so instead of claiming "vLLM defaults"."""
-    from autotune.results.export import provenance
+    from autotune.results.export import _provenance as provenance
     st = optuna.create_study(study_name="small", direction="maximize")
     st.set_user_attr("scenario", SCENARIO)
     _pruned(st, "kv_too_small", baseline="vllm-defaults")

@@ -11,7 +11,8 @@ from browser import load
 
 from autotune.cli.main import main
 from autotune.results import show
-from autotune.results.report import importance, parallel, points, startup
+from autotune.results.report import _startup as startup
+from autotune.results.report import importance, parallel, points
 from autotune.tuning.records.snapshot import records
 
 pytestmark = [pytest.mark.engine]

@@ -16,7 +16,7 @@ def test_a_trial_that_failed_to_start_says_why_in_the_progress_line():
     """The reason's name alone does not say what went wrong: the engine's last error does."""
     from optuna.trial import TrialState
 
-    from autotune import reasons
+    from autotune import _reasons as reasons
     from autotune.tuning.records.trialrecord import TrialRecord
 
     error = ("exited with code 1 during start-up: huggingface_hub.errors."
@@ -162,7 +162,7 @@ def test_a_floor_is_open_above_in_every_view():
     from optuna.trial import TrialState
 
     from autotune.measure import capacitytext
-    from autotune.results import limits
+    from autotune.results import _limits as limits
     from autotune.results.summary import CapacityRow
     from autotune.tuning.records.trialrecord import TrialRecord
 

@@ -10,9 +10,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune._slo import Slo, parse
 from autotune.measure.measurement import Measurement
-from autotune.results import whatif
-from autotune.slo import Slo, parse
+from autotune.results import _whatif as whatif
 from autotune.tuning.records.snapshot import records
 from autotune.tuning.records.trialrecord import TrialRecord
 from tests.paths import ROOT

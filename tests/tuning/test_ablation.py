@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.device import DeviceSeen
+from autotune._device import DeviceSeen
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
 from autotune.tuning import ablation, ranking

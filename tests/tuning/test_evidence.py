@@ -7,7 +7,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from autotune import reasons
+from autotune import _reasons as reasons
 from autotune.measure import bottleneck as bn
 from autotune.measure.measurement import Measurement
 from autotune.tuning import study as study_mod

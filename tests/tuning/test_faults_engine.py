@@ -24,7 +24,7 @@ import pytest
 
 from autotune.config import Scenario
 from autotune.engine import warm
-from autotune.engine.liveness import running
+from autotune.engine._liveness import running
 from autotune.tuning import trial
 
 pytestmark = [pytest.mark.engine, pytest.mark.usefixtures("no_leftover_engine")]
@@ -86,7 +86,7 @@ class Killer:
 
 def _launcher(procs: list[psutil.Process]) -> psutil.Process:
     """The launched `vllm serve` (the API server): the reaper's only child."""
-    leader = next(p for p in procs if "autotune.engine.reaper" in " ".join(p.cmdline()))
+    leader = next(p for p in procs if "autotune.engine._reaper" in " ".join(p.cmdline()))
     return leader.children()[0]
 
 

@@ -9,9 +9,9 @@ from autotune.config import GuardrailSpec, Scenario
 from autotune.errors import ConfigError
 from autotune.measure.workloads import Tokenizer
 from autotune.tuning.quality import accuracy
+from autotune.tuning.quality._comparison import compare
+from autotune.tuning.quality._contextfit import fitting, left_out_text
 from autotune.tuning.quality.client import Refused
-from autotune.tuning.quality.comparison import compare
-from autotune.tuning.quality.contextfit import fitting, left_out_text
 from autotune.tuning.quality.guard import Guard, make_guard
 from autotune.tuning.quality.prompts import default_prompts, expected_reference, read_prompts
 from autotune.tuning.quality.reference import Reference, Sample, TaskAnswers

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from autotune._device import DeviceSeen
 from autotune.config import Param, Scenario
-from autotune.device import DeviceSeen
 from autotune.engine.log import Startup
 from autotune.measure import bottleneck as bn
 from autotune.measure.measurement import Measurement

@@ -1,4 +1,4 @@
-"""The one ranking rule (`autotune.tuning.standing`) on hand-made trial records: capacity
+"""The one ranking rule (`autotune.tuning._standing`) on hand-made trial records: capacity
 decides, ties only where intervals overlap, then the fewest overrides; a capacity too
 uncertain to rank by neither ties nor blocks; a fixed workload ranks by its score."""
 
@@ -7,9 +7,10 @@ from __future__ import annotations
 from optuna.trial import TrialState
 
 from autotune.measure.measurement import Measurement
-from autotune.tuning import ranking, standing
+from autotune.tuning import _standing as standing
+from autotune.tuning import ranking
+from autotune.tuning._standing import CAPACITY, PARETO, SCORE, rank
 from autotune.tuning.records.trialrecord import TrialRecord
-from autotune.tuning.standing import CAPACITY, PARETO, SCORE, rank
 
 FIXED = {"enforce-eager": True}
 

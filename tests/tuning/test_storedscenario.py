@@ -8,7 +8,7 @@ import pytest
 
 from autotune.config import Scenario
 from autotune.tuning import ranking
-from autotune.tuning.records.storedscenario import StoredScenario
+from autotune.tuning.records._storedscenario import StoredScenario
 
 STORED = Scenario.model_validate({
     "model": {"tiny": "tiny"}, "engine": {"flags": {"max_num_seqs": 8}},

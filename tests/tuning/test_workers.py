@@ -27,8 +27,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
+from autotune._flags import flags_key
 from autotune.engine import cpuplace
-from autotune.flags import flags_key
 from autotune.tuning import ranking, study
 from autotune.tuning.quality.guard import make_guard
 from autotune.tuning.records.snapshot import records

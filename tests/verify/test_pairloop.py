@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.remeasurements import PairRun
+from autotune._remeasurements import PairRun
 
 
 def test_every_re_measurement_runs_its_pairs_through_one_loop():
@@ -14,7 +14,8 @@ def test_every_re_measurement_runs_its_pairs_through_one_loop():
     from optuna.trial import TrialState
 
     from autotune.tuning.records.trialrecord import TrialRecord
-    from autotune.verify import pairloop, validate
+    from autotune.verify import _pairloop as pairloop
+    from autotune.verify import validate
 
     cand, base = (TrialRecord(number=n, state=TrialState.COMPLETE) for n in (5, 0))
     order = validate.schedule(2)

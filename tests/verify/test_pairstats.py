@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from autotune.remeasurements import Validation
+from autotune._remeasurements import Validation
 from autotune.verify import pairstats
 
 

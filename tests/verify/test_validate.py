@@ -13,11 +13,11 @@ import yaml
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState
 
+from autotune._remeasurements import PairRun
 from autotune.cli import main as cli
 from autotune.config import Objective, Scenario
 from autotune.errors import ConfigError
 from autotune.measure.measurement import Measurement
-from autotune.remeasurements import PairRun
 from autotune.stored import json_data
 from autotune.tuning.policy import objective as obj
 from autotune.tuning.records import studyrecord

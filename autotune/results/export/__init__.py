@@ -15,5 +15,5 @@ command that starts the engine).
 """
 
 # The modules code outside this package imports (tests/project/test_surface.py); the
-# others are the package's own.
+# others are the package's own, private by name (`_x.py`).
 __all__ = ["formats"]

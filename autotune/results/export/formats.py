@@ -7,8 +7,12 @@ from collections.abc import Callable, Mapping
 
 from autotune.errors import ConfigError
 from autotune.results.cost import TrialCost
-from autotune.results.export import compose, jsondoc, k8s, shell, vllmyaml
-from autotune.results.export.context import ExportContext
+from autotune.results.export import _compose as compose
+from autotune.results.export import _jsondoc as jsondoc
+from autotune.results.export import _k8s as k8s
+from autotune.results.export import _shell as shell
+from autotune.results.export import _vllmyaml as vllmyaml
+from autotune.results.export._context import ExportContext
 from autotune.tuning.records.snapshot import StudyOrSnapshot
 from autotune.tuning.records.trialrecord import TrialRecord
 
@@ -28,7 +32,7 @@ def render(study: StudyOrSnapshot, trial: TrialRecord, format_name: str, model: 
            image: str | None = None, max_replicas: int | None = None,
            sizing: TrialCost | None = None) -> str:
     """The artifact for `trial` in the format `format_name`, with the operating limits the
-    study measured (`autotune.results.limits`) and the command that re-checks them. Every
+    study measured (`autotune.results._limits`) and the command that re-checks them. Every
     name and value is data: quoted for the shell, emitted by the YAML or JSON library, and
     made inert in comments.
 

@@ -12,6 +12,6 @@ HTML, a section). `sidebyside` compares several studies (the notebooks).
 """
 
 # The modules code outside this package imports (tests/project/test_surface.py); the
-# others are the package's own.
+# others are the package's own, private by name (`_x.py`).
 __all__ = ["guardrail", "history", "importance", "page", "parallel", "pareto", "pergpu", "points",
            "sidebyside", "tables"]

@@ -8,7 +8,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.results.report.markup import Section, escape, figure_html
+from autotune.results.report._markup import Section, escape, figure_html
 from autotune.results.report.points import HEIGHT
 from autotune.results.show import Thresholds, fmt
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records

@@ -5,8 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from autotune.results import summary
-from autotune.results.report.labels import Frame, Label, axis_range, place_labels
-from autotune.results.report.markup import Section, figure_html
+from autotune.results.report._labels import Frame, Label, axis_range, place_labels
+from autotune.results.report._markup import Section, figure_html
 from autotune.results.report.points import (
     FEASIBLE,
     HEIGHT,

@@ -11,7 +11,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
-from autotune.results.report.markup import Section, escape, figure_html
+from autotune.results.report._markup import Section, escape, figure_html
 from autotune.results.report.points import HEIGHT, axes
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot, records
 

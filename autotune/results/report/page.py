@@ -8,25 +8,17 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
+from autotune._slo import Slo
 from autotune.errors import ConfigError
 from autotune.results import cost
-from autotune.results.report import (
-    gputime,
-    guardrail,
-    header,
-    history,
-    importance,
-    money,
-    parallel,
-    pareto,
-    pergpu,
-    rerank,
-    speculation,
-    startup,
-    tables,
-)
-from autotune.results.report.markup import Section, escape
-from autotune.slo import Slo
+from autotune.results.report import _gputime as gputime
+from autotune.results.report import _header as header
+from autotune.results.report import _money as money
+from autotune.results.report import _rerank as rerank
+from autotune.results.report import _speculation as speculation
+from autotune.results.report import _startup as startup
+from autotune.results.report import guardrail, history, importance, parallel, pareto, pergpu, tables
+from autotune.results.report._markup import Section, escape
 from autotune.tuning import ranking
 from autotune.tuning.records.snapshot import Snapshot, StudyOrSnapshot
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from autotune.flags import FlagValue
-from autotune.results.report.markup import Section, figure_html
+from autotune._flags import FlagValue
+from autotune.results.report._markup import Section, figure_html
 from autotune.results.report.points import (
     HEIGHT,
     PARTIAL,

@@ -7,8 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from autotune.results.report.labels import Frame, Label, axis_range, grouped, place_labels
-from autotune.results.report.markup import Section, figure_html
+from autotune.results.report._labels import Frame, Label, axis_range, grouped, place_labels
+from autotune.results.report._markup import Section, figure_html
 from autotune.results.report.points import (
     FEASIBLE,
     HEIGHT,

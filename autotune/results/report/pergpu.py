@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from autotune.results import interactivity
-from autotune.results.report.markup import Section, escape, figure_html
+from autotune.results.report._markup import Section, escape, figure_html
 from autotune.results.report.points import HEIGHT
 from autotune.tuning.records.snapshot import StudyOrSnapshot
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from optuna.trial import TrialState
 
+from autotune._flags import Flags
 from autotune.config import latency_key
 from autotune.errors import ConfigError
-from autotune.flags import Flags
 from autotune.measure.measurement import Measurement
 from autotune.results.show import reason
 from autotune.tuning.policy import objective as obj

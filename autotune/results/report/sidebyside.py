@@ -9,7 +9,7 @@ import optuna
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from autotune.results.report.labels import PLOT_W, Frame, Label, axis_range, grouped, place_labels
+from autotune.results.report._labels import PLOT_W, Frame, Label, axis_range, grouped, place_labels
 from autotune.results.report.pareto import pareto_figure
 from autotune.results.report.points import (
     FEASIBLE,

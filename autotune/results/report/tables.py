@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from autotune._flags import Flags, FlagValue
+from autotune._remeasurements import Validation
 from autotune.config import Scenario
-from autotune.flags import Flags, FlagValue
 from autotune.measure import capacityrecord, capacitytext
 from autotune.measure.capacityrecord import CapacityRecord
-from autotune.remeasurements import Validation
 from autotune.results import cost, show, summary
-from autotune.results.report.markup import Section, escape, flags_text
+from autotune.results.report._markup import Section, escape, flags_text
 from autotune.results.report.points import axes
 from autotune.results.show import fmt, outcome, reason
 from autotune.tuning import ranking

@@ -8,5 +8,5 @@ them; they never start an engine.
 """
 
 # The modules code outside this package imports (tests/project/test_surface.py); the
-# others are the package's own.
+# others are the package's own, private by name (`_x.py`).
 __all__ = ["compilekey", "evidence", "memory", "objective", "prune", "relief", "space"]

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune._flags import Flags, integer
 from autotune.config import Scenario
 from autotune.engine.defaults import Machine, platform_rules
-from autotune.flags import Flags, integer
 
 BOUNDED, VLLM = "bounded", "vllm"
 KEYS = (VLLM, BOUNDED)

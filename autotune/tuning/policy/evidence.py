@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.flags import integer
+from autotune._flags import integer
 from autotune.measure import bottleneck as bn
 from autotune.measure import capacityrecord, capacitytext
 from autotune.tuning.policy.relief import DOWN, RELIEF, UP

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from autotune import reasons
+from autotune import _reasons as reasons
+from autotune._flags import integer
 from autotune.engine.defaults import Machine, platform_rules
-from autotune.flags import integer
 from autotune.tuning.records.estimate import Estimate
 
 GiB = 1 << 30

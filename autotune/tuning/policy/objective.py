@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
-from autotune import slo
+from autotune import _slo as slo
 from autotune.config import Objective, WeightKey, latency_key
 from autotune.measure.measurement import Measurement
 from autotune.tuning.records.measures import Measures

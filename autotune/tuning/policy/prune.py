@@ -14,12 +14,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from autotune import reasons, traces
+from autotune import _reasons as reasons
+from autotune import _traces as traces
+from autotune._flags import Flags, number
 from autotune.config import Hardware, PruneSpec, Scenario
 from autotune.engine import gpu
 from autotune.engine.server import cpu_memory_default
 from autotune.errors import AutotuneError, ConfigError
-from autotune.flags import Flags, number
 from autotune.measure.measurement import Measurement
 from autotune.traffic import WorkloadSpec
 from autotune.tuning.policy import memory

@@ -46,10 +46,10 @@ from typing import Any
 
 from optuna.trial import FixedTrial, TrialState
 
+from autotune._device import DeviceSeen
+from autotune._flags import Flags, flags_key, normalize
 from autotune.config import Param, Scenario
-from autotune.device import DeviceSeen
 from autotune.engine import defaults as defaults_mod
-from autotune.flags import Flags, flags_key, normalize
 from autotune.measure import bottleneck as bn
 from autotune.measure import capacityrecord
 from autotune.measure.bottleneck import Bottleneck

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune._flags import Flags, FlagValue, integer
 from autotune.config import FlagSite, Param, Scenario, flag_sites
 from autotune.engine.info import EngineInfo, FlagInfo, multiples_text
 from autotune.errors import ConfigError
-from autotune.flags import Flags, FlagValue, integer
 
 if TYPE_CHECKING:  # a refused scenario is told without importing Optuna
     import optuna

@@ -31,9 +31,9 @@ from typing import Any
 from autotune.measure import watch
 from autotune.measure.loadgen import Target
 from autotune.tuning.quality import client, tasks
+from autotune.tuning.quality._comparison import compare
+from autotune.tuning.quality._contextfit import fitting, left_out_text
 from autotune.tuning.quality.client import Refused, engine_context
-from autotune.tuning.quality.comparison import compare
-from autotune.tuning.quality.contextfit import fitting, left_out_text
 from autotune.tuning.quality.guard import Guard
 from autotune.tuning.quality.reference import Reference, Sample, TaskAnswers
 from autotune.tuning.quality.verdict import Quality, judge, task_score, thresholds

@@ -3,7 +3,7 @@
 Twins (`autotune.tuning.sharing.heartbeat`), duplicates (`autotune.tuning.study`) and the
 configurations a relief move must not propose again (`autotune.tuning.policy.relief`) all
 ask it of a trial's record, so it lives beside the record, below all three; the key of a
-configuration itself is `autotune.flags.flags_key`.
+configuration itself is `autotune._flags.flags_key`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.flags import flags_key, normalize
+from autotune._flags import flags_key, normalize
 from autotune.tuning.records.trialrecord import TrialRecord
 
 ASYNC = "async-scheduling"

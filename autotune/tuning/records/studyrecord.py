@@ -21,8 +21,8 @@ from typing import Any
 
 import optuna
 
-from autotune.flags import Flags
-from autotune.tuning.records.storedscenario import StoredScenario
+from autotune._flags import Flags
+from autotune.tuning.records._storedscenario import StoredScenario
 
 # The keys of a validation: a study attribute `<key>:<n>`, and the trial record's field.
 VALIDATION, VALIDATION_VLLM = "validation", "validation_vllm"

@@ -27,23 +27,23 @@ from typing import Any, TypeAlias
 
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import reasons
-from autotune.device import DeviceSeen
+from autotune import _reasons as reasons
+from autotune._device import DeviceSeen
+from autotune._flags import Flags
+from autotune._remeasurements import Recheck, Validation
 from autotune.engine.ballast import Held
 from autotune.engine.log import Startup
-from autotune.flags import Flags
 from autotune.measure import bottleneck, capacityrecord
 from autotune.measure.bottleneck import Bottleneck
 from autotune.measure.capacityrecord import CapacityRecord
 from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
-from autotune.remeasurements import Recheck, Validation
 from autotune.stored import Stored, json_data
 from autotune.tuning.quality.verdict import Quality
+from autotune.tuning.records._scalars import capacity_record, short
 from autotune.tuning.records.estimate import Estimate
 from autotune.tuning.records.measures import Measures
 from autotune.tuning.records.origin import BASELINE, SAMPLER, Origin
-from autotune.tuning.records.scalars import capacity_record, short
 from autotune.tuning.records.studyrecord import VALIDATION, VALIDATION_VLLM, StudyRecord
 from autotune.tuning.records.worker import Worker
 

@@ -3,7 +3,7 @@ record, and what a trial starts with when it is queued or added as it is.
 
 An unknown field is a bug (`TypeError`): only `TrialRecord`'s own fields are stored, with
 the record's version and the short scalars of its long fields
-(`autotune.tuning.records.scalars`). The study's own attributes have their setters beside
+(`autotune.tuning.records._scalars`). The study's own attributes have their setters beside
 `StudyRecord` (`autotune.tuning.records.studyrecord`).
 """
 
@@ -20,8 +20,8 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.speculation import Speculation
 from autotune.stored import Stored, json_data
 from autotune.tuning.quality.verdict import Quality
+from autotune.tuning.records._scalars import short
 from autotune.tuning.records.origin import Origin
-from autotune.tuning.records.scalars import short
 from autotune.tuning.records.studyrecord import StudyRecord
 from autotune.tuning.records.trialrecord import VERSION, WRITABLE, TrialRecord
 

@@ -8,5 +8,5 @@ all the workers share, through its public API.
 """
 
 # The modules code outside this package imports (tests/project/test_surface.py); the
-# others are the package's own.
+# others are the package's own, private by name (`_x.py`).
 __all__ = ["creation", "heartbeat", "storage", "workers"]

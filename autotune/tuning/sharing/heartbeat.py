@@ -43,7 +43,7 @@ import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy import event
 
-from autotune.flags import flags_key
+from autotune._flags import flags_key
 from autotune.stored import json_data
 from autotune.tuning.records import studyrecord, writers
 from autotune.tuning.records.snapshot import records
