@@ -275,26 +275,35 @@ def cpu_study(tmp_path_factory) -> StudyRun:
 # starts the engine (or runs the study) once more.
 SHARED = ("cpu_study", "eager_server")
 # The `alone` phase's groups by the seconds each took on a pinned core of this 2-core
-# machine (2026-12-06); a group not listed counts a minute. That phase is dealt out as one
-# group per pinned worker, the longest first to the least loaded: pytest-xdist hands a
-# worker its next group while two of its tests are still to run, so one worker ran the
-# three smallest groups after its own two while the other, done, waited 120 s of a 548-s
-# phase. Dealt by the slower machine's seconds (2026-12-07: the warm-restart check 469 s,
-# the capacity module about 450), the README's block shared its time with the warm-restart
-# check, whose engines compile, and all three of its trials found no rate that held twice
-# (a fresh-clone run on this machine): these figures keep them apart.
-ALONE_S = {"test_readme_engine": 290, "test_capacity_engine": 260,
-           "test_warmcheck_engine": 220, "test_prune_engine": 170,
-           "eager_server": 112, "test_explain_engine": 106, "test_faults_engine": 44}
+# machine, summed over its tests' set-up, call and tear-down (a fresh-clone run of
+# 2026-12-08); a group not listed counts a minute.
+ALONE_S = {"test_readme_engine": 413, "test_capacity_engine": 469,
+           "test_warmcheck_engine": 621, "test_prune_engine": 273,
+           "eager_server": 155, "test_explain_engine": 153, "test_faults_engine": 49}
+# Which of two pinned workers runs each timed group, chosen rather than computed: a
+# measuring group runs beside whatever the other worker runs then, and each worker runs
+# its groups in the suite's order (by path). The README's block opens `pinned-0` and is
+# over (about 410 s) before the warm-restart check's compiles begin on `pinned-1` after the
+# capacity module (about 470 s): beside those compiles all three of the block's trials
+# once found no rate that held (a fresh-clone run, 2026-12-07). The sums are about even
+# (1,043 and 1,090 s); explain's module used to follow the capacity module, which left
+# `pinned-1` at 1,243 s and `pinned-0` at 889 s. Groups not planned here go, longest
+# first, to the least loaded worker.
+ALONE_PLAN = {"test_readme_engine": 0, "eager_server": 0, "test_explain_engine": 0,
+              "test_faults_engine": 0, "test_prune_engine": 0,
+              "test_capacity_engine": 1, "test_warmcheck_engine": 1}
 
 
 def dealt(groups: set[str], workers: int) -> dict[str, str]:
-    """Each group's share among `workers` pinned workers (`pinned-N`), longest first onto
-    the least loaded: the same on every worker, which pytest-xdist requires."""
+    """Each group's share among `workers` pinned workers (`pinned-N`): with two, as
+    `ALONE_PLAN` says; any other group (or count), longest first onto the least loaded.
+    The same on every worker, which pytest-xdist requires."""
     load = [0.0] * workers
     out = {}
-    for group in sorted(groups, key=lambda g: (-ALONE_S.get(g, 60.0), g)):
-        share = load.index(min(load))
+    planned = {g: ALONE_PLAN[g] for g in groups if workers == 2 and g in ALONE_PLAN}
+    rest = sorted(set(groups) - set(planned), key=lambda g: (-ALONE_S.get(g, 60.0), g))
+    for group in sorted(planned) + rest:
+        share = planned[group] if group in planned else load.index(min(load))
         load[share] += ALONE_S.get(group, 60.0)
         out[group] = f"pinned-{share}"
     return out

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests import budget
-from tests.conftest import ALONE_S, SHARED, dealt
+from tests.conftest import ALONE_PLAN, ALONE_S, SHARED, dealt
 from tests.paths import ROOT
 
 
@@ -48,15 +48,29 @@ def test_every_reason_names_a_test_that_exists():
         assert f"def {func.split('[')[0]}(" in (root / path).read_text(), test
 
 
-def test_the_alone_groups_are_dealt_longest_first_to_the_least_loaded_worker():
+def test_the_alone_groups_are_dealt_as_planned_and_the_rest_to_the_least_loaded_worker():
     shares = dealt(set(ALONE_S) | {"tests.new_engine"}, 2)
     assert set(shares.values()) == {"pinned-0", "pinned-1"}
+    assert all(shares[g] == f"pinned-{w}" for g, w in ALONE_PLAN.items())
     load = {s: sum(ALONE_S.get(g, 60.0) for g in shares if shares[g] == s) for s in
             shares.values()}
     # no move of one group from the fuller worker to the other would shorten the phase
     assert all(ALONE_S.get(g, 60.0) >= abs(load["pinned-0"] - load["pinned-1"])
                for g in shares)
     assert set(dealt(set(ALONE_S), 1).values()) == {"pinned-0"}
+    assert set(dealt(set(ALONE_S), 3).values()) == {"pinned-0", "pinned-1", "pinned-2"}
+
+
+def test_the_readme_block_is_over_before_the_warm_restart_checks_compiles():
+    """Each worker runs its groups in path order: the README's block (first on its worker)
+    must take less time than what precedes the warm-restart check on the other."""
+    shares = dealt(set(ALONE_S), 2)
+    paths = {g: next((ROOT / "tests").rglob(f"{g}.py")) for g in ALONE_S if g not in SHARED}
+    readme, check = "test_readme_engine", "test_warmcheck_engine"
+    assert shares[readme] != shares[check]
+    before = [g for g in paths if shares[g] == shares[check] and paths[g] < paths[check]]
+    assert not [g for g in paths if shares[g] == shares[readme] and paths[g] < paths[readme]]
+    assert ALONE_S[readme] < sum(ALONE_S[g] for g in before)
 
 
 def test_every_timed_alone_group_is_one_that_exists():
